@@ -1,0 +1,191 @@
+package singleflight
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// loaderCtx is the context.Context a loader runs under. It lives inside the
+// call record, so starting an execution allocates no context of its own.
+//
+// It carries the values of the leader's context (trace IDs, loggers) but never
+// the leader's cancellation: it ends only when the execution does (the loader
+// returned, the loader timeout fired, the Group was closed, or every caller
+// left under WithCancelWhenAbandoned).
+type loaderCtx struct {
+	// parent supplies Value. It is the leader's context when that context
+	// can never be cancelled (Done() == nil), and context.WithoutCancel of it
+	// otherwise, so that context.Cause never reports the leader's cause.
+	// Written once before the loader starts; read-only afterwards.
+	parent context.Context
+
+	mu sync.Mutex
+	// state is ctxLive until cancellation, then ctxCanceled or
+	// ctxDeadlineExceeded. Guarded by mu; changes once.
+	state uint8
+	// done is created on the first Done call (most loaders never ask) and
+	// closed on cancellation. Guarded by mu.
+	done chan struct{}
+	// extra holds what only some executions need (a deadline, AfterFunc
+	// registrations, a cancellation cause), so that the common execution
+	// record stays small. Set at most once; see loaderExtra for its fields.
+	extra atomic.Pointer[loaderExtra]
+}
+
+// Values of loaderCtx.state.
+const (
+	ctxLive uint8 = iota
+	ctxCanceled
+	ctxDeadlineExceeded
+)
+
+// loaderExtra is the rarely needed part of a loaderCtx.
+type loaderExtra struct {
+	// deadline is the loader timeout's deadline, zero without one. Written
+	// before the loader starts; read-only afterwards.
+	deadline time.Time
+	// afters are the AfterFunc registrations that have neither run nor been
+	// stopped. Guarded by the loaderCtx's mu.
+	afters []*afterFunc
+	// caused is a standard context cancelled with the cancellation cause,
+	// set (before state changes) when that cause is neither Canceled nor
+	// DeadlineExceeded. Value delegates to it once set, which is how
+	// context.Cause finds ErrClosed or ErrAbandoned on a context type it does
+	// not know.
+	caused atomic.Pointer[causedCtx]
+}
+
+type causedCtx struct{ context.Context }
+
+// extraLocked returns l's loaderExtra, creating it. l.mu must be held, or l
+// not yet published.
+func (l *loaderCtx) extraLocked() *loaderExtra {
+	x := l.extra.Load()
+	if x == nil {
+		x = new(loaderExtra)
+		l.extra.Store(x)
+	}
+	return x
+}
+
+// afterFunc is one AfterFunc registration; its pointer identifies it.
+type afterFunc struct{ f func() }
+
+// closedchan is returned by Done after cancellation when no channel existed.
+var closedchan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// ancestorKey asks a context chain whether it runs inside the execution l:
+// loaderCtx.Value answers it with l. It is how Do detects a reentrant call
+// without any cost on the path that starts an execution.
+type ancestorKey struct{ l *loaderCtx }
+
+func (l *loaderCtx) Deadline() (time.Time, bool) {
+	if x := l.extra.Load(); x != nil && !x.deadline.IsZero() {
+		return x.deadline, true
+	}
+	return time.Time{}, false
+}
+
+func (l *loaderCtx) Done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		if l.state != ctxLive {
+			l.done = closedchan
+		} else {
+			l.done = make(chan struct{})
+		}
+	}
+	return l.done
+}
+
+func (l *loaderCtx) Err() error {
+	l.mu.Lock()
+	state := l.state
+	l.mu.Unlock()
+	switch state {
+	case ctxCanceled:
+		return context.Canceled
+	case ctxDeadlineExceeded:
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (l *loaderCtx) Value(key any) any {
+	if k, ok := key.(ancestorKey); ok && k.l == l {
+		return l
+	}
+	if x := l.extra.Load(); x != nil {
+		if c := x.caused.Load(); c != nil {
+			return c.Value(key)
+		}
+	}
+	return l.parent.Value(key)
+}
+
+// AfterFunc lets context.AfterFunc and context.WithCancel children of a loader
+// context hook into its cancellation without starting a goroutine each.
+func (l *loaderCtx) AfterFunc(f func()) (stop func() bool) {
+	a := &afterFunc{f: f}
+	l.mu.Lock()
+	if l.state != ctxLive {
+		l.mu.Unlock()
+		go f()
+		return func() bool { return false }
+	}
+	x := l.extraLocked()
+	x.afters = append(x.afters, a)
+	l.mu.Unlock()
+	return func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for i, y := range x.afters {
+			if y == a {
+				x.afters = append(x.afters[:i], x.afters[i+1:]...)
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func (l *loaderCtx) String() string { return "singleflight.loaderContext" }
+
+// cancel ends the context with state (ctxCanceled or ctxDeadlineExceeded)
+// and, for context.Cause, cause. Only the first call has an effect.
+func (l *loaderCtx) cancel(state uint8, cause error) {
+	l.mu.Lock()
+	if l.state != ctxLive {
+		l.mu.Unlock()
+		return
+	}
+	var afters []*afterFunc
+	if x := l.extra.Load(); x != nil || cause != nil {
+		x = l.extraLocked()
+		if cause != nil {
+			// Rare path (Close, abandonment): pay for a standard context
+			// only here, so that context.Cause can report the cause.
+			c, cancelCause := context.WithCancelCause(l.parent)
+			cancelCause(cause)
+			x.caused.Store(&causedCtx{c})
+		}
+		afters, x.afters = x.afters, nil
+	}
+	l.state = state
+	if l.done == nil {
+		l.done = closedchan
+	} else {
+		close(l.done)
+	}
+	l.mu.Unlock()
+	for _, a := range afters {
+		go a.f()
+	}
+}

@@ -1,0 +1,424 @@
+package singleflight
+
+import (
+	"context"
+	"hash/maphash"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// shardCount spreads keys over independently locked maps so that unrelated
+// keys do not contend on one mutex. A power of two, so a mask picks a shard.
+const shardCount = 32
+
+var seed = maphash.MakeSeed()
+
+// Group deduplicates concurrent calls per key. The zero value is ready to use
+// (no limits, no timeout, no observer); New configures one. A Group must not
+// be copied after first use.
+type Group[K comparable, V any] struct {
+	cfg config
+
+	closed   atomic.Bool
+	inFlight atomic.Int64  // registered keys across all shards
+	flights  atomic.Uint64 // execution IDs; advanced only with an observer
+
+	shards [shardCount]shard[K, V]
+}
+
+// shard is one lock domain. Invariant: m[k] is the current execution of k,
+// and a call is in m only while it is not finished (complete removes it in
+// the same critical section that marks it finished, unless Forget already
+// replaced or removed it).
+type shard[K comparable, V any] struct {
+	mu sync.Mutex
+	m  map[K]*call[K, V] // guarded by mu; allocated on first use
+	_  [48]byte          // keep neighbouring shards' mutexes off this cache line
+}
+
+// call is one execution of a loader and everything its callers share.
+type call[K comparable, V any] struct {
+	// lctx is the loader's context; fn receives &lctx.
+	lctx loaderCtx
+
+	// Written once before the call is published; read-only afterwards.
+	key K
+	sh  *shard[K, V]
+	id  uint64 // Flight in events; 0 without an observer
+
+	// Guarded by sh.mu.
+	done     chan struct{} // created by the first caller that must block; closed when finished
+	waiters  int32         // callers attached now, leader included
+	finished bool          // the result below is final
+
+	// Written once, under sh.mu, by the completion that sets finished; read
+	// only after observing finished under sh.mu or receiving from done.
+	val    V
+	err    error
+	shared bool
+}
+
+// Result is what DoChan delivers.
+type Result[V any] struct {
+	Val    V
+	Shared bool
+	Err    error
+}
+
+// New returns a Group configured by opts. See Option for how invalid
+// arguments are reported.
+func New[K comparable, V any](opts ...Option) *Group[K, V] {
+	g := new(Group[K, V])
+	for _, o := range opts {
+		o(&g.cfg)
+	}
+	return g
+}
+
+func (g *Group[K, V]) shard(key K) *shard[K, V] {
+	return &g.shards[maphash.Comparable(seed, key)&(shardCount-1)]
+}
+
+// Do runs fn once per key at a time; duplicates wait for and share its
+// result.
+//
+// fn receives a context that carries ctx's values but not its cancellation.
+// A caller whose ctx ends stops waiting at once with ctx.Err(); the loader
+// goes on for the others (see WithCancelWhenAbandoned). shared reports
+// whether the result went to more than one caller, this one included.
+//
+// When ctx can never be cancelled and no loader timeout is set, fn runs in
+// the calling goroutine, as in golang.org/x/sync/singleflight; otherwise it
+// runs in a new goroutine so that this caller can leave early.
+//
+// A call made from inside fn with fn's context for the same key runs its own
+// function directly instead of waiting for itself (shared is false).
+// A nil ctx is treated as context.Background().
+func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V, error)) (v V, shared bool, err error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	obs := g.cfg.obs
+	var start time.Time
+	if obs != nil {
+		start = time.Now()
+		obs.ObserveFlight(Event{Kind: EventRequest, Ctx: ctx})
+	}
+	if fn == nil {
+		return v, false, g.reject(ctx, ErrNilFunc)
+	}
+
+	sh := g.shard(key)
+	sh.mu.Lock()
+	if g.closed.Load() {
+		sh.mu.Unlock()
+		return v, false, g.reject(ctx, ErrClosed)
+	}
+	if c, ok := sh.m[key]; ok {
+		return g.join(ctx, sh, c, fn, start)
+	}
+	n := g.inFlight.Add(1)
+	if max := g.cfg.maxInFlight; max > 0 && n > max {
+		g.inFlight.Add(-1)
+		sh.mu.Unlock()
+		return v, false, g.reject(ctx, ErrTooManyInFlight)
+	}
+	inline := ctx.Done() == nil && g.cfg.timeout == 0
+	c := &call[K, V]{key: key, sh: sh, waiters: 1}
+	if inline {
+		// ctx can never be cancelled, so it has no cancellation to hide.
+		c.lctx.parent = ctx
+	} else {
+		c.lctx.parent = context.WithoutCancel(ctx)
+		c.done = make(chan struct{})
+	}
+	if obs != nil {
+		c.id = g.flights.Add(1)
+	}
+	var timer *time.Timer
+	if d := g.cfg.timeout; d > 0 {
+		c.lctx.extraLocked().deadline = time.Now().Add(d)
+		timer = time.AfterFunc(d, func() { g.expire(c) })
+	}
+	if sh.m == nil {
+		sh.m = make(map[K]*call[K, V])
+	}
+	sh.m[key] = c
+	sh.mu.Unlock()
+
+	if obs != nil {
+		obs.ObserveFlight(Event{Kind: EventInFlight, InFlight: int(n)})
+		obs.ObserveFlight(Event{Kind: EventLoaderStarted, Ctx: &c.lctx, Flight: c.id})
+	}
+	if inline {
+		g.run(c, fn, nil)
+		// run completed c (or Close/timeout did before it); either way the
+		// result is final and was written before run's completion returned.
+		sh.mu.Lock()
+		v, shared, err = c.val, c.shared, c.err
+		sh.mu.Unlock()
+		g.waitDone(ctx, c, true, shared, err, start)
+		return v, shared, err
+	}
+	go g.run(c, fn, timer)
+	return g.wait(ctx, c, true, start)
+}
+
+// join attaches a caller to the execution c of its key. sh.mu is held on
+// entry and released here.
+func (g *Group[K, V]) join(ctx context.Context, sh *shard[K, V], c *call[K, V], fn func(context.Context) (V, error), start time.Time) (V, bool, error) {
+	// Only a caller that would wait can deadlock, so only it pays for the
+	// reentrancy check: is this caller running inside c's own loader?
+	if ctx.Value(ancestorKey{&c.lctx}) != nil {
+		sh.mu.Unlock()
+		v, err := fn(ctx)
+		return v, false, err
+	}
+	if max := g.cfg.maxWaiters; max > 0 && int(c.waiters) >= max {
+		sh.mu.Unlock()
+		var zero V
+		return zero, false, g.reject(ctx, ErrTooManyWaiters)
+	}
+	c.waiters++
+	if c.done == nil {
+		c.done = make(chan struct{})
+	}
+	sh.mu.Unlock()
+	if obs := g.cfg.obs; obs != nil {
+		obs.ObserveFlight(Event{Kind: EventShared, Ctx: ctx, Flight: c.id})
+	}
+	return g.wait(ctx, c, false, start)
+}
+
+// wait blocks until c finishes or the caller's ctx ends, whichever is first.
+func (g *Group[K, V]) wait(ctx context.Context, c *call[K, V], leader bool, start time.Time) (V, bool, error) {
+	select {
+	case <-c.done:
+		g.waitDone(ctx, c, leader, c.shared, c.err, start)
+		return c.val, c.shared, c.err
+	case <-ctx.Done():
+	}
+	sh := c.sh
+	sh.mu.Lock()
+	if c.finished {
+		// The result was ready as the caller gave up: it counted as a
+		// receiver, so give it the result.
+		sh.mu.Unlock()
+		g.waitDone(ctx, c, leader, c.shared, c.err, start)
+		return c.val, c.shared, c.err
+	}
+	c.waiters--
+	abandon := c.waiters == 0 && g.cfg.cancelAbandoned
+	sh.mu.Unlock()
+	if abandon {
+		// Cancel before completing, so that whoever sees the execution end
+		// also sees its loader's context cancelled. If the loader finished
+		// in between, cancelling its context afterwards is harmless.
+		c.lctx.cancel(ctxCanceled, ErrAbandoned)
+	}
+	if abandon && g.complete(c, *new(V), ErrAbandoned) {
+		if obs := g.cfg.obs; obs != nil {
+			obs.ObserveFlight(Event{Kind: EventAbandoned, Ctx: &c.lctx, Flight: c.id})
+		}
+	}
+	err := ctx.Err()
+	g.waitDone(ctx, c, leader, false, err, start)
+	var zero V
+	return zero, false, err
+}
+
+// run executes fn under c's context and completes c with its outcome.
+// Panics and runtime.Goexit become errors: a recover in a deferred function
+// cannot tell Goexit from a normal return, so two defers cooperate, the inner
+// one recovering panics and the outer one seeing that fn neither returned nor
+// panicked (the technique of golang.org/x/sync/singleflight, CL 134395).
+func (g *Group[K, V]) run(c *call[K, V], fn func(context.Context) (V, error), timer *time.Timer) {
+	var (
+		v         V
+		err       error
+		returned  bool
+		panicked  bool
+		startedAt time.Time
+	)
+	obs := g.cfg.obs
+	if obs != nil {
+		startedAt = time.Now()
+	}
+	defer func() {
+		if !returned && !panicked {
+			err = errGoexit
+			panicked = true
+		}
+		g.loaderDone(c, timer, v, err, panicked, startedAt)
+	}()
+	func() {
+		defer func() {
+			if !returned {
+				if r := recover(); r != nil {
+					err = &PanicError{Value: r, Stack: debug.Stack()}
+					panicked = true
+				}
+			}
+		}()
+		v, err = fn(&c.lctx)
+		returned = true
+	}()
+}
+
+// loaderDone delivers fn's outcome, unless a timeout, Close or abandonment
+// completed c first, in which case the result is late and dropped.
+func (g *Group[K, V]) loaderDone(c *call[K, V], timer *time.Timer, v V, err error, panicked bool, startedAt time.Time) {
+	if timer != nil {
+		timer.Stop()
+	}
+	onTime := g.complete(c, v, err)
+	c.lctx.cancel(ctxCanceled, nil)
+	obs := g.cfg.obs
+	if obs == nil {
+		return
+	}
+	e := Event{Ctx: &c.lctx, Flight: c.id, Duration: time.Since(startedAt), Err: err}
+	switch {
+	case !onTime:
+		e.Kind = EventLateResult
+	case panicked:
+		e.Kind = EventLoaderPanicked
+	case err != nil:
+		e.Kind = EventLoaderFailed
+	default:
+		e.Kind = EventLoaderSucceeded
+	}
+	obs.ObserveFlight(e)
+}
+
+// expire runs when the loader timeout fires before fn returned.
+func (g *Group[K, V]) expire(c *call[K, V]) {
+	d := g.cfg.timeout
+	c.lctx.cancel(ctxDeadlineExceeded, nil) // first, as in wait's abandonment
+	if !g.complete(c, *new(V), &timeoutError{after: d.String()}) {
+		return
+	}
+	if obs := g.cfg.obs; obs != nil {
+		obs.ObserveFlight(Event{Kind: EventTimeout, Ctx: &c.lctx, Flight: c.id, Duration: d})
+	}
+}
+
+// complete makes (v, err) the final result of c, releases its waiters and
+// removes c from its shard if it is still the current execution of its key.
+// Only the first completion counts; complete reports whether it was this one.
+func (g *Group[K, V]) complete(c *call[K, V], v V, err error) bool {
+	sh := c.sh
+	sh.mu.Lock()
+	if c.finished {
+		sh.mu.Unlock()
+		return false
+	}
+	c.finished = true
+	c.val, c.err, c.shared = v, err, c.waiters > 1
+	n := int64(-1)
+	if sh.m[c.key] == c {
+		n = g.unregister(sh, c.key)
+	}
+	if c.done != nil {
+		close(c.done)
+	}
+	sh.mu.Unlock()
+	g.observeInFlight(n)
+	return true
+}
+
+// unregister removes key from sh and from the in-flight count, in the same
+// critical section, so that InFlight is exact for anyone who has seen an
+// execution finish. sh.mu must be held. It returns the new count.
+func (g *Group[K, V]) unregister(sh *shard[K, V], key K) int64 {
+	delete(sh.m, key)
+	return g.inFlight.Add(-1)
+}
+
+// observeInFlight reports a count returned by unregister (n < 0: none).
+func (g *Group[K, V]) observeInFlight(n int64) {
+	if obs := g.cfg.obs; obs != nil && n >= 0 {
+		obs.ObserveFlight(Event{Kind: EventInFlight, InFlight: int(n)})
+	}
+}
+
+func (g *Group[K, V]) reject(ctx context.Context, err error) error {
+	if obs := g.cfg.obs; obs != nil {
+		obs.ObserveFlight(Event{Kind: EventRejected, Ctx: ctx, Err: err})
+	}
+	return err
+}
+
+func (g *Group[K, V]) waitDone(ctx context.Context, c *call[K, V], leader, shared bool, err error, start time.Time) {
+	if obs := g.cfg.obs; obs != nil {
+		obs.ObserveFlight(Event{Kind: EventWaitDone, Ctx: ctx, Flight: c.id, Leader: leader, Shared: shared, Duration: time.Since(start), Err: err})
+	}
+}
+
+// DoChan is Do delivering one Result on a buffered channel; an unread
+// channel leaks nothing. The call runs in a new goroutine, which ends when Do
+// would have returned.
+func (g *Group[K, V]) DoChan(ctx context.Context, key K, fn func(context.Context) (V, error)) <-chan Result[V] {
+	ch := make(chan Result[V], 1)
+	go func() {
+		sent := false
+		defer func() {
+			// fn ran inline here and called runtime.Goexit: the channel
+			// still gets its one Result.
+			if !sent {
+				ch <- Result[V]{Err: errGoexit}
+			}
+		}()
+		v, shared, err := g.Do(ctx, key, fn)
+		ch <- Result[V]{Val: v, Shared: shared, Err: err}
+		sent = true
+	}()
+	return ch
+}
+
+// Forget makes later calls for key start a new execution. The running one is
+// not disturbed: its callers still get its result, and its completion will
+// not remove the newer execution.
+func (g *Group[K, V]) Forget(key K) {
+	sh := g.shard(key)
+	sh.mu.Lock()
+	n := int64(-1)
+	if _, ok := sh.m[key]; ok {
+		n = g.unregister(sh, key)
+	}
+	sh.mu.Unlock()
+	g.observeInFlight(n)
+}
+
+// InFlight returns the number of keys whose execution is still registered.
+func (g *Group[K, V]) InFlight() int {
+	return int(g.inFlight.Load())
+}
+
+// Close cancels every running loader's context with cause ErrClosed, releases
+// their waiters with ErrClosed, and makes every later call return ErrClosed
+// without running fn. It does not wait for loaders to return. Close is
+// idempotent and always returns nil.
+func (g *Group[K, V]) Close() error {
+	if !g.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	var running []*call[K, V]
+	for i := range g.shards {
+		sh := &g.shards[i]
+		// Do checks closed under this lock, so after it no new execution
+		// can be registered in this shard.
+		sh.mu.Lock()
+		for _, c := range sh.m {
+			running = append(running, c)
+		}
+		sh.mu.Unlock()
+	}
+	for _, c := range running {
+		c.lctx.cancel(ctxCanceled, ErrClosed) // first, as in wait's abandonment
+		g.complete(c, *new(V), ErrClosed)
+	}
+	return nil
+}
