@@ -1,0 +1,54 @@
+// Package flightcache is a cache-aside read path that ends cache stampedes:
+// when a hot key expires and a thousand requests miss at once, exactly one of
+// them loads from the origin and all the others get that same result.
+//
+// A Cache[V] puts together what a correct cache-aside read needs, in this
+// order:
+//
+//  1. Local tier. A fresh hit in the in-process LocalStore returns at once
+//     (one lookup, one clock read, no allocation for pointer V). With
+//     EarlyRefresh, a hit close to expiry may also start one background
+//     refresh (XFetch), so a hot key never misses.
+//  2. Shared tier. A fresh hit in the SharedStore (Redis) is decoded with the
+//     Codec and copied into the local tier. A read error counts as a miss:
+//     it is logged (rate-limited) and reported, never returned.
+//  3. Single-flight on the key. Concurrent misses of one key share one
+//     flight (package singleflight); each caller can still leave on its own
+//     context without disturbing the others.
+//  4. Double-check. Inside the flight both tiers are read again: another
+//     instance, or a flight that just ended, may have filled them.
+//  5. Load. The LoadFunc runs under the loader timeout (the hard timeout),
+//     with a context that keeps the caller's values but not its
+//     cancellation. A recent failure of the same key may answer instead
+//     (FailureThrottle), protecting a sick origin from retry waves.
+//  6. Write-back, best-effort. A failed tier write never fails the Get: the
+//     value is returned with OutcomeLoadedWriteFailed and Result.WriteErr.
+//  7. Return, with the Outcome saying which path was taken.
+//
+// With StaleFor, values outlive their TTL so that a failed load, or one that
+// outlasts SoftTimeout, can be answered with the previous value
+// (OutcomeStale, fail-safe). A loader returning ErrNotFound caches a
+// tombstone for NegativeTTL. Set and Delete win over a load in flight for
+// the same key: its late write-back is dropped, so it cannot resurrect an
+// older value.
+//
+// # Keys
+//
+// The key is the identity of the result: it must include every input that
+// changes the value (tenant, locale, permission scope, ...), or one caller
+// gets another's data. Package key builds canonical, injective keys. The
+// Cache itself only checks that a key is non-empty, valid UTF-8 and at most
+// MaxKeyLen bytes, and never logs keys or puts them in events.
+//
+// # Shared values
+//
+// A value handed to several callers (every hit, every coalesced load) is the
+// same value: for pointer, slice and map types, treat it as immutable.
+// Options.Clone gives each caller its own copy instead.
+//
+// # Scope
+//
+// Single-flight is per process: N instances may run up to N loads of one
+// key at once. The shared tier and the double-check make those loads rare,
+// not impossible.
+package flightcache

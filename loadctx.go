@@ -1,0 +1,54 @@
+package flightcache
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// loadPolicy is how one loaded value is to be stored. The Cache puts a fresh
+// one on every loader's context; the loader changes it through SetTTL and
+// NoStore, and the Cache reads it once the loader has returned. Its fields
+// are atomic so that a loader that fans out to goroutines may call SetTTL
+// from any of them (calls made after the loader returned are ignored).
+type loadPolicy struct {
+	ttl     atomic.Int64 // time.Duration; 0 means the Cache's TTL
+	noStore atomic.Bool
+}
+
+type policyKey struct{}
+
+func policyFrom(ctx context.Context) *loadPolicy {
+	if ctx == nil {
+		return nil
+	}
+	p, _ := ctx.Value(policyKey{}).(*loadPolicy)
+	return p
+}
+
+// SetTTL, called by a LoadFunc on its ctx, stores the value it returns with
+// ttl instead of the Cache's TTL (adaptive caching: a value that rarely
+// changes can live longer, a volatile one shorter). The ttl is used as is,
+// without jitter, capped at MaxTTL; a ttl <= 0 means NoStore. It applies to
+// a "not found" result too, in place of NegativeTTL. It is a no-op on any
+// other context, so a loader can call it unconditionally.
+func SetTTL(ctx context.Context, ttl time.Duration) {
+	p := policyFrom(ctx)
+	if p == nil {
+		return
+	}
+	if ttl <= 0 {
+		p.noStore.Store(true)
+		return
+	}
+	p.ttl.Store(int64(min(ttl, MaxTTL)))
+}
+
+// NoStore, called by a LoadFunc on its ctx, returns the value to the waiting
+// callers without storing it in any tier (for example a degraded answer that
+// must not outlive the outage). It is a no-op on any other context.
+func NoStore(ctx context.Context) {
+	if p := policyFrom(ctx); p != nil {
+		p.noStore.Store(true)
+	}
+}

@@ -1,0 +1,202 @@
+package flightcache
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Options configures a Cache. The zero value of every field means "use the
+// documented default"; New validates the rest and returns a *ConfigError for
+// anything out of range.
+//
+//	c, err := flightcache.New(flightcache.Options[*Product]{
+//		Name:  "product",
+//		TTL:   5 * time.Minute,
+//		Local: localStore, // e.g. memstore.New[*Product](memstore.Options[*Product]{MaxEntries: 100_000})
+//	})
+type Options[V any] struct {
+	// Name identifies the cache in metrics, logs and traces. It must be a
+	// constant (never derived from a key). Default "default".
+	Name string
+
+	// Local is the in-process typed tier. Local or Shared (or both) is required.
+	Local LocalStore[V]
+	// Shared is the optional tier shared by every instance (Redis).
+	Shared SharedStore
+	// Codec encodes values for Shared. Default JSONCodec[V].
+	Codec Codec[V]
+
+	// TTL is how long a loaded value stays fresh. Must be in [1s, 24h].
+	// Default 5m.
+	TTL time.Duration
+	// Jitter spreads expiries of values loaded together: each TTL is
+	// multiplied by a random factor in [1-Jitter, 1]. Must be in [0, 0.5].
+	// Default 0.1. Use DisableJitter to turn it off. A TTL chosen by the
+	// loader with SetTTL is used as is, without jitter.
+	Jitter float64
+	// NegativeTTL is how long a "not found" (a loader error matching
+	// ErrNotFound) is cached. Must be in [1s, TTL]. Default 30s, capped at TTL.
+	NegativeTTL time.Duration
+
+	// LoaderTimeout is the hard timeout of one load, write-back included: the
+	// loader's context ends then, and waiters are released with an error
+	// matching context.DeadlineExceeded. Must be in [1ms, 10m]. Default 10s.
+	LoaderTimeout time.Duration
+	// SoftTimeout, when set and a stale value exists, serves that value after
+	// SoftTimeout while the load goes on in the background to refresh the
+	// entry. Must be below LoaderTimeout. Default 0 (off). It only has an
+	// effect with StaleFor, which is what keeps stale values around.
+	SoftTimeout time.Duration
+	// StaleFor keeps values past their TTL for this long so they can be served
+	// when a load fails or is slow (fail-safe). Default 0 (off); at most 7 days.
+	StaleFor time.Duration
+
+	// EarlyRefresh enables probabilistic early expiration (XFetch): a hit
+	// refreshes the value in the background with a probability that grows as
+	// expiry nears and with the value's load time, so a hot key never misses.
+	EarlyRefresh bool
+	// Beta is XFetch's β: above 1 refreshes earlier, below 1 later. Must be in
+	// (0, 10]. Default 1, the value the paper shows to be optimal on average.
+	Beta float64
+
+	// FailureThrottle, when set, makes callers within this window after a
+	// failed load get that error (wrapped in a *ThrottledError) instead of
+	// calling the origin again. Default 0 (off); at most 1m.
+	FailureThrottle time.Duration
+
+	// MaxInFlight bounds the keys loading at once; beyond it a Get for a new
+	// key fails with singleflight.ErrTooManyInFlight. Default 0 (unlimited).
+	MaxInFlight int
+	// MaxWaiters bounds the callers waiting on one key; beyond it a Get fails
+	// with singleflight.ErrTooManyWaiters. Default 0 (unlimited).
+	MaxWaiters int
+	// MaxKeyLen bounds the length of a key in bytes. Must be in [1, 65536].
+	// Default 1024.
+	MaxKeyLen int
+
+	// Clone, when set, gives every caller its own copy of a value (and the
+	// Cache its own copy of a value passed to Set). Without it, values handed
+	// to several callers are shared and must be treated as immutable.
+	Clone func(V) V
+
+	// Observer receives metric events; see Observer. Default none.
+	Observer Observer
+	// Tracer wraps Gets and loads in spans. Default none.
+	Tracer Tracer
+	// Logger logs store failures (rate-limited). Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock, for tests. Default time.Now. It decides freshness
+	// and measures load durations (XFetch's Δ); timers (SoftTimeout,
+	// LoaderTimeout) always run on real time.
+	Now func() time.Time
+}
+
+// DisableJitter, as Options.Jitter, turns TTL jitter off.
+const DisableJitter = -1.0
+
+// The TTL bounds, exported so that callers validating their own
+// configuration (flags, environment) can use the same numbers.
+const (
+	DefaultTTL = 5 * time.Minute
+	MinTTL     = time.Second
+	MaxTTL     = 24 * time.Hour
+)
+
+// The other defaults and bounds; each is documented on its Options field.
+const (
+	defaultJitter        = 0.1
+	maxJitter            = 0.5
+	defaultNegativeTTL   = 30 * time.Second
+	defaultLoaderTimeout = 10 * time.Second
+	minLoaderTimeout     = time.Millisecond
+	maxLoaderTimeout     = 10 * time.Minute
+	maxStaleFor          = 7 * 24 * time.Hour
+	defaultBeta          = 1.0
+	maxBeta              = 10.0
+	maxFailureThrottle   = time.Minute
+	defaultMaxKeyLen     = 1024
+	maxMaxKeyLen         = 64 << 10
+	defaultName          = "default"
+)
+
+// withDefaults returns o with every zero field replaced by its default, or a
+// *ConfigError for the first field out of range.
+func (o Options[V]) withDefaults() (Options[V], error) {
+	bad := func(field, reason string) (Options[V], error) {
+		return o, &ConfigError{Field: field, Reason: reason}
+	}
+	if o.Name == "" {
+		o.Name = defaultName
+	}
+	if o.Local == nil && o.Shared == nil {
+		return bad("Local", "Local or Shared (or both) is required")
+	}
+	if o.Codec == nil {
+		o.Codec = JSONCodec[V]{}
+	}
+
+	if o.TTL == 0 {
+		o.TTL = DefaultTTL
+	}
+	if o.TTL < MinTTL || o.TTL > MaxTTL {
+		return bad("TTL", "must be between 1s and 24h, got "+o.TTL.String())
+	}
+	switch {
+	case o.Jitter == 0:
+		o.Jitter = defaultJitter
+	case o.Jitter == DisableJitter:
+		o.Jitter = 0
+	case o.Jitter < 0 || o.Jitter > maxJitter || o.Jitter != o.Jitter:
+		return bad("Jitter", "must be in [0, 0.5] or DisableJitter")
+	}
+	if o.NegativeTTL == 0 {
+		o.NegativeTTL = min(defaultNegativeTTL, o.TTL)
+	}
+	if o.NegativeTTL < MinTTL || o.NegativeTTL > o.TTL {
+		return bad("NegativeTTL", "must be between 1s and TTL, got "+o.NegativeTTL.String())
+	}
+
+	if o.LoaderTimeout == 0 {
+		o.LoaderTimeout = defaultLoaderTimeout
+	}
+	if o.LoaderTimeout < minLoaderTimeout || o.LoaderTimeout > maxLoaderTimeout {
+		return bad("LoaderTimeout", "must be between 1ms and 10m, got "+o.LoaderTimeout.String())
+	}
+	if o.SoftTimeout < 0 || o.SoftTimeout >= o.LoaderTimeout {
+		return bad("SoftTimeout", "must be 0 (off) or below LoaderTimeout, got "+o.SoftTimeout.String())
+	}
+	if o.StaleFor < 0 || o.StaleFor > maxStaleFor {
+		return bad("StaleFor", "must be between 0 and 7 days, got "+o.StaleFor.String())
+	}
+
+	if o.Beta == 0 {
+		o.Beta = defaultBeta
+	}
+	if !(o.Beta > 0 && o.Beta <= maxBeta) { // also rejects NaN
+		return bad("Beta", "must be in (0, 10]")
+	}
+	if o.FailureThrottle < 0 || o.FailureThrottle > maxFailureThrottle {
+		return bad("FailureThrottle", "must be between 0 and 1m, got "+o.FailureThrottle.String())
+	}
+
+	if o.MaxInFlight < 0 {
+		return bad("MaxInFlight", "must not be negative")
+	}
+	if o.MaxWaiters < 0 {
+		return bad("MaxWaiters", "must not be negative")
+	}
+	if o.MaxKeyLen == 0 {
+		o.MaxKeyLen = defaultMaxKeyLen
+	}
+	if o.MaxKeyLen < 0 || o.MaxKeyLen > maxMaxKeyLen {
+		return bad("MaxKeyLen", "must be between 1 and 65536")
+	}
+
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o, nil
+}

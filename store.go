@@ -1,0 +1,65 @@
+package flightcache
+
+import (
+	"context"
+	"time"
+)
+
+// Meta is the timing and negative-caching state stored next to every value,
+// in both tiers. Invariant: FreshUntil <= StaleUntil.
+type Meta struct {
+	// FreshUntil is when the value stops being fresh. A hit before it is
+	// served as is (possibly triggering an early refresh).
+	FreshUntil time.Time
+	// StaleUntil is when the value must no longer be served at all. Between
+	// FreshUntil and StaleUntil it is served only as a fail-safe fallback.
+	StaleUntil time.Time
+	// LoadDuration is how long the load that produced the value took (Δ in
+	// XFetch); early refresh starts earlier for values that are slow to load.
+	LoadDuration time.Duration
+	// NotFound marks a tombstone: the origin said the value does not exist.
+	NotFound bool
+	// LoadedAt is when the value was loaded or Set; Result.Age is measured
+	// from it. A store that does not keep it leaves it zero, and the age of
+	// its values is then reported as unknown (0).
+	LoadedAt time.Time
+}
+
+// Item is what the local, typed tier stores.
+type Item[V any] struct {
+	Value V
+	Meta
+}
+
+// Entry is what the shared byte tier stores: the codec's encoding of a value
+// (nil for a tombstone) and its Meta.
+type Entry struct {
+	Value []byte
+	Meta
+}
+
+// LocalStore is the in-process tier. It holds typed values, so a hit costs no
+// decoding. Implementations must be safe for concurrent use, must bound their
+// memory, and should drop an item once its StaleUntil has passed. Package
+// memstore provides one on otter.
+type LocalStore[V any] interface {
+	// Get returns the item stored under key, if any.
+	Get(key string) (Item[V], bool)
+	// Set stores it under key, replacing any previous item.
+	Set(key string, it Item[V])
+	// Delete removes key; removing a missing key is not an error.
+	Delete(key string)
+}
+
+// SharedStore is the tier shared by every instance of a service (Redis in
+// package redisstore). Errors are expected: the Cache treats a failed read as
+// a miss and a failed write as a best-effort failure, never as a failed Get.
+// Implementations must be safe for concurrent use.
+type SharedStore interface {
+	// Get returns the entry stored under key. A missing key is (Entry{}, false, nil).
+	Get(ctx context.Context, key string) (Entry, bool, error)
+	// Set stores e under key until e.StaleUntil.
+	Set(ctx context.Context, key string, e Entry) error
+	// Delete removes key; removing a missing key is not an error.
+	Delete(ctx context.Context, key string) error
+}

@@ -1,0 +1,117 @@
+package flightcache
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+)
+
+// writeGuard makes explicit writes win over the read path's own writes.
+//
+// The read path writes to the tiers on someone else's behalf: it copies a
+// shared-tier hit into the local tier, and it writes a loaded value back. Both
+// copy data read some time ago. If Set or Delete ran for that key in
+// between, the copy is older than what the caller explicitly wrote, and
+// writing it would resurrect a deleted or replaced value until its TTL.
+//
+// So every read-path writer takes a ticket (begin) before it reads its
+// source, and may write only if no explicit write of the same key finished
+// since (writeIf). Explicit writes hold the key's lock for their whole tier
+// update and advance the generation before releasing it; read-path writes
+// check the generation and write under the same lock. Whatever the
+// interleaving, a tier ends up holding the explicit write's result or
+// nothing, never the older copy.
+//
+// Memory: an entry exists only while some operation on its key is between
+// begin and end, so the registry is bounded by the number of loads, shared
+// reads and explicit writes in progress, not by the key space.
+type writeGuard struct {
+	shards [guardShards]guardShard
+}
+
+const guardShards = 64
+
+var guardSeed = maphash.MakeSeed()
+
+type guardShard struct {
+	mu sync.Mutex
+	m  map[string]*guardEntry // guarded by mu; entries with refs > 0 only
+	_  [40]byte               // keep neighbouring shards' mutexes apart
+}
+
+// guardEntry is the state of one key with operations in progress.
+type guardEntry struct {
+	// mu is held by an explicit write for its whole tier update, and by a
+	// read-path write for its check-then-write.
+	mu sync.Mutex
+	// gen counts finished explicit writes. Written under mu, read without
+	// it by begin, hence atomic.
+	gen atomic.Uint64
+	// refs counts operations between begin and end; guarded by the shard's mu.
+	refs int
+}
+
+// ticket is a read-path writer's claim: the generation it saw before it
+// read its source.
+type ticket struct {
+	e   *guardEntry
+	gen uint64
+}
+
+func (w *writeGuard) shard(key string) *guardShard {
+	return &w.shards[maphash.String(guardSeed, key)&(guardShards-1)]
+}
+
+// begin registers an operation on key and returns its ticket. It must be
+// taken before the operation reads the data it may write later, and given
+// back with end.
+func (w *writeGuard) begin(key string) ticket {
+	sh := w.shard(key)
+	sh.mu.Lock()
+	e := sh.m[key]
+	if e == nil {
+		if sh.m == nil {
+			sh.m = make(map[string]*guardEntry)
+		}
+		e = new(guardEntry)
+		sh.m[key] = e
+	}
+	e.refs++
+	sh.mu.Unlock()
+	return ticket{e: e, gen: e.gen.Load()}
+}
+
+// end releases t, dropping the key's entry when nothing else uses it.
+func (w *writeGuard) end(key string, t ticket) {
+	sh := w.shard(key)
+	sh.mu.Lock()
+	if t.e.refs--; t.e.refs == 0 {
+		delete(sh.m, key)
+	}
+	sh.mu.Unlock()
+}
+
+// writeIf runs write unless an explicit write of the key finished after t
+// was taken, and reports whether it ran.
+func (t ticket) writeIf(write func()) bool {
+	t.e.mu.Lock()
+	ok := t.e.gen.Load() == t.gen
+	if ok {
+		write()
+	}
+	t.e.mu.Unlock()
+	return ok
+}
+
+// explicit runs an explicit write (Set, Delete) of key: it excludes
+// read-path writes of key while it runs, and invalidates every ticket taken
+// before it finished.
+func (w *writeGuard) explicit(key string, write func() error) error {
+	t := w.begin(key)
+	t.e.mu.Lock()
+	err := write()
+	t.e.gen.Add(1)
+	t.e.mu.Unlock()
+	w.end(key, t)
+	return err
+}
