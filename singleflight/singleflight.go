@@ -212,13 +212,7 @@ func (g *Group[K, V]) wait(ctx context.Context, c *call[K, V], leader bool, star
 	c.waiters--
 	abandon := c.waiters == 0 && g.cfg.cancelAbandoned
 	sh.mu.Unlock()
-	if abandon {
-		// Cancel before completing, so that whoever sees the execution end
-		// also sees its loader's context cancelled. If the loader finished
-		// in between, cancelling its context afterwards is harmless.
-		c.lctx.cancel(ctxCanceled, ErrAbandoned)
-	}
-	if abandon && g.complete(c, *new(V), ErrAbandoned) {
+	if abandon && g.complete(c, *new(V), ErrAbandoned, ctxCanceled, ErrAbandoned) {
 		if obs := g.cfg.obs; obs != nil {
 			obs.ObserveFlight(Event{Kind: EventAbandoned, Ctx: &c.lctx, Flight: c.id})
 		}
@@ -273,7 +267,7 @@ func (g *Group[K, V]) loaderDone(c *call[K, V], timer *time.Timer, v V, err erro
 	if timer != nil {
 		timer.Stop()
 	}
-	onTime := g.complete(c, v, err)
+	onTime := g.complete(c, v, err, ctxLive, nil)
 	c.lctx.cancel(ctxCanceled, nil)
 	obs := g.cfg.obs
 	if obs == nil {
@@ -296,8 +290,7 @@ func (g *Group[K, V]) loaderDone(c *call[K, V], timer *time.Timer, v V, err erro
 // expire runs when the loader timeout fires before fn returned.
 func (g *Group[K, V]) expire(c *call[K, V]) {
 	d := g.cfg.timeout
-	c.lctx.cancel(ctxDeadlineExceeded, nil) // first, as in wait's abandonment
-	if !g.complete(c, *new(V), &timeoutError{after: d.String()}) {
+	if !g.complete(c, *new(V), &timeoutError{after: d.String()}, ctxDeadlineExceeded, nil) {
 		return
 	}
 	if obs := g.cfg.obs; obs != nil {
@@ -308,12 +301,21 @@ func (g *Group[K, V]) expire(c *call[K, V]) {
 // complete makes (v, err) the final result of c, releases its waiters and
 // removes c from its shard if it is still the current execution of its key.
 // Only the first completion counts; complete reports whether it was this one.
-func (g *Group[K, V]) complete(c *call[K, V], v V, err error) bool {
+//
+// When the completion does not come from the loader (timeout, Close,
+// abandonment), cancel is the state its context ends in, with cause for
+// context.Cause: it is cancelled in the same critical section, so anyone who sees the
+// execution end also sees its loader's context ended, and a loader returning
+// at that moment cannot win the race with a plain ctx.Err().
+func (g *Group[K, V]) complete(c *call[K, V], v V, err error, cancel uint8, cause error) bool {
 	sh := c.sh
 	sh.mu.Lock()
 	if c.finished {
 		sh.mu.Unlock()
 		return false
+	}
+	if cancel != ctxLive {
+		c.lctx.cancel(cancel, cause)
 	}
 	c.finished = true
 	c.val, c.err, c.shared = v, err, c.waiters > 1
@@ -417,8 +419,7 @@ func (g *Group[K, V]) Close() error {
 		sh.mu.Unlock()
 	}
 	for _, c := range running {
-		c.lctx.cancel(ctxCanceled, ErrClosed) // first, as in wait's abandonment
-		g.complete(c, *new(V), ErrClosed)
+		g.complete(c, *new(V), ErrClosed, ctxCanceled, ErrClosed)
 	}
 	return nil
 }
