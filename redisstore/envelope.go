@@ -1,0 +1,157 @@
+package redisstore
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"math"
+	"time"
+
+	"github.com/flightcache/flightcache"
+)
+
+const (
+	envelopeMagic   = 0xFC
+	envelopeVersion = 0x01
+
+	flagNotFound = 1 << 0
+	flagsKnown   = flagNotFound
+
+	checksumSize = 4
+	// minEnvelope is magic, version, flags, four one-byte varints and the
+	// checksum.
+	minEnvelope = 3 + 4 + checksumSize
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// maxUnixNano is the latest instant whose Unix nanoseconds fit an int64
+// (year 2262).
+var maxUnixNano = time.Unix(0, math.MaxInt64)
+
+// Encode returns e in the envelope format described in the package
+// documentation. It reports an *EntryError for Meta that the format cannot
+// represent: StaleUntil not after 1970 or after 2262, FreshUntil before 1970
+// or after StaleUntil, negative LoadDuration. A tombstone's Value is not
+// stored: it decodes as nil.
+func Encode(e flightcache.Entry) ([]byte, error) {
+	return appendEnvelope(nil, e)
+}
+
+func appendEnvelope(dst []byte, e flightcache.Entry) ([]byte, error) {
+	if !e.StaleUntil.After(time.Unix(0, 0)) || e.StaleUntil.After(maxUnixNano) {
+		return nil, &EntryError{Reason: "StaleUntil must be between 1970 and 2262"}
+	}
+	if e.FreshUntil.After(e.StaleUntil) {
+		return nil, &EntryError{Reason: "FreshUntil is after StaleUntil"}
+	}
+	if e.FreshUntil.Before(time.Unix(0, 0)) {
+		return nil, &EntryError{Reason: "FreshUntil is before 1970"}
+	}
+	if e.LoadDuration < 0 {
+		return nil, &EntryError{Reason: "LoadDuration is negative"}
+	}
+	stale := e.StaleUntil.UnixNano()
+	freshBefore := stale - e.FreshUntil.UnixNano()
+
+	var flags byte
+	value := e.Value
+	if e.NotFound {
+		flags |= flagNotFound
+		value = nil
+	}
+
+	start := len(dst)
+	size := minEnvelope - 4 + // fixed bytes
+		uvarintLen(uint64(stale)) + uvarintLen(uint64(freshBefore)) +
+		uvarintLen(uint64(e.LoadDuration)) + uvarintLen(uint64(len(value))) + len(value)
+	if cap(dst)-start < size {
+		grown := make([]byte, start, start+size)
+		copy(grown, dst)
+		dst = grown
+	}
+	dst = append(dst, envelopeMagic, envelopeVersion, flags)
+	dst = binary.AppendUvarint(dst, uint64(stale))
+	dst = binary.AppendUvarint(dst, uint64(freshBefore))
+	dst = binary.AppendUvarint(dst, uint64(e.LoadDuration))
+	dst = binary.AppendUvarint(dst, uint64(len(value)))
+	dst = append(dst, value...)
+	sum := crc32.Checksum(dst[start:], castagnoli)
+	return binary.LittleEndian.AppendUint32(dst, sum), nil
+}
+
+// Decode parses an envelope produced by Encode. Any deviation from the
+// format is a *CorruptError; Decode never panics and never returns a partly
+// decoded Entry. The returned Value is a copy: it does not alias payload.
+func Decode(payload []byte) (flightcache.Entry, error) {
+	corrupt := func(reason string) (flightcache.Entry, error) {
+		return flightcache.Entry{}, &CorruptError{Reason: reason}
+	}
+	if len(payload) < minEnvelope {
+		return corrupt("shorter than the smallest envelope")
+	}
+	if payload[0] != envelopeMagic {
+		return corrupt("bad magic byte")
+	}
+	if payload[1] != envelopeVersion {
+		return corrupt("unknown envelope version")
+	}
+	body, tail := payload[:len(payload)-checksumSize], payload[len(payload)-checksumSize:]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(tail) {
+		return corrupt("checksum mismatch")
+	}
+	flags := body[2]
+	if flags&^flagsKnown != 0 {
+		return corrupt("unknown flag bits")
+	}
+
+	rest := body[3:]
+	var fields [4]uint64 // stale, freshBefore, loadDuration, valueLen
+	for i := range fields {
+		v, n := binary.Uvarint(rest)
+		if n <= 0 {
+			return corrupt("truncated or overflowing varint")
+		}
+		if n != uvarintLen(v) {
+			return corrupt("non-minimal varint")
+		}
+		fields[i] = v
+		rest = rest[n:]
+	}
+	stale, freshBefore, load, valueLen := fields[0], fields[1], fields[2], fields[3]
+	switch {
+	case stale == 0 || stale > math.MaxInt64:
+		return corrupt("StaleUntil out of range")
+	case freshBefore > stale:
+		return corrupt("FreshUntil before 1970")
+	case load > math.MaxInt64:
+		return corrupt("LoadDuration out of range")
+	case valueLen != uint64(len(rest)):
+		return corrupt("value length does not match payload length")
+	}
+
+	e := flightcache.Entry{Meta: flightcache.Meta{
+		StaleUntil:   time.Unix(0, int64(stale)),
+		FreshUntil:   time.Unix(0, int64(stale-freshBefore)),
+		LoadDuration: time.Duration(load),
+		NotFound:     flags&flagNotFound != 0,
+	}}
+	if e.NotFound {
+		if len(rest) != 0 {
+			return corrupt("tombstone carries a value")
+		}
+		return e, nil
+	}
+	e.Value = make([]byte, len(rest))
+	copy(e.Value, rest)
+	return e, nil
+}
+
+// uvarintLen is the length of the minimal LEB128 encoding of v.
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}

@@ -1,0 +1,229 @@
+package redisstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache"
+)
+
+func sampleEntry() flightcache.Entry {
+	stale := time.Date(2031, 5, 6, 7, 8, 9, 123456789, time.UTC)
+	return flightcache.Entry{Value: []byte(`{"name":"Ada"}`), Meta: flightcache.Meta{
+		FreshUntil:   stale.Add(-90 * time.Second),
+		StaleUntil:   stale,
+		LoadDuration: 42*time.Millisecond + 7,
+	}}
+}
+
+func sameEntry(a, b flightcache.Entry) bool {
+	return bytes.Equal(a.Value, b.Value) && (a.Value == nil) == (b.Value == nil) &&
+		a.FreshUntil.Equal(b.FreshUntil) && a.StaleUntil.Equal(b.StaleUntil) &&
+		a.LoadDuration == b.LoadDuration && a.NotFound == b.NotFound
+}
+
+func TestEnvelopeRoundTripsEveryMetaField(t *testing.T) {
+	base := sampleEntry()
+	tomb := base
+	tomb.Value, tomb.NotFound = nil, true
+	empty := base
+	empty.Value = []byte{}
+	freshIsStale := base
+	freshIsStale.FreshUntil = base.StaleUntil
+	epochFresh := base
+	epochFresh.FreshUntil = time.Unix(0, 0)
+	for name, e := range map[string]flightcache.Entry{
+		"value":                 base,
+		"tombstone":             tomb,
+		"empty value":           empty,
+		"FreshUntil=StaleUntil": freshIsStale,
+		"FreshUntil=epoch":      epochFresh,
+		"zero LoadDuration":     {Value: []byte("x"), Meta: flightcache.Meta{FreshUntil: base.FreshUntil, StaleUntil: base.StaleUntil}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b, err := Encode(e)
+			if err != nil {
+				t.Fatalf("Encode: %v", err)
+			}
+			got, err := Decode(b)
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if !sameEntry(got, e) {
+				t.Fatalf("round trip:\n got %+v\nwant %+v", got, e)
+			}
+		})
+	}
+}
+
+func TestTombstoneValueIsNotStored(t *testing.T) {
+	e := sampleEntry()
+	e.NotFound = true
+	b, err := Encode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Value != nil || !got.NotFound {
+		t.Fatalf("tombstone decoded as %+v; want nil Value, NotFound", got)
+	}
+}
+
+func TestDecodedValueDoesNotAliasPayload(t *testing.T) {
+	b, _ := Encode(sampleEntry())
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range b {
+		b[i] = 0
+	}
+	if string(got.Value) != string(sampleEntry().Value) {
+		t.Fatalf("Value changed with the payload: %q", got.Value)
+	}
+}
+
+func TestEncodeRejectsUnrepresentableMeta(t *testing.T) {
+	good := sampleEntry()
+	for name, mutate := range map[string]func(*flightcache.Entry){
+		"zero StaleUntil":        func(e *flightcache.Entry) { e.StaleUntil = time.Time{} },
+		"StaleUntil at epoch":    func(e *flightcache.Entry) { e.StaleUntil, e.FreshUntil = time.Unix(0, 0), time.Unix(0, 0) },
+		"StaleUntil after 2262":  func(e *flightcache.Entry) { e.StaleUntil = time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC) },
+		"FreshUntil after Stale": func(e *flightcache.Entry) { e.FreshUntil = e.StaleUntil.Add(time.Nanosecond) },
+		"zero FreshUntil":        func(e *flightcache.Entry) { e.FreshUntil = time.Time{} },
+		"negative LoadDuration":  func(e *flightcache.Entry) { e.LoadDuration = -1 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := good
+			mutate(&e)
+			b, err := Encode(e)
+			var ee *EntryError
+			if !errors.Is(err, ErrInvalidEntry) || !errors.As(err, &ee) || b != nil {
+				t.Fatalf("Encode = %x, %v; want nil, *EntryError", b, err)
+			}
+		})
+	}
+}
+
+// reseal recomputes the checksum, so a test can reach the checks behind it.
+func reseal(b []byte) []byte {
+	body := b[:len(b)-checksumSize]
+	return binary.LittleEndian.AppendUint32(append([]byte(nil), body...), crc32.Checksum(body, castagnoli))
+}
+
+func TestDecodeRejectsCorruptPayloads(t *testing.T) {
+	good, err := Encode(sampleEntry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := func(fields ...uint64) []byte {
+		b := []byte{envelopeMagic, envelopeVersion, 0}
+		for _, f := range fields {
+			b = binary.AppendUvarint(b, f)
+		}
+		return reseal(append(b, 0, 0, 0, 0))
+	}
+	flipped := append([]byte(nil), good...)
+	flipped[len(flipped)/2] ^= 0x01
+	badFlags := append([]byte(nil), good...)
+	badFlags[2] = 0x80
+	tombWithValue := append([]byte(nil), good...)
+	tombWithValue[2] = flagNotFound
+	nonMinimal := []byte{envelopeMagic, envelopeVersion, 0, 0x81, 0x00, 0, 0, 0}
+
+	for name, payload := range map[string][]byte{
+		"empty":                   {},
+		"nil":                     nil,
+		"short":                   good[:5],
+		"plain JSON":              []byte(`{"name":"Ada","age":36}`),
+		"go-redis/cache msgpack":  {0x82, 0xa4, 'n', 'a', 'm', 'e', 0xa3, 'A', 'd', 'a', 0x01, 0x02},
+		"wrong magic":             reseal(append([]byte{0x00}, good[1:]...)),
+		"future version":          reseal(append([]byte{envelopeMagic, 0x02}, good[2:]...)),
+		"bit flip":                flipped,
+		"truncated":               good[:len(good)-1],
+		"trailing byte":           append(append([]byte(nil), good...), 0),
+		"unknown flag":            reseal(badFlags),
+		"tombstone with value":    reseal(tombWithValue),
+		"zero StaleUntil":         header(0, 0, 0, 0),
+		"StaleUntil > MaxInt64":   header(math.MaxInt64+1, 0, 0, 0),
+		"fresh before 1970":       header(10, 11, 0, 0),
+		"LoadDuration > MaxInt64": header(10, 0, math.MaxInt64+1, 0),
+		"value length too long":   header(10, 0, 0, 1),
+		"varint overflow":         reseal(append([]byte{envelopeMagic, envelopeVersion, 0}, bytes.Repeat([]byte{0xff}, 11)...)),
+		"non-minimal varint":      reseal(append(nonMinimal, 0, 0, 0, 0)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			e, err := Decode(payload)
+			var ce *CorruptError
+			if !errors.Is(err, ErrCorrupt) || !errors.As(err, &ce) || ce.Reason == "" {
+				t.Fatalf("Decode = %+v, %v; want *CorruptError", e, err)
+			}
+			if !sameEntry(e, flightcache.Entry{}) {
+				t.Fatalf("Decode returned a partial entry with its error: %+v", e)
+			}
+		})
+	}
+}
+
+// FuzzDecode pins two properties: Decode never panics on any input, and
+// whatever it accepts re-encodes to exactly the same bytes (the format has a
+// single encoding per entry, so nothing it accepts is "almost" valid).
+// Inputs built from Entry fields must round-trip through Encode.
+func FuzzDecode(f *testing.F) {
+	good, _ := Encode(sampleEntry())
+	tomb := sampleEntry()
+	tomb.NotFound = true
+	tombBytes, _ := Encode(tomb)
+	f.Add(good, int64(0), int64(0), int64(0), false)
+	f.Add(tombBytes, int64(1), int64(2), int64(3), true)
+	f.Add([]byte{}, int64(1700000000000000000), int64(60e9), int64(1e6), false)
+	f.Add([]byte(`{"a":1}`), int64(-5), int64(-5), int64(-5), true)
+
+	f.Fuzz(func(t *testing.T, payload []byte, staleNanos, freshBefore, load int64, notFound bool) {
+		if e, err := Decode(payload); err == nil {
+			again, err := Encode(e)
+			if err != nil {
+				t.Fatalf("Decode accepted %x but Encode refuses its entry: %v", payload, err)
+			}
+			if !bytes.Equal(again, payload) {
+				t.Fatalf("re-encoding differs:\n in %x\nout %x", payload, again)
+			}
+		} else if !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("Decode error %v does not match ErrCorrupt", err)
+		}
+
+		e := flightcache.Entry{Value: payload, Meta: flightcache.Meta{
+			StaleUntil:   time.Unix(0, staleNanos),
+			FreshUntil:   time.Unix(0, staleNanos-freshBefore),
+			LoadDuration: time.Duration(load),
+			NotFound:     notFound,
+		}}
+		b, err := Encode(e)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidEntry) {
+				t.Fatalf("Encode error %v does not match ErrInvalidEntry", err)
+			}
+			return
+		}
+		got, err := Decode(b)
+		if err != nil {
+			t.Fatalf("Decode(Encode(%+v)): %v", e, err)
+		}
+		if notFound {
+			e.Value = nil
+		} else if e.Value == nil {
+			e.Value = []byte{}
+		}
+		if !sameEntry(got, e) {
+			t.Fatalf("round trip:\n got %+v\nwant %+v", got, e)
+		}
+	})
+}

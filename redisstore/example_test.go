@@ -1,0 +1,50 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// Example compiles but does not run under go test: it needs a Redis server.
+func Example() {
+	// Any UniversalClient works: NewClient, NewFailoverClient (Sentinel) or
+	// NewClusterClient. ContextTimeoutEnabled lets ctx bound a stuck socket.
+	client := redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:                 []string{"127.0.0.1:6379"},
+		ContextTimeoutEnabled: true,
+	})
+	defer client.Close()
+
+	store, err := redisstore.New(client, redisstore.Options{Prefix: "myapp:users:v1:"})
+	if err != nil {
+		panic(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	now := time.Now()
+	err = store.Set(ctx, "42", flightcache.Entry{
+		Value: []byte(`{"name":"Ada"}`),
+		Meta:  flightcache.Meta{FreshUntil: now.Add(time.Minute), StaleUntil: now.Add(time.Hour)},
+	})
+	if errors.Is(err, redisstore.ErrPayloadTooLarge) {
+		slog.Warn("value too large for the shared tier", "err", err)
+	}
+
+	e, ok, err := store.Get(ctx, "42")
+	switch {
+	case errors.Is(err, redisstore.ErrCorrupt):
+		slog.Warn("foreign payload in the shared tier, treated as a miss", "err", err)
+	case err != nil:
+		slog.Warn("shared tier unavailable, treated as a miss", "err", err)
+	case ok:
+		fmt.Printf("%s fresh=%v\n", e.Value, now.Before(e.FreshUntil))
+	}
+}

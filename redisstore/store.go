@@ -1,0 +1,185 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults applied by New to zero Options fields.
+const (
+	// DefaultPrefix namespaces flightcache's keys in a shared Redis.
+	DefaultPrefix = "flightcache:"
+	// DefaultMaxPayload is 1 MiB: big enough for ordinary cached objects,
+	// small enough that one value cannot stall Redis' single thread or the
+	// network for everyone else.
+	DefaultMaxPayload = 1 << 20
+	// MaxKeyLen bounds prefix+key in bytes. Redis accepts far longer keys,
+	// but a key this long is almost always a bug (an unbounded input used
+	// as a key) and every byte of it is paid on every command.
+	MaxKeyLen = 1024
+	// maxRedisString is Redis' own limit on a string value (proto-max-bulk-len).
+	maxRedisString = 512 << 20
+)
+
+// Options configures a Store. The zero value is valid.
+type Options struct {
+	// Prefix is prepended to every key, so several caches (or several
+	// versions of one value type) can share a Redis without colliding.
+	// Empty means DefaultPrefix; there is no way to use no prefix at all,
+	// since an unprefixed cache could overwrite other data in the database.
+	Prefix string
+	// MaxPayload bounds the size in bytes of a stored envelope (value plus
+	// about 30 bytes of metadata). Zero means DefaultMaxPayload; at most
+	// 512 MiB, Redis' own limit.
+	MaxPayload int
+	// Timeout, when positive, bounds each operation on top of the caller's
+	// ctx. Zero leaves the caller's ctx in charge. Needs the client's
+	// ContextTimeoutEnabled to bound a stuck socket (see the package doc).
+	Timeout time.Duration
+}
+
+// Store is a flightcache.SharedStore on Redis. It is safe for concurrent
+// use. It does not own the client: closing the client is the caller's job.
+type Store struct {
+	client     redis.UniversalClient
+	prefix     string
+	maxPayload int
+	timeout    time.Duration
+}
+
+var _ flightcache.SharedStore = (*Store)(nil)
+
+// New returns a Store that keeps entries in Redis through client. Options
+// out of range are reported as a *flightcache.ConfigError.
+func New(client redis.UniversalClient, opts Options) (*Store, error) {
+	if client == nil {
+		return nil, &flightcache.ConfigError{Field: "client", Reason: "is nil"}
+	}
+	s := &Store{client: client, prefix: opts.Prefix, maxPayload: opts.MaxPayload, timeout: opts.Timeout}
+	if s.prefix == "" {
+		s.prefix = DefaultPrefix
+	}
+	if s.maxPayload == 0 {
+		s.maxPayload = DefaultMaxPayload
+	}
+	switch {
+	case len(s.prefix) >= MaxKeyLen:
+		return nil, &flightcache.ConfigError{Field: "Prefix", Reason: fmt.Sprintf("must be shorter than %d bytes", MaxKeyLen)}
+	case s.maxPayload < 0 || s.maxPayload > maxRedisString:
+		return nil, &flightcache.ConfigError{Field: "MaxPayload", Reason: "must be between 0 and 512 MiB"}
+	case s.maxPayload < minEnvelope:
+		return nil, &flightcache.ConfigError{Field: "MaxPayload", Reason: fmt.Sprintf("must be at least %d bytes, the smallest envelope", minEnvelope)}
+	case s.timeout < 0:
+		return nil, &flightcache.ConfigError{Field: "Timeout", Reason: "must not be negative"}
+	}
+	return s, nil
+}
+
+// Prefix returns the prefix in use, so operators can find the store's keys.
+func (s *Store) Prefix() string { return s.prefix }
+
+// redisKey validates key and returns it with the prefix.
+func (s *Store) redisKey(key string) (string, error) {
+	if key == "" {
+		return "", &flightcache.KeyError{Reason: "empty"}
+	}
+	if len(s.prefix)+len(key) > MaxKeyLen {
+		return "", &flightcache.KeyError{Reason: fmt.Sprintf("longer than %d bytes with the prefix", MaxKeyLen)}
+	}
+	return s.prefix + key, nil
+}
+
+// withTimeout applies Options.Timeout; the returned cancel is never nil.
+func (s *Store) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.timeout > 0 {
+		return context.WithTimeout(ctx, s.timeout)
+	}
+	return ctx, func() {}
+}
+
+// Get returns the entry stored under key with a single GET. A missing key,
+// or an entry already past its StaleUntil, is (Entry{}, false, nil). A
+// payload that is not a valid envelope is a *CorruptError; a Redis failure
+// is returned wrapped.
+func (s *Store) Get(ctx context.Context, key string) (flightcache.Entry, bool, error) {
+	rk, err := s.redisKey(key)
+	if err != nil {
+		return flightcache.Entry{}, false, err
+	}
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+
+	payload, err := s.client.Get(ctx, rk).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return flightcache.Entry{}, false, nil
+	}
+	if err != nil {
+		return flightcache.Entry{}, false, fmt.Errorf("redisstore: GET: %w", err)
+	}
+	e, err := Decode(payload)
+	if err != nil {
+		var ce *CorruptError
+		if errors.As(err, &ce) {
+			ce.Key = key
+		}
+		return flightcache.Entry{}, false, err
+	}
+	if !e.StaleUntil.After(time.Now()) {
+		return flightcache.Entry{}, false, nil
+	}
+	return e, true, nil
+}
+
+// Set stores e under key until e.StaleUntil with a single SET … PX. When
+// StaleUntil is less than a millisecond away the key is deleted instead:
+// Set means "this is the current value", and it is already gone. An
+// envelope larger than MaxPayload, an invalid key or invalid Meta sends
+// nothing to Redis and returns a typed error.
+func (s *Store) Set(ctx context.Context, key string, e flightcache.Entry) error {
+	rk, err := s.redisKey(key)
+	if err != nil {
+		return err
+	}
+	payload, err := Encode(e)
+	if err != nil {
+		return err
+	}
+	if len(payload) > s.maxPayload {
+		return &PayloadTooLargeError{Key: key, Size: len(payload), Max: s.maxPayload}
+	}
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+
+	// Rounded down: Redis must never serve an entry past its StaleUntil.
+	ttl := time.Until(e.StaleUntil).Truncate(time.Millisecond)
+	if ttl < time.Millisecond {
+		if err := s.client.Del(ctx, rk).Err(); err != nil {
+			return fmt.Errorf("redisstore: DEL expired entry: %w", err)
+		}
+		return nil
+	}
+	if err := s.client.Set(ctx, rk, payload, ttl).Err(); err != nil {
+		return fmt.Errorf("redisstore: SET: %w", err)
+	}
+	return nil
+}
+
+// Delete removes key with a single DEL; removing a missing key is not an
+// error.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	rk, err := s.redisKey(key)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	if err := s.client.Del(ctx, rk).Err(); err != nil {
+		return fmt.Errorf("redisstore: DEL: %w", err)
+	}
+	return nil
+}
