@@ -119,6 +119,14 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 	if c, ok := sh.m[key]; ok {
 		return g.join(ctx, sh, c, fn, start)
 	}
+	return g.lead(ctx, sh, key, fn, start)
+}
+
+// lead registers a new execution of key and runs it. sh.mu is held on entry
+// and released here. It is kept apart from Do so that callers that only join
+// (the many, on a hot key) run on a small stack frame.
+func (g *Group[K, V]) lead(ctx context.Context, sh *shard[K, V], key K, fn func(context.Context) (V, error), start time.Time) (v V, shared bool, err error) {
+	obs := g.cfg.obs
 	n := g.inFlight.Add(1)
 	if max := g.cfg.maxInFlight; max > 0 && n > max {
 		g.inFlight.Add(-1)
@@ -194,11 +202,19 @@ func (g *Group[K, V]) join(ctx context.Context, sh *shard[K, V], c *call[K, V], 
 
 // wait blocks until c finishes or the caller's ctx ends, whichever is first.
 func (g *Group[K, V]) wait(ctx context.Context, c *call[K, V], leader bool, start time.Time) (V, bool, error) {
+	cancelled := ctx.Done()
+	if cancelled == nil {
+		// A plain receive is much cheaper than a select when a thousand
+		// waiters wake at once.
+		<-c.done
+		g.waitDone(ctx, c, leader, c.shared, c.err, start)
+		return c.val, c.shared, c.err
+	}
 	select {
 	case <-c.done:
 		g.waitDone(ctx, c, leader, c.shared, c.err, start)
 		return c.val, c.shared, c.err
-	case <-ctx.Done():
+	case <-cancelled:
 	}
 	sh := c.sh
 	sh.mu.Lock()

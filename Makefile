@@ -1,0 +1,39 @@
+# flightcache: the README's commands. `make test` is what CI runs.
+GO        ?= go
+PKGS      ?= ./...
+BENCH     ?= .
+COUNT     ?= 10
+BENCHTIME ?= 1s
+BENCHOUT  ?= bench.txt
+
+.PHONY: test fmt-check vet race lint bench stress demo
+
+## test: gofmt check, go vet, and the race-enabled test suite (needs Redis and PostgreSQL; see README)
+test: fmt-check vet race
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet $(PKGS)
+
+race:
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+## stress: the concurrency tests, many times, as required before resolving an issue
+stress:
+	$(GO) test -race -count=20 -timeout 30m ./singleflight/ .
+
+## lint: staticcheck (fetched through the module proxy)
+lint: vet
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
+
+## bench: every benchmark, side by side with the peers, summarised by benchstat
+bench:
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count=$(COUNT) -benchtime=$(BENCHTIME) $(PKGS) | tee $(BENCHOUT)
+	$(GO) run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da $(BENCHOUT)
+
+## demo: the herd and its cure, in numbers
+demo:
+	$(GO) run ./cmd/stampede

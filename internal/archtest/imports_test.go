@@ -1,0 +1,44 @@
+package archtest
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/flightcache/flightcache"
+
+// The core (engine, keys, cache-aside orchestration) must build with the
+// standard library alone, so that users who take only the core take no
+// third-party code; Redis, SQL and metrics live in their own packages.
+var core = []string{
+	module + "/singleflight",
+	module + "/key",
+	module,
+}
+
+func TestCorePackagesImportOnlyTheStandardLibrary(t *testing.T) {
+	for _, pkg := range core {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list %s: %v\n%s", pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if dep != module && !strings.HasPrefix(dep, module+"/") {
+				t.Errorf("%s depends on %s; core packages may import only the standard library and each other", pkg, dep)
+			}
+			if strings.HasPrefix(dep, module+"/") && !isCore(dep) && !strings.HasPrefix(dep, module+"/internal/") {
+				t.Errorf("%s depends on non-core package %s", pkg, dep)
+			}
+		}
+	}
+}
+
+func isCore(pkg string) bool {
+	for _, c := range core {
+		if c == pkg {
+			return true
+		}
+	}
+	return false
+}
