@@ -69,7 +69,7 @@ type Cache[V any] struct {
 	// refreshing and counted in bg only under mu and only while !closed, so
 	// once Close has passed mu, bg.Wait sees every refresh there will be.
 	mu           sync.Mutex
-	refreshing   map[string]struct{} // keys with a background refresh running; guarded by mu
+	refreshing   map[string]*loadCall[V] // the background refresh running per key; guarded by mu
 	maxRefreshes int
 	bg           sync.WaitGroup
 }
@@ -114,7 +114,7 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 		now:          o.Now,
 		group:        singleflight.New[string, flight[V]](sfOpts...),
 		throttle:     newThrottle(o.FailureThrottle),
-		refreshing:   make(map[string]struct{}),
+		refreshing:   make(map[string]*loadCall[V]),
 		maxRefreshes: defaultMaxRefreshes,
 	}
 	if o.MaxInFlight > 0 {

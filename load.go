@@ -166,6 +166,9 @@ func (lc *loadCall[V]) loadAndStore(ctx context.Context, t ticket) (flight[V], e
 	if !pol.noStore.Load() {
 		fl.writeErr = c.writeBack(ctx, lc.key, t, &fl.item)
 	}
+	if !lc.newerThan.IsZero() {
+		c.refreshDone(lc)
+	}
 	return fl, nil
 }
 

@@ -45,7 +45,8 @@ func (c *Cache[V]) startRefresh(ctx context.Context, key string, load LoadFunc[V
 		c.mu.Unlock()
 		return false
 	}
-	c.refreshing[key] = struct{}{}
+	lc := &loadCall[V]{c: c, key: key, load: load, newerThan: freshUntil}
+	c.refreshing[key] = lc
 	c.bg.Add(1)
 	c.mu.Unlock()
 	if c.obs != nil {
@@ -53,22 +54,31 @@ func (c *Cache[V]) startRefresh(ctx context.Context, key string, load LoadFunc[V
 	}
 	// The refresh keeps the triggering request's values (trace IDs) but
 	// not its cancellation: the request is answered already.
-	go c.refresh(context.WithoutCancel(ctx), key, load, freshUntil)
+	go c.refresh(context.WithoutCancel(ctx), lc)
 	return true
 }
 
-func (c *Cache[V]) refresh(ctx context.Context, key string, load LoadFunc[V], freshUntil time.Time) {
-	defer func() {
-		c.mu.Lock()
-		delete(c.refreshing, key)
-		c.mu.Unlock()
-		c.bg.Done()
-	}()
-	lc := &loadCall[V]{c: c, key: key, load: load, newerThan: freshUntil}
-	_, _, err := c.group.Do(ctx, key, lc.run)
+func (c *Cache[V]) refresh(ctx context.Context, lc *loadCall[V]) {
+	defer c.bg.Done()
+	_, _, err := c.group.Do(ctx, lc.key, lc.run)
+	// run released the slot as soon as the new value was written; this
+	// covers a refresh that joined another flight, or failed before that.
+	c.refreshDone(lc)
 	if err != nil && !errors.Is(err, singleflight.ErrClosed) {
 		// The current value stays until it expires; the next miss retries.
 		c.log.LogAttrs(ctx, slog.LevelDebug, "flightcache: early refresh failed",
 			slog.String("cache", c.name), slog.Any("error", err))
 	}
+}
+
+// refreshDone frees lc's refresh slot of its key, if lc still holds it. It
+// runs as soon as the refreshed value is written, not when the goroutine
+// gets round to it: until then, hits near expiry could not start the next
+// refresh.
+func (c *Cache[V]) refreshDone(lc *loadCall[V]) {
+	c.mu.Lock()
+	if c.refreshing[lc.key] == lc {
+		delete(c.refreshing, lc.key)
+	}
+	c.mu.Unlock()
 }
