@@ -1,0 +1,201 @@
+package flightcache_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+const redisAddr = "127.0.0.1:6379"
+
+// newRedisClient connects to the real Redis the tests need, with hooks
+// around the real client. Without a server the test is skipped, or fails
+// when CI=true.
+func newRedisClient(tb testing.TB, hooks ...redis.Hook) *redis.Client {
+	tb.Helper()
+	client := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		client.Close()
+		msg := "redis not reachable at " + redisAddr + ": start it with redis-server --daemonize yes --port 6379 --save '' --appendonly no (" + err.Error() + ")"
+		if os.Getenv("CI") == "true" {
+			tb.Fatal(msg)
+		}
+		tb.Skip(msg)
+	}
+	for _, h := range hooks {
+		client.AddHook(h)
+	}
+	tb.Cleanup(func() { client.Close() })
+	return client
+}
+
+// uniquePrefix gives each test its own key space, so tests run in parallel
+// and repeatedly without seeing each other's entries.
+func uniquePrefix(tb testing.TB) string {
+	var b [6]byte
+	rand.Read(b[:])
+	name := strings.NewReplacer("/", ".", " ", "_").Replace(tb.Name())
+	return "fctest:" + name + ":" + hex.EncodeToString(b[:]) + ":"
+}
+
+func newRedisStore(tb testing.TB, client redis.UniversalClient, prefix string) *redisstore.Store {
+	tb.Helper()
+	s, err := redisstore.New(client, redisstore.Options{Prefix: prefix})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		keys, _ := client.Keys(context.Background(), prefix+"*").Result()
+		if len(keys) > 0 {
+			client.Del(context.Background(), keys...)
+		}
+	})
+	return s
+}
+
+// faultHook counts commands by name and fails the ones it is told to, around
+// the real client.
+type faultHook struct {
+	counts                [2]atomic.Int64 // GET, SET
+	failReads, failWrites atomic.Bool
+}
+
+var errInjected = errors.New("injected redis fault")
+
+func (h *faultHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		switch cmd.Name() {
+		case "get":
+			h.counts[0].Add(1)
+			if h.failReads.Load() {
+				cmd.SetErr(errInjected)
+				return errInjected
+			}
+		case "set":
+			h.counts[1].Add(1)
+			if h.failWrites.Load() {
+				cmd.SetErr(errInjected)
+				return errInjected
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *faultHook) gets() int64 { return h.counts[0].Load() }
+
+func TestRedisSharedHitFillsLocalTierInOneRoundTrip(t *testing.T) {
+	prefix := uniquePrefix(t)
+	var hookA, hookB faultHook
+	a := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: newRedisStore(t, newRedisClient(t, &hookA), prefix)})
+	b := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: newRedisStore(t, newRedisClient(t, &hookB), prefix)})
+	var o origin
+	wantOutcome(t, mustFetch(t, a, "p:1", o.load("1")).Outcome, flightcache.OutcomeLoaded)
+
+	r := mustFetch(t, b, "p:1", o.load("1"))
+	wantOutcome(t, r.Outcome, flightcache.OutcomeHitShared)
+	if r.Value.Name != "p-1" || o.calls.Load() != 1 {
+		t.Fatalf("b got %+v after %d loads", r.Value, o.calls.Load())
+	}
+	if n := hookB.gets(); n != 1 {
+		t.Fatalf("the shared hit took %d GETs, want exactly 1 round trip", n)
+	}
+	wantOutcome(t, mustFetch(t, b, "p:1", o.load("1")).Outcome, flightcache.OutcomeHitLocal)
+	if n := hookB.gets(); n != 1 {
+		t.Fatalf("the local hit reached Redis (%d GETs): the shared hit did not fill the local tier", n)
+	}
+}
+
+func TestRedisReadFailureCountsAsMiss(t *testing.T) {
+	hook := &faultHook{}
+	hook.failReads.Store(true)
+	rec := newRecorder()
+	c := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: newRedisStore(t, newRedisClient(t, hook), uniquePrefix(t)), Observer: rec})
+	var o origin
+	r, err := c.Fetch(context.Background(), "p:1", o.load("1"))
+	if err != nil || r.Value == nil {
+		t.Fatalf("Fetch = %+v, %v; a failed read must be a miss", r, err)
+	}
+	wantOutcome(t, r.Outcome, flightcache.OutcomeLoaded)
+	if n := rec.count(flightcache.EventReadFailed); n != 2 || !errors.Is(rec.errs[0], errInjected) {
+		t.Fatalf("EventReadFailed = %d (%v), want 2 carrying the injected fault", n, rec.errs)
+	}
+}
+
+func TestRedisWriteFailureStillReturnsValue(t *testing.T) {
+	hook := &faultHook{}
+	hook.failWrites.Store(true)
+	rec := newRecorder()
+	c := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: newRedisStore(t, newRedisClient(t, hook), uniquePrefix(t)), Observer: rec})
+	var o origin
+	r, err := c.Fetch(context.Background(), "p:1", o.load("1"))
+	if err != nil || r.Value == nil || r.Value.Name != "p-1" {
+		t.Fatalf("Fetch = %+v, %v", r, err)
+	}
+	wantOutcome(t, r.Outcome, flightcache.OutcomeLoadedWriteFailed)
+	if !errors.Is(r.WriteErr, errInjected) || rec.count(flightcache.EventWriteFailed) != 1 {
+		t.Fatalf("WriteErr = %v, EventWriteFailed = %d", r.WriteErr, rec.count(flightcache.EventWriteFailed))
+	}
+}
+
+func TestRedisUnreachableKeepsServingFromOrigin(t *testing.T) {
+	// A port nothing listens on: every command fails fast with a dial error.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	client := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 100 * time.Millisecond, MaxRetries: -1, DialerRetries: 1, DialerRetryTimeout: time.Millisecond, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { client.Close() })
+	store, err := redisstore.New(client, redisstore.Options{Prefix: uniquePrefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	// No local tier: every Get goes through the dead shared tier.
+	c := newCache(t, flightcache.Options[*product]{Shared: store, Observer: rec})
+	var o origin
+	for i := range 3 {
+		r, err := c.Fetch(context.Background(), "p:1", o.load("1"))
+		if err != nil || r.Value == nil || r.Value.Price != i+1 {
+			t.Fatalf("Get %d with Redis down = %+v, %v; want the origin's value", i+1, r, err)
+		}
+		wantOutcome(t, r.Outcome, flightcache.OutcomeLoadedWriteFailed)
+	}
+	if rec.count(flightcache.EventReadFailed) == 0 || rec.count(flightcache.EventWriteFailed) != 3 {
+		t.Fatalf("read failures %d, write failures %d", rec.count(flightcache.EventReadFailed), rec.count(flightcache.EventWriteFailed))
+	}
+}
+
+func TestRedisTombstoneAndStaleRoundTrip(t *testing.T) {
+	prefix := uniquePrefix(t)
+	client := newRedisClient(t)
+	a := newCache(t, flightcache.Options[*product]{Shared: newRedisStore(t, client, prefix)})
+	calls := 0
+	missing := func(ctx context.Context) (*product, error) { calls++; return nil, flightcache.ErrNotFound }
+	a.Get(context.Background(), "p:gone", missing)
+	b := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: newRedisStore(t, client, prefix)})
+	r, err := b.Fetch(context.Background(), "p:gone", missing)
+	if !errors.Is(err, flightcache.ErrNotFound) || calls != 1 {
+		t.Fatalf("b: %v after %d loads, want the tombstone from Redis", err, calls)
+	}
+	wantOutcome(t, r.Outcome, flightcache.OutcomeNegativeHit)
+}
