@@ -1,0 +1,365 @@
+// Package promflight exports the events of a single-flight engine and of a
+// flightcache.Cache as Prometheus metrics.
+//
+// One Metrics serves one operation (one Cache or one singleflight.Group): its
+// name becomes the constant label "operation", so several Metrics with
+// different names can share a registry. A Metrics implements both
+// singleflight.Observer and flightcache.Observer; passing it as
+// flightcache.Options.Observer wires both layers at once.
+//
+// Every label child is created in New, so observing an event is a few atomic
+// additions: no map lookup, no allocation. The only labels are bounded ones
+// (operation, result, reason, tier, outcome). No key or ID ever becomes a
+// label value; events do not even carry keys.
+//
+// See docs/OBSERVABILITY.md for the meaning of each metric, the derived
+// ratios and ready PromQL.
+package promflight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/singleflight"
+)
+
+// DefaultBuckets are the latency buckets, in seconds, of both duration
+// histograms: 100µs (a local hit) to 10s (the default loader timeout).
+var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// ErrNilRegisterer is returned by New when reg is nil: metrics that are
+// registered nowhere are a configuration mistake, not a default.
+var ErrNilRegisterer = errors.New("promflight: nil prometheus.Registerer")
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	operation   string
+	namespace   string
+	constLabels prometheus.Labels
+	buckets     []float64
+}
+
+// WithOperation sets the "operation" label of every metric; default
+// "default", the default flightcache.Options.Name. It must be a constant
+// such as the cache's name, never derived from a key.
+func WithOperation(name string) Option {
+	return func(c *config) { c.operation = name }
+}
+
+// WithNamespace prefixes every metric name with ns + "_". The shipped Grafana
+// dashboard assumes no namespace.
+func WithNamespace(ns string) Option {
+	return func(c *config) { c.namespace = ns }
+}
+
+// WithConstLabels adds constant labels (say, region) to every metric. They
+// must have bounded values and must not be named operation, result, reason,
+// tier or outcome.
+func WithConstLabels(l prometheus.Labels) Option {
+	return func(c *config) { c.constLabels = l }
+}
+
+// WithBuckets replaces DefaultBuckets for both duration histograms.
+func WithBuckets(b []float64) Option {
+	return func(c *config) { c.buckets = b }
+}
+
+// The bounded label values. Each metric family has a fixed set of children,
+// created in New and indexed by these constants on the hot path.
+const (
+	resultSuccess = iota
+	resultError
+	resultPanic
+	resultTimeout
+	numResults
+)
+
+var resultNames = [numResults]string{"success", "error", "panic", "timeout"}
+
+const (
+	reasonTooManyInFlight = iota
+	reasonTooManyWaiters
+	reasonClosed
+	reasonNilFunc
+	reasonOther
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"too_many_in_flight", "too_many_waiters", "closed", "nil_func", "other"}
+
+// tiers are indexed by flightcache.Tier; TierNone is never a label value of
+// a per-tier metric (the Cache reports per-tier events for real tiers only)
+// but is kept so an unexpected one is still counted rather than dropped.
+var tierNames = [...]string{flightcache.TierNone: "none", flightcache.TierLocal: "local", flightcache.TierShared: "shared"}
+
+const numOutcomes = int(flightcache.OutcomeRefreshed) + 1
+
+// Metrics is a Prometheus adapter for one operation. It is safe for
+// concurrent use; its methods never block and never allocate.
+type Metrics struct {
+	// Every field is set in New and read-only afterwards.
+	requests        prometheus.Counter
+	rejections      [numReasons]prometheus.Counter
+	loaderStarted   prometheus.Counter
+	shared          prometheus.Counter
+	loaderSucceeded prometheus.Counter
+	loaderFailed    prometheus.Counter
+	panics          prometheus.Counter
+	timeouts        prometheus.Counter
+	abandoned       prometheus.Counter
+	lateResults     prometheus.Counter
+	inFlight        prometheus.Gauge
+	waiterDuration  [numResults]prometheus.Observer
+	loaderDuration  [numResults]prometheus.Observer
+
+	hits           [len(tierNames)]prometheus.Counter
+	misses         [len(tierNames)]prometheus.Counter
+	negativeHits   [len(tierNames)]prometheus.Counter
+	writeFailures  [len(tierNames)]prometheus.Counter
+	readFailures   [len(tierNames)]prometheus.Counter
+	staleServed    prometheus.Counter
+	earlyRefreshes prometheus.Counter
+	throttled      prometheus.Counter
+	gets           [numOutcomes]prometheus.Counter
+	getDuration    prometheus.Observer
+}
+
+var (
+	_ singleflight.Observer = (*Metrics)(nil)
+	_ flightcache.Observer  = (*Metrics)(nil)
+)
+
+// New creates the metrics and registers them with reg. It returns an error
+// when reg is nil or refuses a collector (a name clash, or a Metrics with the
+// same operation already registered); then nothing stays registered.
+func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
+	if reg == nil {
+		return nil, ErrNilRegisterer
+	}
+	cfg := config{operation: "default", buckets: DefaultBuckets}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.operation == "" {
+		return nil, errors.New("promflight: empty operation name")
+	}
+	constLabels := prometheus.Labels{"operation": cfg.operation}
+	for k, v := range cfg.constLabels {
+		if _, dup := constLabels[k]; dup {
+			return nil, fmt.Errorf("promflight: const label %q clashes with a label of the adapter", k)
+		}
+		constLabels[k] = v
+	}
+
+	b := builder{cfg: cfg, labels: constLabels}
+	m := &Metrics{
+		requests:        b.counter("single_flight", "requests_total", "Calls that reached the single-flight engine (before admission)."),
+		loaderStarted:   b.counter("single_flight", "loader_started_total", "Loader executions started; requests / this = requests per loader."),
+		shared:          b.counter("single_flight", "waiter_shared_total", "Calls that joined an execution already in flight instead of starting one."),
+		loaderSucceeded: b.counter("single_flight", "loader_succeeded_total", "Loader executions that returned a nil error."),
+		loaderFailed:    b.counter("single_flight", "loader_failed_total", "Loader executions that returned an error (panics are counted apart)."),
+		panics:          b.counter("single_flight", "loader_panics_total", "Loader executions that panicked or called runtime.Goexit."),
+		timeouts:        b.counter("single_flight", "loader_timeouts_total", "Loader executions whose waiters were released by the loader timeout."),
+		abandoned:       b.counter("single_flight", "loader_abandoned_total", "Loader executions cancelled because every caller left."),
+		lateResults:     b.counter("single_flight", "loader_late_results_total", "Loader results dropped because a timeout, Close or abandonment completed the execution first."),
+		inFlight:        b.gauge("single_flight", "in_flight", "Keys with an execution in flight."),
+		staleServed:     b.counter("flightcache", "stale_served_total", "Gets answered with a stale value because the load failed or was slow (fail-safe)."),
+		earlyRefreshes:  b.counter("flightcache", "early_refreshes_total", "Background early refreshes started."),
+		throttled:       b.counter("flightcache", "throttled_total", "Loads answered by the failure throttle instead of the origin."),
+		getDuration:     b.histogram("flightcache", "get_duration_seconds", "Duration of a Get, whatever served it."),
+	}
+	rejections := b.counterVec("single_flight", "rejections_total", "Calls refused by admission without running the loader, by reason.", "reason")
+	for i, r := range reasonNames {
+		m.rejections[i] = rejections.WithLabelValues(r)
+	}
+	waiter := b.histogramVec("single_flight", "waiter_duration_seconds", "How long each call waited for its result, leader included, by result.", "result")
+	loader := b.histogramVec("single_flight", "loader_duration_seconds", "How long each loader execution ran, by result (timeout: the configured timeout).", "result")
+	for i, r := range resultNames {
+		m.waiterDuration[i] = waiter.WithLabelValues(r)
+		m.loaderDuration[i] = loader.WithLabelValues(r)
+	}
+	hits := b.counterVec("flightcache", "hits_total", "Fresh values found, by tier.", "tier")
+	misses := b.counterVec("flightcache", "misses_total", "Lookups that found no fresh value, by tier.", "tier")
+	negative := b.counterVec("flightcache", "negative_hits_total", "Cached \"not found\" answers, by tier.", "tier")
+	writes := b.counterVec("flightcache", "write_failures_total", "Failed write-backs to a tier (the Get still succeeded), by tier.", "tier")
+	reads := b.counterVec("flightcache", "read_failures_total", "Failed reads of a tier, served as misses, by tier.", "tier")
+	for i, t := range tierNames {
+		m.hits[i] = hits.WithLabelValues(t)
+		m.misses[i] = misses.WithLabelValues(t)
+		m.negativeHits[i] = negative.WithLabelValues(t)
+		m.writeFailures[i] = writes.WithLabelValues(t)
+		m.readFailures[i] = reads.WithLabelValues(t)
+	}
+	gets := b.counterVec("flightcache", "gets_total", "Finished Gets, by outcome.", "outcome")
+	for i := range m.gets {
+		m.gets[i] = gets.WithLabelValues(flightcache.Outcome(i).String())
+	}
+
+	for i, c := range b.collectors {
+		if err := reg.Register(c); err != nil {
+			for _, done := range b.collectors[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("promflight: register metrics of operation %q: %w", cfg.operation, err)
+		}
+	}
+	return m, nil
+}
+
+// builder creates collectors with the shared options and remembers them for
+// registration.
+type builder struct {
+	cfg        config
+	labels     prometheus.Labels
+	collectors []prometheus.Collector
+}
+
+func (b *builder) opts(subsystem, name, help string) prometheus.Opts {
+	return prometheus.Opts{Namespace: b.cfg.namespace, Subsystem: subsystem, Name: name, Help: help, ConstLabels: b.labels}
+}
+
+func (b *builder) counter(subsystem, name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts(b.opts(subsystem, name, help)))
+	b.collectors = append(b.collectors, c)
+	return c
+}
+
+func (b *builder) counterVec(subsystem, name, help, label string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts(b.opts(subsystem, name, help)), []string{label})
+	b.collectors = append(b.collectors, c)
+	return c
+}
+
+func (b *builder) gauge(subsystem, name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts(b.opts(subsystem, name, help)))
+	b.collectors = append(b.collectors, g)
+	return g
+}
+
+func (b *builder) histogramOpts(subsystem, name, help string) prometheus.HistogramOpts {
+	o := b.opts(subsystem, name, help)
+	return prometheus.HistogramOpts{Namespace: o.Namespace, Subsystem: o.Subsystem, Name: o.Name, Help: o.Help, ConstLabels: o.ConstLabels, Buckets: b.cfg.buckets}
+}
+
+func (b *builder) histogram(subsystem, name, help string) prometheus.Histogram {
+	h := prometheus.NewHistogram(b.histogramOpts(subsystem, name, help))
+	b.collectors = append(b.collectors, h)
+	return h
+}
+
+func (b *builder) histogramVec(subsystem, name, help, label string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(b.histogramOpts(subsystem, name, help), []string{label})
+	b.collectors = append(b.collectors, h)
+	return h
+}
+
+// ObserveFlight records an engine event.
+func (m *Metrics) ObserveFlight(e singleflight.Event) {
+	switch e.Kind {
+	case singleflight.EventRequest:
+		m.requests.Inc()
+	case singleflight.EventRejected:
+		m.rejections[rejectReason(e.Err)].Inc()
+	case singleflight.EventLoaderStarted:
+		m.loaderStarted.Inc()
+	case singleflight.EventShared:
+		m.shared.Inc()
+	case singleflight.EventLoaderSucceeded:
+		m.loaderSucceeded.Inc()
+		m.loaderDuration[resultSuccess].Observe(e.Duration.Seconds())
+	case singleflight.EventLoaderFailed:
+		m.loaderFailed.Inc()
+		m.loaderDuration[resultError].Observe(e.Duration.Seconds())
+	case singleflight.EventLoaderPanicked:
+		m.panics.Inc()
+		m.loaderDuration[resultPanic].Observe(e.Duration.Seconds())
+	case singleflight.EventTimeout:
+		m.timeouts.Inc()
+		m.loaderDuration[resultTimeout].Observe(e.Duration.Seconds())
+	case singleflight.EventAbandoned:
+		m.abandoned.Inc()
+	case singleflight.EventLateResult:
+		m.lateResults.Inc()
+	case singleflight.EventInFlight:
+		m.inFlight.Set(float64(e.InFlight))
+	case singleflight.EventWaitDone:
+		m.waiterDuration[resultOf(e.Err)].Observe(e.Duration.Seconds())
+	}
+}
+
+// ObserveCache records a cache event.
+func (m *Metrics) ObserveCache(e flightcache.Event) {
+	t := tierIndex(e.Tier)
+	switch e.Kind {
+	case flightcache.EventHit:
+		m.hits[t].Inc()
+	case flightcache.EventMiss:
+		m.misses[t].Inc()
+	case flightcache.EventNegativeHit:
+		m.negativeHits[t].Inc()
+	case flightcache.EventStaleServed:
+		m.staleServed.Inc()
+	case flightcache.EventEarlyRefresh:
+		m.earlyRefreshes.Inc()
+	case flightcache.EventWriteFailed:
+		m.writeFailures[t].Inc()
+	case flightcache.EventReadFailed:
+		m.readFailures[t].Inc()
+	case flightcache.EventThrottled:
+		m.throttled.Inc()
+	case flightcache.EventGet:
+		if o := int(e.Outcome); o < numOutcomes {
+			m.gets[o].Inc()
+		} else {
+			m.gets[flightcache.OutcomeUnknown].Inc()
+		}
+		m.getDuration.Observe(e.Duration.Seconds())
+	}
+}
+
+func tierIndex(t flightcache.Tier) int {
+	if int(t) < len(tierNames) {
+		return int(t)
+	}
+	return int(flightcache.TierNone)
+}
+
+// rejectReason maps an admission error to its label. The engine passes its
+// sentinels unwrapped, so the comparisons hit first; errors.Is is the safety
+// net for a wrapped one.
+func rejectReason(err error) int {
+	switch {
+	case errors.Is(err, singleflight.ErrTooManyInFlight):
+		return reasonTooManyInFlight
+	case errors.Is(err, singleflight.ErrTooManyWaiters):
+		return reasonTooManyWaiters
+	case errors.Is(err, singleflight.ErrClosed):
+		return reasonClosed
+	case errors.Is(err, singleflight.ErrNilFunc):
+		return reasonNilFunc
+	}
+	return reasonOther
+}
+
+// resultOf classifies a caller's error into the bounded "result" label. A
+// waiter's own deadline counts as a timeout like the loader timeout: either
+// way the caller waited as long as it was willing to.
+func resultOf(err error) int {
+	if err == nil {
+		return resultSuccess
+	}
+	var pe *singleflight.PanicError
+	switch {
+	case errors.As(err, &pe):
+		return resultPanic
+	case errors.Is(err, context.DeadlineExceeded):
+		return resultTimeout
+	}
+	return resultError
+}

@@ -1,0 +1,524 @@
+package promflight_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/memstore"
+	"github.com/flightcache/flightcache/promflight"
+	"github.com/flightcache/flightcache/singleflight"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// tee forwards every event to the adapter under test and then to hook, so a
+// test can synchronise on the event stream instead of sleeping.
+type tee struct {
+	*promflight.Metrics
+	hook func(singleflight.Event)
+}
+
+func (t tee) ObserveFlight(e singleflight.Event) {
+	t.Metrics.ObserveFlight(e)
+	if t.hook != nil {
+		t.hook(e)
+	}
+}
+
+// sample is one gathered series: counter or gauge value, or a histogram's
+// sample count.
+type gathered map[string]float64
+
+func gather(t *testing.T, reg *prometheus.Registry) gathered {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	g := gathered{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var v float64
+			switch {
+			case m.Counter != nil:
+				v = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				v = m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				v = float64(m.GetHistogram().GetSampleCount())
+			}
+			g[seriesID(mf.GetName(), m.GetLabel())] = v
+		}
+	}
+	return g
+}
+
+func seriesID(name string, labels []*dto.LabelPair) string {
+	var parts []string
+	for _, l := range labels {
+		parts = append(parts, l.GetName()+"="+l.GetValue())
+	}
+	sort.Strings(parts)
+	return name + "{" + strings.Join(parts, ",") + "}"
+}
+
+// get returns the value of the series name with the operation label op plus
+// the extra labels (name=value pairs); a missing series fails the test.
+func (g gathered) get(t *testing.T, name, op string, extra ...string) float64 {
+	t.Helper()
+	parts := append([]string{"operation=" + op}, extra...)
+	sort.Strings(parts)
+	id := name + "{" + strings.Join(parts, ",") + "}"
+	v, ok := g[id]
+	if !ok {
+		t.Fatalf("series %s not gathered", id)
+	}
+	return v
+}
+
+// stampede is the scripted scenario of the issue: hot callers on one key,
+// all attached before its loader is released, then distinct keys one after
+// another. It returns once every call has returned.
+func stampede(t *testing.T, g *singleflight.Group[string, int], attached <-chan struct{}, hot, distinct int, marker string) {
+	t.Helper()
+	release := make(chan struct{})
+	var loads atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, hot)
+	for range hot {
+		wg.Go(func() {
+			v, _, err := g.Do(context.Background(), marker+"hot", func(context.Context) (int, error) {
+				loads.Add(1)
+				<-release
+				return 42, nil
+			})
+			if err != nil || v != 42 {
+				errs <- fmt.Errorf("hot Do = %d, %v", v, err)
+			}
+		})
+	}
+	<-attached // hot-1 callers joined the loader that is still blocked
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := loads.Load(); n != 1 {
+		t.Fatalf("hot key loaded %d times, want 1", n)
+	}
+	for i := range distinct {
+		if _, _, err := g.Do(context.Background(), fmt.Sprintf("%sdistinct-%d", marker, i), func(context.Context) (int, error) { return i, nil }); err != nil {
+			t.Fatalf("distinct Do: %v", err)
+		}
+	}
+}
+
+// sharedBarrier returns a hook that closes the channel once n callers have
+// joined an execution in flight.
+func sharedBarrier(n int) (func(singleflight.Event), <-chan struct{}) {
+	ch := make(chan struct{})
+	var seen atomic.Int64
+	return func(e singleflight.Event) {
+		if e.Kind == singleflight.EventShared && seen.Add(1) == int64(n) {
+			close(ch)
+		}
+	}, ch
+}
+
+func TestStampedeCountsExactly(t *testing.T) {
+	const hot, distinct = 1000, 10
+	reg := prometheus.NewRegistry()
+	m, err := promflight.New(reg, promflight.WithOperation("product"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook, attached := sharedBarrier(hot - 1)
+	g := singleflight.New[string, int](singleflight.WithObserver(tee{m, hook}))
+	stampede(t, g, attached, hot, distinct, "k")
+
+	got := gather(t, reg)
+	want := []struct {
+		name  string
+		extra []string
+		v     float64
+	}{
+		{"single_flight_requests_total", nil, hot + distinct},
+		{"single_flight_loader_started_total", nil, 1 + distinct},
+		{"single_flight_waiter_shared_total", nil, hot - 1},
+		{"single_flight_loader_succeeded_total", nil, 1 + distinct},
+		{"single_flight_loader_failed_total", nil, 0},
+		{"single_flight_loader_panics_total", nil, 0},
+		{"single_flight_in_flight", nil, 0},
+		{"single_flight_waiter_duration_seconds", []string{"result=success"}, hot + distinct},
+		{"single_flight_loader_duration_seconds", []string{"result=success"}, 1 + distinct},
+	}
+	for _, w := range want {
+		if v := got.get(t, w.name, "product", w.extra...); v != w.v {
+			t.Errorf("%s%v = %v, want %v", w.name, w.extra, v, w.v)
+		}
+	}
+	requests := got.get(t, "single_flight_requests_total", "product")
+	loaders := got.get(t, "single_flight_loader_started_total", "product")
+	if ratio, want := 1-loaders/requests, 1-11.0/1010; math.Abs(ratio-want) > 1e-12 {
+		t.Errorf("suppression ratio = %v, want 1 - 11/1010 = %v", ratio, want)
+	}
+	if rpl := requests / loaders; math.Abs(rpl-1010.0/11) > 1e-12 {
+		t.Errorf("requests per loader = %v, want 1010/11", rpl)
+	}
+}
+
+func TestInFlightGaugeFollowsRegisteredKeys(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := promflight.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	g := singleflight.New[string, int](singleflight.WithObserver(m))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.Do(context.Background(), "a", func(context.Context) (int, error) {
+			close(started)
+			<-release
+			return 1, nil
+		})
+	}()
+	<-started // the in_flight event precedes loader_started, which precedes fn
+	if v := gather(t, reg).get(t, "single_flight_in_flight", "default"); v != 1 {
+		t.Errorf("in_flight while loading = %v, want 1", v)
+	}
+	close(release)
+	<-done
+	if v := gather(t, reg).get(t, "single_flight_in_flight", "default"); v != 0 {
+		t.Errorf("in_flight after = %v, want 0", v)
+	}
+}
+
+func TestRejectionsCarryTheirReason(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := promflight.New(reg, promflight.WithOperation("limits"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := singleflight.New[string, int](singleflight.WithObserver(m), singleflight.WithMaxInFlight(1), singleflight.WithMaxWaiters(1))
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.Do(context.Background(), "a", func(context.Context) (int, error) {
+			close(started)
+			<-release
+			return 1, nil
+		})
+	}()
+	<-started
+	noop := func(context.Context) (int, error) { return 0, nil }
+	if _, _, err := g.Do(context.Background(), "b", noop); !errors.Is(err, singleflight.ErrTooManyInFlight) {
+		t.Fatalf("second key: %v, want ErrTooManyInFlight", err)
+	}
+	if _, _, err := g.Do(context.Background(), "a", noop); !errors.Is(err, singleflight.ErrTooManyWaiters) {
+		t.Fatalf("second waiter: %v, want ErrTooManyWaiters", err)
+	}
+	if _, _, err := g.Do(context.Background(), "c", nil); !errors.Is(err, singleflight.ErrNilFunc) {
+		t.Fatalf("nil fn: %v, want ErrNilFunc", err)
+	}
+	close(release)
+	<-done
+	g.Close()
+	if _, _, err := g.Do(context.Background(), "a", noop); !errors.Is(err, singleflight.ErrClosed) {
+		t.Fatalf("after Close: %v, want ErrClosed", err)
+	}
+
+	got := gather(t, reg)
+	for _, reason := range []string{"too_many_in_flight", "too_many_waiters", "nil_func", "closed"} {
+		if v := got.get(t, "single_flight_rejections_total", "limits", "reason="+reason); v != 1 {
+			t.Errorf("rejections{reason=%q} = %v, want 1", reason, v)
+		}
+	}
+	if v := got.get(t, "single_flight_rejections_total", "limits", "reason=other"); v != 0 {
+		t.Errorf("rejections{reason=other} = %v, want 0", v)
+	}
+	if v := got.get(t, "single_flight_requests_total", "limits"); v != 5 {
+		t.Errorf("requests = %v, want 5 (rejected calls are requests too)", v)
+	}
+}
+
+func TestPanicIsCountedAsPanic(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := promflight.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := singleflight.New[string, int](singleflight.WithObserver(m))
+	_, _, err = g.Do(context.Background(), "p", func(context.Context) (int, error) { panic("boom") })
+	var pe *singleflight.PanicError
+	if !errors.As(err, &pe) {
+		t.Fatalf("Do = %v, want *PanicError", err)
+	}
+	got := gather(t, reg)
+	for _, c := range []struct {
+		name  string
+		extra []string
+		v     float64
+	}{
+		{"single_flight_loader_panics_total", nil, 1},
+		{"single_flight_loader_failed_total", nil, 0},
+		{"single_flight_loader_succeeded_total", nil, 0},
+		{"single_flight_loader_duration_seconds", []string{"result=panic"}, 1},
+		{"single_flight_waiter_duration_seconds", []string{"result=panic"}, 1},
+	} {
+		if v := got.get(t, c.name, "default", c.extra...); v != c.v {
+			t.Errorf("%s%v = %v, want %v", c.name, c.extra, v, c.v)
+		}
+	}
+}
+
+func TestTimeoutAndLateResultAreCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := promflight.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := make(chan struct{})
+	g := singleflight.New[string, int](singleflight.WithLoaderTimeout(time.Millisecond), singleflight.WithObserver(tee{m, func(e singleflight.Event) {
+		if e.Kind == singleflight.EventLateResult {
+			close(late)
+		}
+	}}))
+	_, _, err = g.Do(context.Background(), "slow", func(ctx context.Context) (int, error) {
+		<-ctx.Done()
+		return 0, ctx.Err()
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do = %v, want DeadlineExceeded", err)
+	}
+	<-late
+	got := gather(t, reg)
+	for _, c := range []struct {
+		name  string
+		extra []string
+	}{
+		{"single_flight_loader_timeouts_total", nil},
+		{"single_flight_loader_late_results_total", nil},
+		{"single_flight_loader_duration_seconds", []string{"result=timeout"}},
+		{"single_flight_waiter_duration_seconds", []string{"result=timeout"}},
+	} {
+		if v := got.get(t, c.name, "default", c.extra...); v != 1 {
+			t.Errorf("%s%v = %v, want 1", c.name, c.extra, v)
+		}
+	}
+}
+
+// TestNoLabelValueDerivesFromAKey pins the cardinality rule: whatever the
+// keys, no label value of any gathered series contains a key's text.
+func TestNoLabelValueDerivesFromAKey(t *testing.T) {
+	const marker = "KEYMARKER-7f3a9c-"
+	reg := prometheus.NewRegistry()
+	m, err := promflight.New(reg, promflight.WithOperation("product"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook, attached := sharedBarrier(9)
+	g := singleflight.New[string, int](singleflight.WithObserver(tee{m, hook}))
+	stampede(t, g, attached, 10, 50, marker)
+
+	c := newCache(t, m, "product")
+	for i := range 20 {
+		key := fmt.Sprintf("%suser-%d", marker, i)
+		if _, err := c.Get(context.Background(), key, func(context.Context) (int, error) { return i, nil }); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Get(context.Background(), key, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]bool{}
+	for _, mf := range mfs {
+		for _, s := range mf.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if strings.Contains(l.GetValue(), "KEYMARKER") || strings.Contains(l.GetName(), "KEYMARKER") {
+					t.Errorf("%s has key-derived label %s=%q", mf.GetName(), l.GetName(), l.GetValue())
+				}
+				values[l.GetName()+"="+l.GetValue()] = true
+			}
+		}
+	}
+	// 70 engine keys and 20 cache keys went through; the label values stay
+	// the fixed, bounded set.
+	if len(values) > 25 {
+		t.Errorf("%d distinct label pairs, want a small bounded set: %v", len(values), values)
+	}
+}
+
+func newCache(t *testing.T, obs flightcache.Observer, name string) *flightcache.Cache[int] {
+	t.Helper()
+	local, err := memstore.New(memstore.Options[int]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(local.Close)
+	c, err := flightcache.New(flightcache.Options[int]{Name: name, Local: local, TTL: time.Minute, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestCacheStampedeThroughRealCache drives both layers through one adapter:
+// the Cache hands it to its engine because it implements both observers.
+func TestCacheStampedeThroughRealCache(t *testing.T) {
+	const hot, distinct = 1000, 10
+	reg := prometheus.NewRegistry()
+	m, err := promflight.New(reg, promflight.WithOperation("product"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook, attached := sharedBarrier(hot - 1)
+	c := newCache(t, tee{m, hook}, "product")
+
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for range hot {
+		wg.Go(func() {
+			if v, err := c.Get(context.Background(), "hot", func(context.Context) (int, error) { <-release; return 7, nil }); err != nil || v != 7 {
+				t.Errorf("Get = %d, %v", v, err)
+			}
+		})
+	}
+	<-attached
+	close(release)
+	wg.Wait()
+	for i := range distinct {
+		if _, err := c.Get(context.Background(), fmt.Sprint("d", i), func(context.Context) (int, error) { return i, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Get(context.Background(), "hot", nil); err != nil { // a local hit now
+		t.Fatal(err)
+	}
+
+	got := gather(t, reg)
+	for _, w := range []struct {
+		name  string
+		extra []string
+		v     float64
+	}{
+		{"single_flight_requests_total", nil, hot + distinct},
+		{"single_flight_loader_started_total", nil, 1 + distinct},
+		{"single_flight_waiter_shared_total", nil, hot - 1},
+		{"flightcache_misses_total", []string{"tier=local"}, hot + distinct},
+		{"flightcache_hits_total", []string{"tier=local"}, 1},
+		{"flightcache_gets_total", []string{"outcome=loaded"}, 1 + distinct},
+		{"flightcache_gets_total", []string{"outcome=coalesced"}, hot - 1},
+		{"flightcache_gets_total", []string{"outcome=hit_local"}, 1},
+		{"flightcache_get_duration_seconds", nil, hot + distinct + 1},
+	} {
+		if v := got.get(t, w.name, "product", w.extra...); v != w.v {
+			t.Errorf("%s%v = %v, want %v", w.name, w.extra, v, w.v)
+		}
+	}
+}
+
+func TestCacheEventsMapToTheirCounters(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := promflight.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errStore := errors.New("store down")
+	events := []flightcache.Event{
+		{Kind: flightcache.EventHit, Tier: flightcache.TierShared},
+		{Kind: flightcache.EventMiss, Tier: flightcache.TierShared},
+		{Kind: flightcache.EventNegativeHit, Tier: flightcache.TierLocal},
+		{Kind: flightcache.EventStaleServed, Err: errStore},
+		{Kind: flightcache.EventEarlyRefresh},
+		{Kind: flightcache.EventWriteFailed, Tier: flightcache.TierShared, Err: errStore},
+		{Kind: flightcache.EventReadFailed, Tier: flightcache.TierShared, Err: errStore},
+		{Kind: flightcache.EventThrottled, Err: errStore},
+		{Kind: flightcache.EventGet, Outcome: flightcache.OutcomeStale, Duration: time.Millisecond},
+	}
+	for _, e := range events {
+		m.ObserveCache(e)
+	}
+	got := gather(t, reg)
+	for _, w := range []struct {
+		name  string
+		extra []string
+	}{
+		{"flightcache_hits_total", []string{"tier=shared"}},
+		{"flightcache_misses_total", []string{"tier=shared"}},
+		{"flightcache_negative_hits_total", []string{"tier=local"}},
+		{"flightcache_stale_served_total", nil},
+		{"flightcache_early_refreshes_total", nil},
+		{"flightcache_write_failures_total", []string{"tier=shared"}},
+		{"flightcache_read_failures_total", []string{"tier=shared"}},
+		{"flightcache_throttled_total", nil},
+		{"flightcache_gets_total", []string{"outcome=stale"}},
+		{"flightcache_get_duration_seconds", nil},
+	} {
+		if v := got.get(t, w.name, "default", w.extra...); v != 1 {
+			t.Errorf("%s%v = %v, want 1", w.name, w.extra, v)
+		}
+	}
+	if v := got.get(t, "flightcache_hits_total", "default", "tier=local"); v != 0 {
+		t.Errorf("local hits = %v, want 0", v)
+	}
+}
+
+func TestNewRejectsBadConfiguration(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := promflight.New(nil); !errors.Is(err, promflight.ErrNilRegisterer) {
+		t.Errorf("New(nil) = %v, want ErrNilRegisterer", err)
+	}
+	if _, err := promflight.New(reg, promflight.WithOperation("")); err == nil {
+		t.Error("empty operation accepted")
+	}
+	if _, err := promflight.New(reg, promflight.WithConstLabels(prometheus.Labels{"operation": "x"})); err == nil {
+		t.Error("const label clashing with operation accepted")
+	}
+	if _, err := promflight.New(reg, promflight.WithOperation("a")); err != nil {
+		t.Fatal(err)
+	}
+	// A second operation shares the registry; the same one twice does not.
+	if _, err := promflight.New(reg, promflight.WithOperation("b")); err != nil {
+		t.Errorf("second operation: %v", err)
+	}
+	_, err := promflight.New(reg, promflight.WithOperation("a"))
+	var are prometheus.AlreadyRegisteredError
+	if !errors.As(err, &are) {
+		t.Errorf("duplicate operation: %v, want AlreadyRegisteredError", err)
+	}
+	// A clash half-way through registration leaves nothing behind: once the
+	// blocker is gone, the same operation registers every collector.
+	reg = prometheus.NewRegistry()
+	blocker := prometheus.NewCounter(prometheus.CounterOpts{Name: "single_flight_in_flight", Help: "Keys with an execution in flight.", ConstLabels: prometheus.Labels{"operation": "c"}})
+	reg.MustRegister(blocker)
+	if _, err := promflight.New(reg, promflight.WithOperation("c")); err == nil {
+		t.Fatal("clash with a foreign collector accepted")
+	}
+	reg.Unregister(blocker)
+	if _, err := promflight.New(reg, promflight.WithOperation("c")); err != nil {
+		t.Errorf("after a failed New: %v", err)
+	}
+}
