@@ -1,0 +1,194 @@
+package product
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+)
+
+// Catalog describes the demo catalog Migrate seeds: every product of every
+// tenant exists in every locale and currency.
+type Catalog struct {
+	Tenants           []string
+	ProductsPerTenant int
+	Locales           []string
+	Currencies        []string
+}
+
+// DemoCatalog is seeded on first start: 3 tenants x 2,000 products x 3
+// locales x 3 currencies = 54,000 rows.
+var DemoCatalog = Catalog{
+	Tenants:           []string{"acme", "globex", "initech"},
+	ProductsPerTenant: 2000,
+	Locales:           []string{"en-US", "de-DE", "fr-FR"},
+	Currencies:        []string{"USD", "EUR", "GBP"},
+}
+
+// Rows is the number of rows c seeds.
+func (c Catalog) Rows() int {
+	return len(c.Tenants) * c.ProductsPerTenant * len(c.Locales) * len(c.Currencies)
+}
+
+// ProductID is the ID of the n-th product (1-based) of the catalog.
+func ProductID(n int) string { return fmt.Sprintf("p-%05d", n) }
+
+// Row returns the n-th product of tenant in a locale and currency, as
+// seeded: deterministic, so tests can predict what the origin holds.
+func (c Catalog) Row(tenant string, n int, locale, currency string) Product {
+	return Product{
+		ProductID:   ProductID(n),
+		TenantID:    tenant,
+		DisplayName: fmt.Sprintf("%s %s #%d", adjectives[n%len(adjectives)], nounFor(locale), n),
+		PriceCents:  priceFor(n, currency),
+		Currency:    currency,
+		Locale:      locale,
+	}
+}
+
+var adjectives = []string{"Classic", "Deluxe", "Compact", "Ultra", "Eco", "Pro", "Mini", "Grand"}
+
+func nounFor(locale string) string {
+	switch {
+	case strings.HasPrefix(locale, "de"):
+		return "Gerät"
+	case strings.HasPrefix(locale, "fr"):
+		return "Appareil"
+	default:
+		return "Widget"
+	}
+}
+
+func priceFor(n int, currency string) int64 {
+	base := int64(499 + (n*7919)%99_500) // USD cents
+	switch currency {
+	case "EUR":
+		return base * 92 / 100
+	case "GBP":
+		return base * 79 / 100
+	default:
+		return base
+	}
+}
+
+// The schema. One table, keyed by what a lookup names; productd_meta
+// records that the demo catalog was seeded, so a restart does not re-seed
+// rows a user has since changed.
+var schema = []string{
+	`CREATE TABLE IF NOT EXISTS products (
+		tenant_id    TEXT   NOT NULL,
+		product_id   TEXT   NOT NULL,
+		locale       TEXT   NOT NULL,
+		currency     TEXT   NOT NULL,
+		display_name TEXT   NOT NULL,
+		price_cents  BIGINT NOT NULL,
+		PRIMARY KEY (tenant_id, product_id, locale, currency)
+	)`,
+	`CREATE TABLE IF NOT EXISTS productd_meta (
+		name  TEXT PRIMARY KEY,
+		value TEXT NOT NULL
+	)`,
+}
+
+// migrationLock is the PostgreSQL advisory lock key that serialises
+// Migrate across instances: the bytes of "productd" as an int64.
+const migrationLock = 0x70726f6475637464
+
+// seededMarker is the productd_meta row written with the demo catalog.
+const seededMarker = "demo_catalog_v1"
+
+// insertBatch rows per INSERT: 6 parameters each stays far below both
+// SQLite's (32766) and PostgreSQL's (65535) parameter limits.
+const insertBatch = 500
+
+// Migrate creates the schema and, when seed is non-nil and the catalog was
+// never seeded, inserts it. It reports whether this call seeded.
+//
+// It is safe for several instances to run it at once against one database:
+// everything happens in one transaction that PostgreSQL serialises with an
+// advisory lock and SQLite with BEGIN IMMEDIATE (the write lock, waited for
+// under busy_timeout). The first instance creates and seeds; the others
+// then find the marker and do nothing. The inserts are also ON CONFLICT DO
+// NOTHING, so rows that exist already are kept as they are.
+func Migrate(ctx context.Context, r *SQLRepository, seed *Catalog) (seeded bool, err error) {
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("product: migrate: begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback() //nolint:errcheck // the original error matters more
+		}
+	}()
+	if r.dialect == Postgres {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
+			return false, fmt.Errorf("product: migrate: lock: %w", err)
+		}
+	}
+	for _, stmt := range schema {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return false, fmt.Errorf("product: migrate: %w", err)
+		}
+	}
+	if seed != nil {
+		var v string
+		err := tx.QueryRowContext(ctx, r.bind(`SELECT value FROM productd_meta WHERE name = ?`), seededMarker).Scan(&v)
+		switch {
+		case err == sql.ErrNoRows:
+			if err := r.seed(ctx, tx, *seed); err != nil {
+				return false, err
+			}
+			if _, err := tx.ExecContext(ctx, r.bind(`INSERT INTO productd_meta (name, value) VALUES (?, ?) ON CONFLICT DO NOTHING`),
+				seededMarker, fmt.Sprint(seed.Rows())); err != nil {
+				return false, fmt.Errorf("product: migrate: mark seeded: %w", err)
+			}
+			seeded = true
+		case err != nil:
+			return false, fmt.Errorf("product: migrate: read marker: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return false, fmt.Errorf("product: migrate: commit: %w", err)
+	}
+	return seeded, nil
+}
+
+func (r *SQLRepository) seed(ctx context.Context, tx *sql.Tx, c Catalog) error {
+	args := make([]any, 0, insertBatch*6)
+	rows := 0
+	flush := func() error {
+		if rows == 0 {
+			return nil
+		}
+		var sb strings.Builder
+		sb.WriteString(`INSERT INTO products (tenant_id, product_id, locale, currency, display_name, price_cents) VALUES `)
+		for i := range rows {
+			if i > 0 {
+				sb.WriteByte(',')
+			}
+			sb.WriteString("(?, ?, ?, ?, ?, ?)")
+		}
+		sb.WriteString(` ON CONFLICT DO NOTHING`)
+		if _, err := tx.ExecContext(ctx, r.bind(sb.String()), args...); err != nil {
+			return fmt.Errorf("product: seed: %w", err)
+		}
+		args, rows = args[:0], 0
+		return nil
+	}
+	for _, t := range c.Tenants {
+		for n := 1; n <= c.ProductsPerTenant; n++ {
+			for _, l := range c.Locales {
+				for _, cur := range c.Currencies {
+					p := c.Row(t, n, l, cur)
+					args = append(args, p.TenantID, p.ProductID, p.Locale, p.Currency, p.DisplayName, p.PriceCents)
+					if rows++; rows == insertBatch {
+						if err := flush(); err != nil {
+							return err
+						}
+					}
+				}
+			}
+		}
+	}
+	return flush()
+}

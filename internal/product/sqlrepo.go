@@ -1,0 +1,238 @@
+package product
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	// Drivers: pgx's database/sql adapter registers "pgx", modernc's pure-Go
+	// SQLite registers "sqlite".
+	_ "github.com/jackc/pgx/v5/stdlib"
+	_ "modernc.org/sqlite"
+)
+
+// Dialect names the SQL database behind a SQLRepository.
+type Dialect string
+
+// The supported databases.
+const (
+	SQLite   Dialect = "sqlite"
+	Postgres Dialect = "postgres"
+)
+
+// Options configures Open.
+type Options struct {
+	// OriginLatency is slept, holding a pooled connection, before each Get's
+	// query: it makes the origin as slow as a real one under load, for demos
+	// and tests. Zero adds nothing.
+	OriginLatency time.Duration
+	// MaxConns bounds the connection pool (default 16). With OriginLatency
+	// it is what makes an uncoordinated herd queue up, as it would on a real
+	// database.
+	MaxConns int
+}
+
+// DefaultMaxConns is the default pool size.
+const DefaultMaxConns = 16
+
+// SQLRepository is a Repository on database/sql, for SQLite and PostgreSQL.
+// It is safe for concurrent use.
+type SQLRepository struct {
+	db      *sql.DB
+	dialect Dialect
+	latency time.Duration
+
+	getSQL, updateSQL, variantsSQL string
+}
+
+var _ Repository = (*SQLRepository)(nil)
+
+// IsPostgresDSN reports whether dsn names a PostgreSQL database
+// (postgres:// or postgresql:// URL); anything else is a SQLite file.
+func IsPostgresDSN(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
+// Open connects to the origin named by dsn: a postgres:// URL, or else the
+// path of a SQLite file (created if missing; "sqlite:" or "file:" prefixes
+// are accepted). It does not migrate; call Migrate.
+func Open(ctx context.Context, dsn string, opts Options) (*SQLRepository, error) {
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = DefaultMaxConns
+	}
+	if opts.OriginLatency < 0 {
+		return nil, fmt.Errorf("product: negative origin latency %v", opts.OriginLatency)
+	}
+	var (
+		db      *sql.DB
+		err     error
+		dialect Dialect
+	)
+	if IsPostgresDSN(dsn) {
+		dialect = Postgres
+		db, err = sql.Open("pgx", dsn)
+	} else {
+		dialect = SQLite
+		db, err = sql.Open("sqlite", sqliteDSN(dsn))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("product: open %s: %w", dialect, err)
+	}
+	db.SetMaxOpenConns(opts.MaxConns)
+	db.SetMaxIdleConns(opts.MaxConns)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("product: connect to %s: %w", dialect, err)
+	}
+	return newSQLRepository(db, dialect, opts.OriginLatency), nil
+}
+
+// sqliteDSN turns a file path into a modernc DSN. Every connection waits up
+// to 10s for a lock instead of failing with SQLITE_BUSY, uses WAL so readers
+// never block the writer, and begins write transactions IMMEDIATE so two
+// instances migrating at once serialise instead of deadlocking on a lock
+// upgrade.
+func sqliteDSN(path string) string {
+	path = strings.TrimPrefix(strings.TrimPrefix(path, "sqlite:"), "file:")
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Set("_txlock", "immediate")
+	return "file:" + filepath.ToSlash(path) + "?" + q.Encode()
+}
+
+func newSQLRepository(db *sql.DB, d Dialect, latency time.Duration) *SQLRepository {
+	r := &SQLRepository{db: db, dialect: d, latency: latency}
+	r.getSQL = r.bind(`SELECT display_name, price_cents FROM products
+		WHERE tenant_id = ? AND product_id = ? AND locale = ? AND currency = ?`)
+	r.updateSQL = r.bind(`UPDATE products
+		SET display_name = COALESCE(?, display_name), price_cents = COALESCE(?, price_cents)
+		WHERE tenant_id = ? AND product_id = ? AND locale = ? AND currency = ?
+		RETURNING display_name, price_cents`)
+	r.variantsSQL = r.bind(`SELECT locale, currency FROM products
+		WHERE tenant_id = ? AND product_id = ? ORDER BY locale, currency`)
+	return r
+}
+
+// bind rewrites '?' placeholders to the dialect's ($1, $2, ... for
+// PostgreSQL). The queries are constants without '?' in literals.
+func (r *SQLRepository) bind(q string) string {
+	if r.dialect != Postgres {
+		return q
+	}
+	var sb strings.Builder
+	n := 0
+	for i := 0; i < len(q); i++ {
+		if q[i] == '?' {
+			n++
+			fmt.Fprintf(&sb, "$%d", n)
+			continue
+		}
+		sb.WriteByte(q[i])
+	}
+	return sb.String()
+}
+
+// Dialect reports which database the repository talks to.
+func (r *SQLRepository) Dialect() Dialect { return r.dialect }
+
+// DB returns the underlying pool, for Migrate and for tests.
+func (r *SQLRepository) DB() *sql.DB { return r.db }
+
+// Get implements Repository.
+func (r *SQLRepository) Get(ctx context.Context, ref Ref) (Product, error) {
+	conn, err := r.db.Conn(ctx)
+	if err != nil {
+		return Product{}, fmt.Errorf("product: origin connection: %w", err)
+	}
+	defer conn.Close()
+	if r.latency > 0 {
+		t := time.NewTimer(r.latency)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return Product{}, fmt.Errorf("product: origin query: %w", context.Cause(ctx))
+		}
+	}
+	p := Product{ProductID: ref.ID, TenantID: ref.Tenant, Locale: ref.Locale, Currency: ref.Currency}
+	err = conn.QueryRowContext(ctx, r.getSQL, ref.Tenant, ref.ID, ref.Locale, ref.Currency).Scan(&p.DisplayName, &p.PriceCents)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Product{}, ErrNotFound
+	}
+	if err != nil {
+		return Product{}, fmt.Errorf("product: origin query: %w", err)
+	}
+	return p, nil
+}
+
+// Update implements Repository. The update and the read of the variants
+// run in one transaction.
+func (r *SQLRepository) Update(ctx context.Context, ref Ref, p Patch) (Product, []Variant, error) {
+	if err := p.Validate(); err != nil {
+		return Product{}, nil, err
+	}
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return Product{}, nil, fmt.Errorf("product: begin update: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+
+	var name sql.NullString
+	var price sql.NullInt64
+	if p.DisplayName != nil {
+		name = sql.NullString{String: *p.DisplayName, Valid: true}
+	}
+	if p.PriceCents != nil {
+		price = sql.NullInt64{Int64: *p.PriceCents, Valid: true}
+	}
+	out := Product{ProductID: ref.ID, TenantID: ref.Tenant, Locale: ref.Locale, Currency: ref.Currency}
+	err = tx.QueryRowContext(ctx, r.updateSQL, name, price, ref.Tenant, ref.ID, ref.Locale, ref.Currency).Scan(&out.DisplayName, &out.PriceCents)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Product{}, nil, ErrNotFound
+	}
+	if err != nil {
+		return Product{}, nil, fmt.Errorf("product: update: %w", err)
+	}
+	rows, err := tx.QueryContext(ctx, r.variantsSQL, ref.Tenant, ref.ID)
+	if err != nil {
+		return Product{}, nil, fmt.Errorf("product: read variants: %w", err)
+	}
+	var vs []Variant
+	for rows.Next() {
+		var v Variant
+		if err := rows.Scan(&v.Locale, &v.Currency); err != nil {
+			rows.Close()
+			return Product{}, nil, fmt.Errorf("product: read variants: %w", err)
+		}
+		vs = append(vs, v)
+	}
+	if err := rows.Err(); err != nil {
+		return Product{}, nil, fmt.Errorf("product: read variants: %w", err)
+	}
+	rows.Close()
+	if err := tx.Commit(); err != nil {
+		return Product{}, nil, fmt.Errorf("product: commit update: %w", err)
+	}
+	return out, vs, nil
+}
+
+// Ping implements Repository.
+func (r *SQLRepository) Ping(ctx context.Context) error {
+	return r.db.PingContext(ctx)
+}
+
+// Close closes the connection pool.
+func (r *SQLRepository) Close() error { return r.db.Close() }
