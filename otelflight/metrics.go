@@ -1,0 +1,368 @@
+// Package otelflight adapts a single-flight engine and a flightcache.Cache to
+// OpenTelemetry: Metrics records their events on the metric API, and Tracer
+// implements flightcache.Tracer on the trace API. Both use only the API
+// packages, so any SDK and exporter plugs in.
+//
+// Metric names follow the seed's set (single_flight.request.count, …); the
+// Prometheus equivalents that package promflight exports are listed in
+// docs/OBSERVABILITY.md. Attributes are bounded: the operation name given at
+// construction, result, reason, tier and outcome. No key or ID is ever an
+// attribute; events do not even carry keys.
+package otelflight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/singleflight"
+)
+
+// ScopeName is the instrumentation scope to pass to MeterProvider.Meter and
+// the one NewTracer uses.
+const ScopeName = "github.com/flightcache/flightcache/otelflight"
+
+// DefaultBuckets are the bucket boundaries, in seconds, advised for the
+// duration histograms: 100µs (a local hit) to 10s (the default loader
+// timeout). An SDK View may override them.
+var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// ErrNilMeter is returned by NewMetrics for a nil meter.
+var ErrNilMeter = errors.New("otelflight: nil metric.Meter")
+
+// MetricsOption configures NewMetrics.
+type MetricsOption func(*metricsConfig)
+
+type metricsConfig struct {
+	operation string
+	attrs     []attribute.KeyValue
+	buckets   []float64
+}
+
+// WithOperation sets the "operation" attribute of every measurement; default
+// "default", the default flightcache.Options.Name. It must be a constant
+// such as the cache's name, never derived from a key.
+func WithOperation(name string) MetricsOption {
+	return func(c *metricsConfig) { c.operation = name }
+}
+
+// WithAttributes adds constant attributes (say, region) to every
+// measurement. Their values must be bounded.
+func WithAttributes(kv ...attribute.KeyValue) MetricsOption {
+	return func(c *metricsConfig) { c.attrs = append(c.attrs, kv...) }
+}
+
+// WithBuckets replaces DefaultBuckets as the histograms' advised boundaries.
+func WithBuckets(b []float64) MetricsOption {
+	return func(c *metricsConfig) { c.buckets = b }
+}
+
+// The bounded attribute values, indexed on the hot path.
+const (
+	resultSuccess = iota
+	resultError
+	resultPanic
+	resultTimeout
+	numResults
+)
+
+var resultNames = [numResults]string{"success", "error", "panic", "timeout"}
+
+const (
+	reasonTooManyInFlight = iota
+	reasonTooManyWaiters
+	reasonClosed
+	reasonNilFunc
+	reasonOther
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"too_many_in_flight", "too_many_waiters", "closed", "nil_func", "other"}
+
+var tierNames = [...]string{flightcache.TierNone: "none", flightcache.TierLocal: "local", flightcache.TierShared: "shared"}
+
+const numOutcomes = int(flightcache.OutcomeRefreshed) + 1
+
+// counter is an instrument bound to one precomputed attribute set. The
+// option slice is built once: passing it on with opts... hands the callee
+// the same backing array, where a fresh variadic argument would escape to
+// the heap through the interface call on every event.
+type counter struct {
+	c    metric.Int64Counter
+	opts []metric.AddOption
+}
+
+func (c *counter) add(ctx context.Context) { c.c.Add(ctx, 1, c.opts...) }
+
+type histogram struct {
+	h    metric.Float64Histogram
+	opts []metric.RecordOption
+}
+
+func (h *histogram) record(ctx context.Context, v float64) { h.h.Record(ctx, v, h.opts...) }
+
+// Metrics is an OpenTelemetry metrics adapter for one operation. It
+// implements singleflight.Observer and flightcache.Observer and is safe for
+// concurrent use.
+type Metrics struct {
+	// Every field is set in NewMetrics and read-only afterwards.
+	requests        counter
+	rejections      [numReasons]counter
+	loaderStarted   counter
+	shared          counter
+	loaderSucceeded counter
+	loaderFailed    counter
+	panics          counter
+	timeouts        counter
+	abandoned       counter
+	lateResults     counter
+	inFlight        metric.Int64Gauge
+	inFlightOpts    []metric.RecordOption
+	waiterDuration  [numResults]histogram
+	loaderDuration  [numResults]histogram
+
+	hits           [len(tierNames)]counter
+	misses         [len(tierNames)]counter
+	negativeHits   [len(tierNames)]counter
+	writeFailures  [len(tierNames)]counter
+	readFailures   [len(tierNames)]counter
+	staleServed    counter
+	earlyRefreshes counter
+	throttled      counter
+	gets           [numOutcomes]counter
+	getDuration    histogram
+}
+
+var (
+	_ singleflight.Observer = (*Metrics)(nil)
+	_ flightcache.Observer  = (*Metrics)(nil)
+)
+
+// NewMetrics creates the instruments on meter (typically
+// provider.Meter(otelflight.ScopeName)).
+func NewMetrics(meter metric.Meter, opts ...MetricsOption) (*Metrics, error) {
+	if meter == nil {
+		return nil, ErrNilMeter
+	}
+	cfg := metricsConfig{operation: "default", buckets: DefaultBuckets}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.operation == "" {
+		return nil, errors.New("otelflight: empty operation name")
+	}
+	b := &instruments{meter: meter, cfg: cfg}
+	m := &Metrics{}
+	b.counter(&m.requests, "single_flight.request.count", "{call}", "Calls that reached the single-flight engine (before admission).")
+	b.counter(&m.loaderStarted, "single_flight.loader.started.count", "{execution}", "Loader executions started; requests / this = requests per loader.")
+	b.counter(&m.shared, "single_flight.waiter.shared.count", "{call}", "Calls that joined an execution already in flight instead of starting one.")
+	b.counter(&m.loaderSucceeded, "single_flight.loader.succeeded.count", "{execution}", "Loader executions that returned a nil error.")
+	b.counter(&m.loaderFailed, "single_flight.loader.failed.count", "{execution}", "Loader executions that returned an error (panics are counted apart).")
+	b.counter(&m.panics, "single_flight.loader.panicked.count", "{execution}", "Loader executions that panicked or called runtime.Goexit.")
+	b.counter(&m.timeouts, "single_flight.loader.timeout.count", "{execution}", "Loader executions whose waiters were released by the loader timeout.")
+	b.counter(&m.abandoned, "single_flight.loader.abandoned.count", "{execution}", "Loader executions cancelled because every caller left.")
+	b.counter(&m.lateResults, "single_flight.loader.late_result.count", "{execution}", "Loader results dropped because a timeout, Close or abandonment completed the execution first.")
+	b.counters(m.rejections[:], "single_flight.rejected.count", "{call}", "Calls refused by admission without running the loader, by reason.", "reason", reasonNames[:])
+	b.histograms(m.waiterDuration[:], "single_flight.waiter.duration", "How long each call waited for its result, leader included, by result.", resultNames[:])
+	b.histograms(m.loaderDuration[:], "single_flight.loader.duration", "How long each loader execution ran, by result (timeout: the configured timeout).", resultNames[:])
+	if b.err == nil {
+		m.inFlight, b.err = meter.Int64Gauge("single_flight.in_flight", metric.WithUnit("{key}"), metric.WithDescription("Keys with an execution in flight."))
+		m.inFlightOpts = []metric.RecordOption{metric.WithAttributeSet(b.set())}
+	}
+
+	b.counters(m.hits[:], "flightcache.hit.count", "{lookup}", "Fresh values found, by tier.", "tier", tierNames[:])
+	b.counters(m.misses[:], "flightcache.miss.count", "{lookup}", "Lookups that found no fresh value, by tier.", "tier", tierNames[:])
+	b.counters(m.negativeHits[:], "flightcache.negative_hit.count", "{lookup}", "Cached \"not found\" answers, by tier.", "tier", tierNames[:])
+	b.counters(m.writeFailures[:], "flightcache.write_failure.count", "{write}", "Failed write-backs to a tier (the Get still succeeded), by tier.", "tier", tierNames[:])
+	b.counters(m.readFailures[:], "flightcache.read_failure.count", "{read}", "Failed reads of a tier, served as misses, by tier.", "tier", tierNames[:])
+	b.counter(&m.staleServed, "flightcache.stale_served.count", "{get}", "Gets answered with a stale value because the load failed or was slow (fail-safe).")
+	b.counter(&m.earlyRefreshes, "flightcache.early_refresh.count", "{refresh}", "Background early refreshes started.")
+	b.counter(&m.throttled, "flightcache.throttled.count", "{load}", "Loads answered by the failure throttle instead of the origin.")
+	outcomes := make([]string, numOutcomes)
+	for i := range outcomes {
+		outcomes[i] = flightcache.Outcome(i).String()
+	}
+	b.counters(m.gets[:], "flightcache.get.count", "{get}", "Finished Gets, by outcome.", "outcome", outcomes)
+	b.histogram(&m.getDuration, "flightcache.get.duration", "Duration of a Get, whatever served it.")
+	if b.err != nil {
+		return nil, fmt.Errorf("otelflight: create instruments of operation %q: %w", cfg.operation, b.err)
+	}
+	return m, nil
+}
+
+// instruments creates instruments and their attribute sets, keeping the first
+// error so NewMetrics reads as a list.
+type instruments struct {
+	meter metric.Meter
+	cfg   metricsConfig
+	err   error
+}
+
+func (b *instruments) set(extra ...attribute.KeyValue) attribute.Set {
+	kv := make([]attribute.KeyValue, 0, 1+len(b.cfg.attrs)+len(extra))
+	kv = append(kv, attribute.String("operation", b.cfg.operation))
+	kv = append(kv, b.cfg.attrs...)
+	kv = append(kv, extra...)
+	return attribute.NewSet(kv...)
+}
+
+func (b *instruments) int64Counter(name, unit, desc string) metric.Int64Counter {
+	if b.err != nil {
+		return nil
+	}
+	c, err := b.meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	b.err = err
+	return c
+}
+
+func (b *instruments) counter(dst *counter, name, unit, desc string) {
+	if c := b.int64Counter(name, unit, desc); b.err == nil {
+		*dst = counter{c: c, opts: []metric.AddOption{metric.WithAttributeSet(b.set())}}
+	}
+}
+
+func (b *instruments) counters(dst []counter, name, unit, desc, key string, values []string) {
+	c := b.int64Counter(name, unit, desc)
+	if b.err != nil {
+		return
+	}
+	for i, v := range values {
+		dst[i] = counter{c: c, opts: []metric.AddOption{metric.WithAttributeSet(b.set(attribute.String(key, v)))}}
+	}
+}
+
+func (b *instruments) float64Histogram(name, desc string) metric.Float64Histogram {
+	if b.err != nil {
+		return nil
+	}
+	h, err := b.meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(b.cfg.buckets...))
+	b.err = err
+	return h
+}
+
+func (b *instruments) histogram(dst *histogram, name, desc string) {
+	if h := b.float64Histogram(name, desc); b.err == nil {
+		*dst = histogram{h: h, opts: []metric.RecordOption{metric.WithAttributeSet(b.set())}}
+	}
+}
+
+func (b *instruments) histograms(dst []histogram, name, desc string, results []string) {
+	h := b.float64Histogram(name, desc)
+	if b.err != nil {
+		return
+	}
+	for i, r := range results {
+		dst[i] = histogram{h: h, opts: []metric.RecordOption{metric.WithAttributeSet(b.set(attribute.String("result", r)))}}
+	}
+}
+
+// ObserveFlight records an engine event.
+func (m *Metrics) ObserveFlight(e singleflight.Event) {
+	ctx := e.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	switch e.Kind {
+	case singleflight.EventRequest:
+		m.requests.add(ctx)
+	case singleflight.EventRejected:
+		m.rejections[rejectReason(e.Err)].add(ctx)
+	case singleflight.EventLoaderStarted:
+		m.loaderStarted.add(ctx)
+	case singleflight.EventShared:
+		m.shared.add(ctx)
+	case singleflight.EventLoaderSucceeded:
+		m.loaderSucceeded.add(ctx)
+		m.loaderDuration[resultSuccess].record(ctx, e.Duration.Seconds())
+	case singleflight.EventLoaderFailed:
+		m.loaderFailed.add(ctx)
+		m.loaderDuration[resultError].record(ctx, e.Duration.Seconds())
+	case singleflight.EventLoaderPanicked:
+		m.panics.add(ctx)
+		m.loaderDuration[resultPanic].record(ctx, e.Duration.Seconds())
+	case singleflight.EventTimeout:
+		m.timeouts.add(ctx)
+		m.loaderDuration[resultTimeout].record(ctx, e.Duration.Seconds())
+	case singleflight.EventAbandoned:
+		m.abandoned.add(ctx)
+	case singleflight.EventLateResult:
+		m.lateResults.add(ctx)
+	case singleflight.EventInFlight:
+		m.inFlight.Record(ctx, int64(e.InFlight), m.inFlightOpts...)
+	case singleflight.EventWaitDone:
+		m.waiterDuration[resultOf(e.Err)].record(ctx, e.Duration.Seconds())
+	}
+}
+
+// ObserveCache records a cache event.
+func (m *Metrics) ObserveCache(e flightcache.Event) {
+	ctx := e.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	t := int(e.Tier)
+	if t >= len(tierNames) {
+		t = int(flightcache.TierNone)
+	}
+	switch e.Kind {
+	case flightcache.EventHit:
+		m.hits[t].add(ctx)
+	case flightcache.EventMiss:
+		m.misses[t].add(ctx)
+	case flightcache.EventNegativeHit:
+		m.negativeHits[t].add(ctx)
+	case flightcache.EventStaleServed:
+		m.staleServed.add(ctx)
+	case flightcache.EventEarlyRefresh:
+		m.earlyRefreshes.add(ctx)
+	case flightcache.EventWriteFailed:
+		m.writeFailures[t].add(ctx)
+	case flightcache.EventReadFailed:
+		m.readFailures[t].add(ctx)
+	case flightcache.EventThrottled:
+		m.throttled.add(ctx)
+	case flightcache.EventGet:
+		o := int(e.Outcome)
+		if o >= numOutcomes {
+			o = int(flightcache.OutcomeUnknown)
+		}
+		m.gets[o].add(ctx)
+		m.getDuration.record(ctx, e.Duration.Seconds())
+	}
+}
+
+// rejectReason maps an admission error to its attribute value.
+func rejectReason(err error) int {
+	switch {
+	case errors.Is(err, singleflight.ErrTooManyInFlight):
+		return reasonTooManyInFlight
+	case errors.Is(err, singleflight.ErrTooManyWaiters):
+		return reasonTooManyWaiters
+	case errors.Is(err, singleflight.ErrClosed):
+		return reasonClosed
+	case errors.Is(err, singleflight.ErrNilFunc):
+		return reasonNilFunc
+	}
+	return reasonOther
+}
+
+// resultOf classifies a caller's error into the bounded "result" attribute.
+// A waiter's own deadline counts as a timeout like the loader timeout: either
+// way the caller waited as long as it was willing to.
+func resultOf(err error) int {
+	if err == nil {
+		return resultSuccess
+	}
+	var pe *singleflight.PanicError
+	switch {
+	case errors.As(err, &pe):
+		return resultPanic
+	case errors.Is(err, context.DeadlineExceeded):
+		return resultTimeout
+	}
+	return resultError
+}

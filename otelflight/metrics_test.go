@@ -1,0 +1,408 @@
+package otelflight_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.uber.org/goleak"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/memstore"
+	"github.com/flightcache/flightcache/otelflight"
+	"github.com/flightcache/flightcache/singleflight"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// hooked forwards every event to the adapter under test and then to hook, so
+// a test can synchronise on the event stream instead of sleeping.
+type hooked struct {
+	*otelflight.Metrics
+	hook func(singleflight.Event)
+}
+
+func (h hooked) ObserveFlight(e singleflight.Event) {
+	h.Metrics.ObserveFlight(e)
+	if h.hook != nil {
+		h.hook(e)
+	}
+}
+
+// sharedBarrier returns a hook that closes the channel once n callers have
+// joined an execution in flight.
+func sharedBarrier(n int) (func(singleflight.Event), <-chan struct{}) {
+	ch := make(chan struct{})
+	var seen atomic.Int64
+	return func(e singleflight.Event) {
+		if e.Kind == singleflight.EventShared && seen.Add(1) == int64(n) {
+			close(ch)
+		}
+	}, ch
+}
+
+func newMetrics(t *testing.T, opts ...otelflight.MetricsOption) (*otelflight.Metrics, *sdkmetric.ManualReader) {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { provider.Shutdown(context.Background()) })
+	m, err := otelflight.NewMetrics(provider.Meter(otelflight.ScopeName), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, reader
+}
+
+// collected indexes one collection by instrument name.
+type collected map[string]metricdata.Aggregation
+
+func collect(t *testing.T, r *sdkmetric.ManualReader) collected {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatalf("Collect: %v", err)
+	}
+	c := collected{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			c[m.Name] = m.Data
+		}
+	}
+	return c
+}
+
+// value returns the sum (counter), last value (gauge) or count (histogram)
+// of the data point of name whose attributes include want. The SDK exports
+// only data points that were recorded, so an absent one is 0.
+func (c collected) value(t *testing.T, name string, want ...attribute.KeyValue) float64 {
+	t.Helper()
+	matches := func(s attribute.Set) bool {
+		for _, kv := range want {
+			if v, ok := s.Value(kv.Key); !ok || v != kv.Value {
+				return false
+			}
+		}
+		return true
+	}
+	var total float64
+	switch d := c[name].(type) {
+	case nil:
+		return 0
+	case metricdata.Sum[int64]:
+		for _, dp := range d.DataPoints {
+			if matches(dp.Attributes) {
+				total += float64(dp.Value)
+			}
+		}
+	case metricdata.Gauge[int64]:
+		for _, dp := range d.DataPoints {
+			if matches(dp.Attributes) {
+				total += float64(dp.Value)
+			}
+		}
+	case metricdata.Histogram[float64]:
+		for _, dp := range d.DataPoints {
+			if matches(dp.Attributes) {
+				total += float64(dp.Count)
+			}
+		}
+	default:
+		t.Fatalf("%s: unexpected aggregation %T", name, d)
+	}
+	return total
+}
+
+func stampede(t *testing.T, g *singleflight.Group[string, int], attached <-chan struct{}, hot, distinct int, marker string) {
+	t.Helper()
+	release := make(chan struct{})
+	var loads atomic.Int32
+	var wg sync.WaitGroup
+	for range hot {
+		wg.Go(func() {
+			v, _, err := g.Do(context.Background(), marker+"hot", func(context.Context) (int, error) {
+				loads.Add(1)
+				<-release
+				return 42, nil
+			})
+			if err != nil || v != 42 {
+				t.Errorf("hot Do = %d, %v", v, err)
+			}
+		})
+	}
+	<-attached
+	close(release)
+	wg.Wait()
+	if n := loads.Load(); n != 1 {
+		t.Fatalf("hot key loaded %d times, want 1", n)
+	}
+	for i := range distinct {
+		if _, _, err := g.Do(context.Background(), fmt.Sprintf("%sdistinct-%d", marker, i), func(context.Context) (int, error) { return i, nil }); err != nil {
+			t.Fatalf("distinct Do: %v", err)
+		}
+	}
+}
+
+var op = attribute.String("operation", "product")
+
+func TestStampedeCountsExactly(t *testing.T) {
+	const hot, distinct = 1000, 10
+	m, reader := newMetrics(t, otelflight.WithOperation("product"))
+	hook, attached := sharedBarrier(hot - 1)
+	g := singleflight.New[string, int](singleflight.WithObserver(hooked{m, hook}))
+	stampede(t, g, attached, hot, distinct, "k")
+
+	got := collect(t, reader)
+	success := attribute.String("result", "success")
+	for _, w := range []struct {
+		name string
+		kv   []attribute.KeyValue
+		v    float64
+	}{
+		{"single_flight.request.count", nil, hot + distinct},
+		{"single_flight.loader.started.count", nil, 1 + distinct},
+		{"single_flight.waiter.shared.count", nil, hot - 1},
+		{"single_flight.loader.succeeded.count", nil, 1 + distinct},
+		{"single_flight.loader.failed.count", nil, 0},
+		{"single_flight.in_flight", nil, 0},
+		{"single_flight.waiter.duration", []attribute.KeyValue{success}, hot + distinct},
+		{"single_flight.loader.duration", []attribute.KeyValue{success}, 1 + distinct},
+	} {
+		if v := got.value(t, w.name, append(w.kv, op)...); v != w.v {
+			t.Errorf("%s%v = %v, want %v", w.name, w.kv, v, w.v)
+		}
+	}
+	requests := got.value(t, "single_flight.request.count", op)
+	loaders := got.value(t, "single_flight.loader.started.count", op)
+	if ratio, want := 1-loaders/requests, 1-11.0/1010; math.Abs(ratio-want) > 1e-12 {
+		t.Errorf("suppression ratio = %v, want 1 - 11/1010 = %v", ratio, want)
+	}
+	if d, ok := got["single_flight.waiter.duration"].(metricdata.Histogram[float64]); !ok || len(d.DataPoints) == 0 {
+		t.Errorf("waiter duration is %T, want a float64 histogram", got["single_flight.waiter.duration"])
+	}
+}
+
+func TestRejectionsCarryTheirReason(t *testing.T) {
+	m, reader := newMetrics(t)
+	g := singleflight.New[string, int](singleflight.WithObserver(m), singleflight.WithMaxInFlight(1), singleflight.WithMaxWaiters(1))
+	started, release, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		g.Do(context.Background(), "a", func(context.Context) (int, error) {
+			close(started)
+			<-release
+			return 1, nil
+		})
+	}()
+	<-started
+	noop := func(context.Context) (int, error) { return 0, nil }
+	if _, _, err := g.Do(context.Background(), "b", noop); !errors.Is(err, singleflight.ErrTooManyInFlight) {
+		t.Fatalf("second key: %v", err)
+	}
+	if _, _, err := g.Do(context.Background(), "a", noop); !errors.Is(err, singleflight.ErrTooManyWaiters) {
+		t.Fatalf("second waiter: %v", err)
+	}
+	close(release)
+	<-done
+	g.Close()
+	if _, _, err := g.Do(context.Background(), "a", noop); !errors.Is(err, singleflight.ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+	got := collect(t, reader)
+	for _, reason := range []string{"too_many_in_flight", "too_many_waiters", "closed"} {
+		if v := got.value(t, "single_flight.rejected.count", attribute.String("reason", reason)); v != 1 {
+			t.Errorf("rejected{reason=%s} = %v, want 1", reason, v)
+		}
+	}
+	if v := got.value(t, "single_flight.rejected.count"); v != 3 {
+		t.Errorf("rejected total = %v, want 3", v)
+	}
+}
+
+func TestPanicIsCountedAsPanic(t *testing.T) {
+	m, reader := newMetrics(t)
+	g := singleflight.New[string, int](singleflight.WithObserver(m))
+	if _, _, err := g.Do(context.Background(), "p", func(context.Context) (int, error) { panic("boom") }); err == nil {
+		t.Fatal("panic returned no error")
+	}
+	got := collect(t, reader)
+	panicResult := attribute.String("result", "panic")
+	for _, w := range []struct {
+		name string
+		kv   []attribute.KeyValue
+		v    float64
+	}{
+		{"single_flight.loader.panicked.count", nil, 1},
+		{"single_flight.loader.failed.count", nil, 0},
+		{"single_flight.loader.duration", []attribute.KeyValue{panicResult}, 1},
+		{"single_flight.waiter.duration", []attribute.KeyValue{panicResult}, 1},
+	} {
+		if v := got.value(t, w.name, w.kv...); v != w.v {
+			t.Errorf("%s%v = %v, want %v", w.name, w.kv, v, w.v)
+		}
+	}
+}
+
+// TestNoAttributeDerivesFromAKey pins the cardinality rule for OTel: no
+// attribute of any data point contains a key's text.
+func TestNoAttributeDerivesFromAKey(t *testing.T) {
+	const marker = "KEYMARKER-51c0de-"
+	m, reader := newMetrics(t, otelflight.WithOperation("product"))
+	hook, attached := sharedBarrier(9)
+	g := singleflight.New[string, int](singleflight.WithObserver(hooked{m, hook}))
+	stampede(t, g, attached, 10, 50, marker)
+	c := newCache(t, m, nil)
+	for i := range 20 {
+		key := fmt.Sprintf("%suser-%d", marker, i)
+		if _, err := c.Get(context.Background(), key, func(context.Context) (int, error) { return i, nil }); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Get(context.Background(), key, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	pairs := map[string]bool{}
+	check := func(name string, s attribute.Set) {
+		for _, kv := range s.ToSlice() {
+			pair := string(kv.Key) + "=" + kv.Value.Emit()
+			if strings.Contains(pair, "KEYMARKER") {
+				t.Errorf("%s has key-derived attribute %s", name, pair)
+			}
+			pairs[pair] = true
+		}
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			switch d := mt.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range d.DataPoints {
+					check(mt.Name, dp.Attributes)
+				}
+			case metricdata.Gauge[int64]:
+				for _, dp := range d.DataPoints {
+					check(mt.Name, dp.Attributes)
+				}
+			case metricdata.Histogram[float64]:
+				for _, dp := range d.DataPoints {
+					check(mt.Name, dp.Attributes)
+				}
+			}
+		}
+	}
+	if len(pairs) == 0 || len(pairs) > 25 {
+		t.Errorf("%d distinct attribute pairs, want a small bounded, non-empty set: %v", len(pairs), pairs)
+	}
+}
+
+func newCache(t *testing.T, obs flightcache.Observer, tracer flightcache.Tracer) *flightcache.Cache[int] {
+	t.Helper()
+	local, err := memstore.New(memstore.Options[int]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(local.Close)
+	c, err := flightcache.New(flightcache.Options[int]{Name: "product", Local: local, TTL: time.Minute, Observer: obs, Tracer: tracer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestCacheEventsThroughRealCache(t *testing.T) {
+	const hot = 100
+	m, reader := newMetrics(t, otelflight.WithOperation("product"))
+	hook, attached := sharedBarrier(hot - 1)
+	c := newCache(t, hooked{m, hook}, nil)
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for range hot {
+		wg.Go(func() {
+			if _, err := c.Get(context.Background(), "hot", func(context.Context) (int, error) { <-release; return 1, nil }); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	<-attached
+	close(release)
+	wg.Wait()
+	if _, err := c.Get(context.Background(), "hot", nil); err != nil {
+		t.Fatal(err)
+	}
+	got := collect(t, reader)
+	local := attribute.String("tier", "local")
+	for _, w := range []struct {
+		name string
+		kv   []attribute.KeyValue
+		v    float64
+	}{
+		{"single_flight.request.count", nil, hot},
+		{"single_flight.loader.started.count", nil, 1},
+		{"single_flight.waiter.shared.count", nil, hot - 1},
+		{"flightcache.miss.count", []attribute.KeyValue{local}, hot},
+		{"flightcache.hit.count", []attribute.KeyValue{local}, 1},
+		{"flightcache.get.count", []attribute.KeyValue{attribute.String("outcome", "coalesced")}, hot - 1},
+		{"flightcache.get.count", []attribute.KeyValue{attribute.String("outcome", "loaded")}, 1},
+		{"flightcache.get.duration", nil, hot + 1},
+	} {
+		if v := got.value(t, w.name, append(w.kv, op)...); v != w.v {
+			t.Errorf("%s%v = %v, want %v", w.name, w.kv, v, w.v)
+		}
+	}
+}
+
+func TestCacheEventsMapToTheirInstruments(t *testing.T) {
+	m, reader := newMetrics(t)
+	errStore := errors.New("store down")
+	for _, e := range []flightcache.Event{
+		{Kind: flightcache.EventNegativeHit, Tier: flightcache.TierShared},
+		{Kind: flightcache.EventStaleServed, Err: errStore},
+		{Kind: flightcache.EventEarlyRefresh},
+		{Kind: flightcache.EventWriteFailed, Tier: flightcache.TierShared, Err: errStore},
+		{Kind: flightcache.EventReadFailed, Tier: flightcache.TierShared, Err: errStore},
+		{Kind: flightcache.EventThrottled, Err: errStore},
+	} {
+		m.ObserveCache(e)
+	}
+	got := collect(t, reader)
+	shared := attribute.String("tier", "shared")
+	for _, w := range []struct {
+		name string
+		kv   []attribute.KeyValue
+	}{
+		{"flightcache.negative_hit.count", []attribute.KeyValue{shared}},
+		{"flightcache.stale_served.count", nil},
+		{"flightcache.early_refresh.count", nil},
+		{"flightcache.write_failure.count", []attribute.KeyValue{shared}},
+		{"flightcache.read_failure.count", []attribute.KeyValue{shared}},
+		{"flightcache.throttled.count", nil},
+	} {
+		if v := got.value(t, w.name, w.kv...); v != 1 {
+			t.Errorf("%s%v = %v, want 1", w.name, w.kv, v)
+		}
+	}
+}
+
+func TestNewMetricsRejectsBadConfiguration(t *testing.T) {
+	if _, err := otelflight.NewMetrics(nil); !errors.Is(err, otelflight.ErrNilMeter) {
+		t.Errorf("NewMetrics(nil) = %v, want ErrNilMeter", err)
+	}
+	provider := sdkmetric.NewMeterProvider()
+	defer provider.Shutdown(context.Background())
+	if _, err := otelflight.NewMetrics(provider.Meter("x"), otelflight.WithOperation("")); err == nil {
+		t.Error("empty operation accepted")
+	}
+}
