@@ -30,7 +30,7 @@ func newTracer(t *testing.T) (*otelflight.Tracer, *tracetest.SpanRecorder) {
 type barrier struct{ hook func(singleflight.Event) }
 
 func (b barrier) ObserveFlight(e singleflight.Event) { b.hook(e) }
-func (barrier) ObserveCache(flightcache.Event)      {}
+func (barrier) ObserveCache(flightcache.Event)       {}
 
 func attr(s sdktrace.ReadOnlySpan, k attribute.Key) (attribute.Value, bool) {
 	for _, kv := range s.Attributes() {
