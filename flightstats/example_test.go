@@ -1,0 +1,25 @@
+package flightstats_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/flightcache/flightcache/flightstats"
+	"github.com/flightcache/flightcache/singleflight"
+)
+
+func Example() {
+	stats := flightstats.New()
+	g := singleflight.New[string, string](singleflight.WithObserver(stats))
+	load := func(context.Context) (string, error) { return "Ada", nil }
+	for range 4 {
+		g.Do(context.Background(), "user:42", load) // one after another: no coalescing
+	}
+
+	s := stats.Snapshot()
+	fmt.Println("requests:", s.Requests, "loader executions:", s.LoaderStarted)
+	fmt.Printf("requests per loader: %.1f, suppression ratio: %.2f\n", s.RequestsPerLoader(), s.SuppressionRatio())
+	// Output:
+	// requests: 4 loader executions: 4
+	// requests per loader: 1.0, suppression ratio: 0.00
+}

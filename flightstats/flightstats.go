@@ -1,0 +1,231 @@
+// Package flightstats counts the events of a single-flight engine and of a
+// flightcache.Cache with atomic counters, for programs that have no metrics
+// stack: a Recorder is an observer for both layers, and Snapshot gives the
+// totals and the derived ratios with their exact formulas.
+//
+//	stats := flightstats.New()
+//	c, _ := flightcache.New(flightcache.Options[*Product]{Name: "product", Local: local, Observer: stats})
+//	…
+//	s := stats.Snapshot()
+//	log.Printf("requests per loader %.1f, suppression %.1f%%", s.RequestsPerLoader(), 100*s.SuppressionRatio())
+package flightstats
+
+import (
+	"errors"
+	"sync/atomic"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/singleflight"
+)
+
+// Stats is a snapshot of a Recorder's counters. Every count is a total since
+// the Recorder was created, except InFlight.
+type Stats struct {
+	// Engine.
+	Requests        uint64 // calls that reached the engine, rejected ones included
+	LoaderStarted   uint64 // loader executions
+	Shared          uint64 // calls that joined an execution in flight
+	LoaderSucceeded uint64
+	LoaderFailed    uint64 // the loader returned an error
+	LoaderPanicked  uint64 // the loader panicked or called runtime.Goexit
+	Timeouts        uint64 // executions ended by the loader timeout
+	Abandoned       uint64 // executions cancelled because every caller left
+	LateResults     uint64 // loader results dropped after a timeout, Close or abandonment
+	Rejected        Rejections
+	InFlight        int // keys in flight at the last change
+
+	// Cache.
+	Gets           uint64 // finished Gets
+	LocalHits      uint64
+	LocalMisses    uint64
+	SharedHits     uint64
+	SharedMisses   uint64
+	NegativeHits   uint64
+	StaleServed    uint64
+	EarlyRefreshes uint64
+	WriteFailures  uint64
+	ReadFailures   uint64
+	Throttled      uint64
+}
+
+// Rejections counts admission refusals by reason.
+type Rejections struct {
+	TooManyInFlight uint64
+	TooManyWaiters  uint64
+	Closed          uint64
+	NilFunc         uint64
+	Other           uint64
+}
+
+// Total is the sum over every reason.
+func (r Rejections) Total() uint64 {
+	return r.TooManyInFlight + r.TooManyWaiters + r.Closed + r.NilFunc + r.Other
+}
+
+// RequestsPerLoader is requests / loader executions: how many calls one
+// origin call served on average (20 means 1,000 requests cost 50 loads). It
+// is 0 before the first loader execution, when the ratio is undefined.
+func (s Stats) RequestsPerLoader() float64 {
+	if s.LoaderStarted == 0 {
+		return 0
+	}
+	return float64(s.Requests) / float64(s.LoaderStarted)
+}
+
+// SuppressionRatio is 1 − loader executions / requests: the fraction of
+// requests that did not call the origin (0.95 means 95% were served by
+// another caller's load). It is 0 before the first request.
+func (s Stats) SuppressionRatio() float64 {
+	if s.Requests == 0 {
+		return 0
+	}
+	return 1 - float64(s.LoaderStarted)/float64(s.Requests)
+}
+
+// HitRatio is hits / (hits + misses) of tier: the fraction of lookups in
+// that tier that found a fresh value. It is 0 before the first lookup.
+func (s Stats) HitRatio(tier flightcache.Tier) float64 {
+	var hits, misses uint64
+	switch tier {
+	case flightcache.TierLocal:
+		hits, misses = s.LocalHits, s.LocalMisses
+	case flightcache.TierShared:
+		hits, misses = s.SharedHits, s.SharedMisses
+	}
+	if hits+misses == 0 {
+		return 0
+	}
+	return float64(hits) / float64(hits+misses)
+}
+
+// Recorder counts events. It implements singleflight.Observer and
+// flightcache.Observer, is safe for concurrent use, and costs one atomic
+// addition per event. The zero value is ready to use.
+type Recorder struct {
+	requests, loaderStarted, shared                  atomic.Uint64
+	loaderSucceeded, loaderFailed, loaderPanicked    atomic.Uint64
+	timeouts, abandoned, lateResults                 atomic.Uint64
+	tooManyInFlight, tooManyWaiters, closed, nilFunc atomic.Uint64
+	otherRejections                                  atomic.Uint64
+	inFlight                                         atomic.Int64
+
+	gets, localHits, localMisses, sharedHits, sharedMisses atomic.Uint64
+	negativeHits, staleServed, earlyRefreshes              atomic.Uint64
+	writeFailures, readFailures, throttled                 atomic.Uint64
+}
+
+var (
+	_ singleflight.Observer = (*Recorder)(nil)
+	_ flightcache.Observer  = (*Recorder)(nil)
+)
+
+// New returns an empty Recorder.
+func New() *Recorder { return new(Recorder) }
+
+// ObserveFlight counts an engine event.
+func (r *Recorder) ObserveFlight(e singleflight.Event) {
+	switch e.Kind {
+	case singleflight.EventRequest:
+		r.requests.Add(1)
+	case singleflight.EventRejected:
+		switch {
+		case errors.Is(e.Err, singleflight.ErrTooManyInFlight):
+			r.tooManyInFlight.Add(1)
+		case errors.Is(e.Err, singleflight.ErrTooManyWaiters):
+			r.tooManyWaiters.Add(1)
+		case errors.Is(e.Err, singleflight.ErrClosed):
+			r.closed.Add(1)
+		case errors.Is(e.Err, singleflight.ErrNilFunc):
+			r.nilFunc.Add(1)
+		default:
+			r.otherRejections.Add(1)
+		}
+	case singleflight.EventLoaderStarted:
+		r.loaderStarted.Add(1)
+	case singleflight.EventShared:
+		r.shared.Add(1)
+	case singleflight.EventLoaderSucceeded:
+		r.loaderSucceeded.Add(1)
+	case singleflight.EventLoaderFailed:
+		r.loaderFailed.Add(1)
+	case singleflight.EventLoaderPanicked:
+		r.loaderPanicked.Add(1)
+	case singleflight.EventTimeout:
+		r.timeouts.Add(1)
+	case singleflight.EventAbandoned:
+		r.abandoned.Add(1)
+	case singleflight.EventLateResult:
+		r.lateResults.Add(1)
+	case singleflight.EventInFlight:
+		r.inFlight.Store(int64(e.InFlight))
+	}
+}
+
+// ObserveCache counts a cache event.
+func (r *Recorder) ObserveCache(e flightcache.Event) {
+	switch e.Kind {
+	case flightcache.EventHit:
+		perTier(e.Tier, &r.localHits, &r.sharedHits)
+	case flightcache.EventMiss:
+		perTier(e.Tier, &r.localMisses, &r.sharedMisses)
+	case flightcache.EventNegativeHit:
+		r.negativeHits.Add(1)
+	case flightcache.EventStaleServed:
+		r.staleServed.Add(1)
+	case flightcache.EventEarlyRefresh:
+		r.earlyRefreshes.Add(1)
+	case flightcache.EventWriteFailed:
+		r.writeFailures.Add(1)
+	case flightcache.EventReadFailed:
+		r.readFailures.Add(1)
+	case flightcache.EventThrottled:
+		r.throttled.Add(1)
+	case flightcache.EventGet:
+		r.gets.Add(1)
+	}
+}
+
+func perTier(t flightcache.Tier, local, shared *atomic.Uint64) {
+	switch t {
+	case flightcache.TierLocal:
+		local.Add(1)
+	case flightcache.TierShared:
+		shared.Add(1)
+	}
+}
+
+// Snapshot reads every counter. The counters are read one by one while
+// events may still arrive, so under load two fields can be a few events
+// apart; each field on its own is exact.
+func (r *Recorder) Snapshot() Stats {
+	return Stats{
+		Requests:        r.requests.Load(),
+		LoaderStarted:   r.loaderStarted.Load(),
+		Shared:          r.shared.Load(),
+		LoaderSucceeded: r.loaderSucceeded.Load(),
+		LoaderFailed:    r.loaderFailed.Load(),
+		LoaderPanicked:  r.loaderPanicked.Load(),
+		Timeouts:        r.timeouts.Load(),
+		Abandoned:       r.abandoned.Load(),
+		LateResults:     r.lateResults.Load(),
+		Rejected: Rejections{
+			TooManyInFlight: r.tooManyInFlight.Load(),
+			TooManyWaiters:  r.tooManyWaiters.Load(),
+			Closed:          r.closed.Load(),
+			NilFunc:         r.nilFunc.Load(),
+			Other:           r.otherRejections.Load(),
+		},
+		InFlight:       int(r.inFlight.Load()),
+		Gets:           r.gets.Load(),
+		LocalHits:      r.localHits.Load(),
+		LocalMisses:    r.localMisses.Load(),
+		SharedHits:     r.sharedHits.Load(),
+		SharedMisses:   r.sharedMisses.Load(),
+		NegativeHits:   r.negativeHits.Load(),
+		StaleServed:    r.staleServed.Load(),
+		EarlyRefreshes: r.earlyRefreshes.Load(),
+		WriteFailures:  r.writeFailures.Load(),
+		ReadFailures:   r.readFailures.Load(),
+		Throttled:      r.throttled.Load(),
+	}
+}

@@ -1,0 +1,159 @@
+package flightstats_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/flightstats"
+	"github.com/flightcache/flightcache/memstore"
+	"github.com/flightcache/flightcache/singleflight"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The seed's worked example pins the direction of both ratios, which teams
+// are known to invert.
+func TestRatiosUseTheSeedsFormulas(t *testing.T) {
+	for _, c := range []struct {
+		name                   string
+		s                      flightstats.Stats
+		perLoader, suppression float64
+	}{
+		{"seed example", flightstats.Stats{Requests: 1000, LoaderStarted: 50}, 20, 0.95},
+		{"no coalescing", flightstats.Stats{Requests: 7, LoaderStarted: 7}, 1, 0},
+		{"stampede", flightstats.Stats{Requests: 1010, LoaderStarted: 11}, 1010.0 / 11, 1 - 11.0/1010},
+		{"nothing yet", flightstats.Stats{}, 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.s.RequestsPerLoader(); math.Abs(got-c.perLoader) > 1e-12 {
+				t.Errorf("RequestsPerLoader = %v, want %v", got, c.perLoader)
+			}
+			if got := c.s.SuppressionRatio(); math.Abs(got-c.suppression) > 1e-12 {
+				t.Errorf("SuppressionRatio = %v, want %v", got, c.suppression)
+			}
+		})
+	}
+}
+
+func TestHitRatioPerTier(t *testing.T) {
+	s := flightstats.Stats{LocalHits: 3, LocalMisses: 1, SharedHits: 1, SharedMisses: 1}
+	if got := s.HitRatio(flightcache.TierLocal); got != 0.75 {
+		t.Errorf("local = %v, want 0.75", got)
+	}
+	if got := s.HitRatio(flightcache.TierShared); got != 0.5 {
+		t.Errorf("shared = %v, want 0.5", got)
+	}
+	if got := s.HitRatio(flightcache.TierNone); got != 0 {
+		t.Errorf("none = %v, want 0", got)
+	}
+}
+
+type hooked struct {
+	*flightstats.Recorder
+	hook func(singleflight.Event)
+}
+
+func (h hooked) ObserveFlight(e singleflight.Event) {
+	h.Recorder.ObserveFlight(e)
+	h.hook(e)
+}
+
+func TestStampedeCountsExactly(t *testing.T) {
+	const hot, distinct = 1000, 10
+	rec := flightstats.New()
+	attached := make(chan struct{})
+	var joined atomic.Int64
+	g := singleflight.New[string, int](singleflight.WithObserver(hooked{rec, func(e singleflight.Event) {
+		if e.Kind == singleflight.EventShared && joined.Add(1) == hot-1 {
+			close(attached)
+		}
+	}}))
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for range hot {
+		wg.Go(func() {
+			if _, _, err := g.Do(context.Background(), "hot", func(context.Context) (int, error) { <-release; return 1, nil }); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	<-attached
+	close(release)
+	wg.Wait()
+	for i := range distinct {
+		if _, _, err := g.Do(context.Background(), fmt.Sprint("d", i), func(context.Context) (int, error) { return i, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := rec.Snapshot()
+	want := flightstats.Stats{Requests: hot + distinct, LoaderStarted: 1 + distinct, Shared: hot - 1, LoaderSucceeded: 1 + distinct}
+	if s != want {
+		t.Errorf("Snapshot = %+v, want %+v", s, want)
+	}
+	if got, w := s.SuppressionRatio(), 1-11.0/1010; math.Abs(got-w) > 1e-12 {
+		t.Errorf("SuppressionRatio = %v, want %v", got, w)
+	}
+}
+
+func TestRejectionsAndFailuresByKind(t *testing.T) {
+	rec := flightstats.New()
+	g := singleflight.New[string, int](singleflight.WithObserver(rec), singleflight.WithLoaderTimeout(time.Minute))
+	if _, _, err := g.Do(context.Background(), "p", func(context.Context) (int, error) { panic("boom") }); err == nil {
+		t.Fatal("panic returned no error")
+	}
+	if _, _, err := g.Do(context.Background(), "f", func(context.Context) (int, error) { return 0, errors.New("no") }); err == nil {
+		t.Fatal("failure returned no error")
+	}
+	g.Do(context.Background(), "n", nil)
+	g.Close()
+	g.Do(context.Background(), "c", func(context.Context) (int, error) { return 0, nil })
+	s := rec.Snapshot()
+	if s.LoaderPanicked != 1 || s.LoaderFailed != 1 || s.LoaderSucceeded != 0 {
+		t.Errorf("panicked %d, failed %d, succeeded %d; want 1, 1, 0", s.LoaderPanicked, s.LoaderFailed, s.LoaderSucceeded)
+	}
+	if want := (flightstats.Rejections{NilFunc: 1, Closed: 1}); s.Rejected != want || s.Rejected.Total() != 2 {
+		t.Errorf("Rejected = %+v, want %+v", s.Rejected, want)
+	}
+	if s.Requests != 4 {
+		t.Errorf("Requests = %d, want 4", s.Requests)
+	}
+}
+
+func TestCacheEventsThroughRealCache(t *testing.T) {
+	rec := flightstats.New()
+	local, err := memstore.New(memstore.Options[int]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	c, err := flightcache.New(flightcache.Options[int]{Name: "n", Local: local, Observer: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	for range 3 {
+		if _, err := c.Get(ctx, "k", func(context.Context) (int, error) { return 1, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Get(ctx, "gone", func(context.Context) (int, error) { return 0, flightcache.ErrNotFound }); !errors.Is(err, flightcache.ErrNotFound) {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(ctx, "gone", nil); !errors.Is(err, flightcache.ErrNotFound) {
+		t.Fatal(err)
+	}
+	s := rec.Snapshot()
+	if s.Gets != 5 || s.LocalHits != 2 || s.LocalMisses != 2 || s.NegativeHits != 1 || s.LoaderStarted != 2 || s.Requests != 2 {
+		t.Errorf("Snapshot = %+v", s)
+	}
+}
