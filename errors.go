@@ -1,0 +1,40 @@
+package flightcache
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNotFound is returned by a loader (possibly wrapped) to say that the value
+// does not exist at the origin. The Cache stores a tombstone for NegativeTTL
+// and answers later Gets with ErrNotFound without loading.
+var ErrNotFound = errors.New("flightcache: not found")
+
+// ErrInvalidKey is matched (errors.Is) by every *KeyError.
+var ErrInvalidKey = errors.New("flightcache: invalid key")
+
+// ErrInvalidConfig is matched (errors.Is) by every *ConfigError.
+var ErrInvalidConfig = errors.New("flightcache: invalid config")
+
+// KeyError reports a key the Cache refused.
+type KeyError struct {
+	Reason string
+}
+
+func (e *KeyError) Error() string { return "flightcache: invalid key: " + e.Reason }
+
+// Unwrap returns ErrInvalidKey.
+func (e *KeyError) Unwrap() error { return ErrInvalidKey }
+
+// ConfigError reports an Options field out of range.
+type ConfigError struct {
+	Field  string // the Options field, e.g. "TTL"
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("flightcache: invalid config: %s: %s", e.Field, e.Reason)
+}
+
+// Unwrap returns ErrInvalidConfig.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }

@@ -1,0 +1,124 @@
+package flightcache
+
+import (
+	"context"
+	"time"
+)
+
+// Tier names a cache tier in events and metrics.
+type Tier uint8
+
+// The tiers.
+const (
+	TierNone   Tier = iota // not tied to a tier
+	TierLocal              // the in-process LocalStore
+	TierShared             // the SharedStore (Redis)
+)
+
+// String returns "local", "shared" or "none".
+func (t Tier) String() string {
+	switch t {
+	case TierLocal:
+		return "local"
+	case TierShared:
+		return "shared"
+	}
+	return "none"
+}
+
+// EventKind says what happened in a Cache.
+type EventKind uint8
+
+// The events a Cache reports. Engine-level events (requests, loader
+// executions, shared waiters, rejections, timeouts, panics) come from the
+// single-flight engine through singleflight.Observer instead.
+const (
+	// EventHit: a fresh value was found in Tier.
+	EventHit EventKind = iota + 1
+	// EventMiss: Tier had no usable fresh value.
+	EventMiss
+	// EventNegativeHit: a tombstone was found in Tier.
+	EventNegativeHit
+	// EventStaleServed: a stale value was served (fail-safe). Err is why the
+	// fresh load did not deliver.
+	EventStaleServed
+	// EventEarlyRefresh: a background early refresh started.
+	EventEarlyRefresh
+	// EventWriteFailed: writing to Tier failed (Err). The Get still succeeded.
+	EventWriteFailed
+	// EventReadFailed: reading Tier failed (Err); it counted as a miss.
+	EventReadFailed
+	// EventThrottled: the failure throttle answered with a recent error
+	// instead of calling the origin.
+	EventThrottled
+	// EventGet: a Get finished. Outcome and Duration are set; Err is its error.
+	EventGet
+)
+
+var eventKindNames = [...]string{
+	EventHit:          "hit",
+	EventMiss:         "miss",
+	EventNegativeHit:  "negative_hit",
+	EventStaleServed:  "stale_served",
+	EventEarlyRefresh: "early_refresh",
+	EventWriteFailed:  "write_failed",
+	EventReadFailed:   "read_failed",
+	EventThrottled:    "throttled",
+	EventGet:          "get",
+}
+
+// String returns a short, stable, lower-case name usable as a metric label.
+func (k EventKind) String() string {
+	if int(k) < len(eventKindNames) && eventKindNames[k] != "" {
+		return eventKindNames[k]
+	}
+	return "unknown"
+}
+
+// Event describes one thing that happened in a Cache. Like
+// singleflight.Event it carries no key, so it can never leak one into a
+// metric label.
+type Event struct {
+	Kind     EventKind
+	Ctx      context.Context // the caller's context; may be nil for background work
+	Cache    string          // Options.Name
+	Tier     Tier
+	Outcome  Outcome       // on EventGet
+	Duration time.Duration // on EventGet
+	Err      error
+}
+
+// Observer receives a Cache's events. It is called synchronously on the hot
+// path, from many goroutines: it must be fast, safe for concurrent use, and
+// must not call back into the Cache.
+//
+// If the Observer also implements singleflight.Observer, the Cache wires it
+// into its engine too, so one adapter sees both layers.
+type Observer interface {
+	ObserveCache(Event)
+}
+
+// Tracer wraps the read path in spans without the core importing a tracing
+// library (package otelflight adapts OpenTelemetry). A nil Tracer costs one
+// nil check.
+type Tracer interface {
+	// StartGet is called when a Get starts. It returns the context to use for
+	// the rest of the Get and a function called once when the Get ends.
+	StartGet(ctx context.Context, cache string) (context.Context, func(GetSpanInfo))
+	// StartLoad is called in the flight, right before the loader runs, with
+	// the loader's context. It returns the context given to the loader and a
+	// function called once with the loader's error.
+	StartLoad(ctx context.Context, cache string) (context.Context, func(error))
+}
+
+// GetSpanInfo is what a Tracer learns when a Get ends.
+type GetSpanInfo struct {
+	Outcome Outcome
+	// Led is true when this caller ran the load itself.
+	Led bool
+	// LoadCtx is the context StartLoad returned for the load this caller led
+	// or shared (nil when there was no load), so waiters can link to the
+	// leader's span.
+	LoadCtx context.Context
+	Err     error
+}

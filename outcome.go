@@ -1,0 +1,60 @@
+package flightcache
+
+// Outcome says how a Get was served. Every Get has exactly one.
+type Outcome uint8
+
+// The outcomes of a Get.
+const (
+	// OutcomeUnknown is the zero value; a returned Result never has it.
+	OutcomeUnknown Outcome = iota
+	// OutcomeHitLocal: a fresh value from the in-process tier.
+	OutcomeHitLocal
+	// OutcomeHitShared: a fresh value from the shared tier (it was copied
+	// into the local tier on the way).
+	OutcomeHitShared
+	// OutcomeLoaded: this caller ran the loader and the write-back succeeded.
+	OutcomeLoaded
+	// OutcomeCoalesced: this caller shared a load that another caller ran, or
+	// found the value in the double-check inside the flight.
+	OutcomeCoalesced
+	// OutcomeLoadedWriteFailed: the load succeeded and the value is returned,
+	// but writing it back to a tier failed (see Result.WriteErr).
+	OutcomeLoadedWriteFailed
+	// OutcomeLoadFailed: the load failed (or was rejected or throttled) and no
+	// stale value could stand in; Get returns the error.
+	OutcomeLoadFailed
+	// OutcomeNegativeHit: a cached "not found"; Get returns ErrNotFound.
+	OutcomeNegativeHit
+	// OutcomeStale: a value past its TTL, served because the load failed or
+	// did not finish within the soft timeout (fail-safe).
+	OutcomeStale
+	// OutcomeRefreshed: a fresh hit that also started a background early
+	// refresh of the entry.
+	OutcomeRefreshed
+)
+
+var outcomeNames = [...]string{
+	OutcomeUnknown:           "unknown",
+	OutcomeHitLocal:          "hit_local",
+	OutcomeHitShared:         "hit_shared",
+	OutcomeLoaded:            "loaded",
+	OutcomeCoalesced:         "coalesced",
+	OutcomeLoadedWriteFailed: "loaded_write_failed",
+	OutcomeLoadFailed:        "load_failed",
+	OutcomeNegativeHit:       "negative_hit",
+	OutcomeStale:             "stale",
+	OutcomeRefreshed:         "refreshed",
+}
+
+// String returns a short, stable, lower-case name, usable as a metric label.
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "unknown"
+}
+
+// Hit reports whether the value came from a tier without waiting for a load.
+func (o Outcome) Hit() bool {
+	return o == OutcomeHitLocal || o == OutcomeHitShared || o == OutcomeRefreshed
+}
