@@ -2,6 +2,7 @@ package flightcache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -58,7 +59,7 @@ type Cache[V any] struct {
 	log          *slog.Logger
 	now          func() time.Time
 
-	group    *singleflight.Group[string, flight[V]]
+	group    *singleflight.Group[string, *flight[V]]
 	guard    writeGuard
 	throttle *throttle // nil unless Options.FailureThrottle is set
 
@@ -112,7 +113,7 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 		instrumented: o.Observer != nil || o.Tracer != nil,
 		log:          o.Logger,
 		now:          o.Now,
-		group:        singleflight.New[string, flight[V]](sfOpts...),
+		group:        singleflight.New[string, *flight[V]](sfOpts...),
 		throttle:     newThrottle(o.FailureThrottle),
 		refreshing:   make(map[string]*loadCall[V]),
 		maxRefreshes: defaultMaxRefreshes,
@@ -276,7 +277,7 @@ func (c *Cache[V]) fetchMiss(ctx context.Context, key string, load LoadFunc[V], 
 
 	lc := &loadCall[V]{c: c, key: key, load: load}
 	var (
-		fl  flight[V]
+		fl  *flight[V]
 		err error
 	)
 	if hasStale && c.softTimeout > 0 {
@@ -287,7 +288,7 @@ func (c *Cache[V]) fetchMiss(ctx context.Context, key string, load LoadFunc[V], 
 	} else {
 		fl, _, err = c.group.Do(ctx, key, lc.run)
 	}
-	return c.settle(ctx, lc, &fl, err, &stale, hasStale, now)
+	return c.settle(ctx, lc, fl, err, &stale, hasStale, now)
 }
 
 // readShared reads key from the shared tier and, when it finds an item that
@@ -321,8 +322,11 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 
 // settle turns the flight's answer into this caller's Result.
 func (c *Cache[V]) settle(ctx context.Context, lc *loadCall[V], fl *flight[V], err error, stale *Item[V], hasStale bool, now time.Time) (Result[V], loadInfo, error) {
-	info := loadInfo{led: lc.led.Load(), loadCtx: fl.loadCtx}
-	if err != nil {
+	info := loadInfo{led: lc.led.Load()}
+	if err != nil || fl == nil {
+		if err == nil { // cannot happen: run returns a flight or an error
+			err = errors.New("flightcache: internal error: flight without result")
+		}
 		if le, ok := err.(*loadError); ok {
 			err, info.loadCtx = le.err, le.ctx
 		}
@@ -331,6 +335,7 @@ func (c *Cache[V]) settle(ctx context.Context, lc *loadCall[V], fl *flight[V], e
 		}
 		return Result[V]{Outcome: OutcomeLoadFailed}, info, err
 	}
+	info.loadCtx = fl.loadCtx
 	r := Result[V]{Value: fl.item.Value}
 	switch {
 	case fl.found && fl.item.NotFound:

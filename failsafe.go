@@ -17,7 +17,7 @@ var ErrSoftTimeout = errors.New("flightcache: load exceeded the soft timeout")
 // timeout (late is then true). The flight is not cancelled: the engine keeps
 // running it for its other callers and for the write-back, bounded by the
 // loader timeout and by Close.
-func (c *Cache[V]) doWithSoftTimeout(ctx context.Context, lc *loadCall[V]) (fl flight[V], err error, late bool) {
+func (c *Cache[V]) doWithSoftTimeout(ctx context.Context, lc *loadCall[V]) (fl *flight[V], err error, late bool) {
 	ch := c.group.DoChan(ctx, lc.key, lc.run)
 	timer := time.NewTimer(c.softTimeout)
 	select {

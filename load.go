@@ -9,7 +9,10 @@ import (
 )
 
 // flight is what one execution of the read path's flight hands to every
-// caller that shared it.
+// caller that shared it. The engine carries it by pointer: one allocation
+// per load, and small stack frames for the thousands of goroutines that
+// may wait on one key (a large result type made each of them grow its
+// stack, which dominated the stampede profile).
 type flight[V any] struct {
 	item Item[V]
 	// found: the double-check found item in a tier; nothing was loaded.
@@ -55,7 +58,7 @@ type loadCall[V any] struct {
 
 // run is the flight: double-check the tiers, respect the failure throttle,
 // load, write back.
-func (lc *loadCall[V]) run(ctx context.Context) (flight[V], error) {
+func (lc *loadCall[V]) run(ctx context.Context) (*flight[V], error) {
 	lc.led.Store(true)
 	c := lc.c
 	// The ticket is taken before anything is read, so a Set or Delete that
@@ -65,14 +68,14 @@ func (lc *loadCall[V]) run(ctx context.Context) (flight[V], error) {
 
 	now := c.now()
 	if it, ok := c.recheck(ctx, lc.key, now, t, lc.newerThan); ok {
-		return flight[V]{item: it, found: true}, nil
+		return &flight[V]{item: it, found: true}, nil
 	}
 	if c.throttle != nil {
 		if err := c.throttle.check(lc.key, now); err != nil {
 			if c.obs != nil {
 				c.emit(ctx, EventThrottled, TierNone, err)
 			}
-			return flight[V]{}, err
+			return nil, err
 		}
 	}
 	return lc.loadAndStore(ctx, t)
@@ -98,7 +101,7 @@ func (c *Cache[V]) recheck(ctx context.Context, key string, now time.Time, t tic
 	return Item[V]{}, false
 }
 
-func (lc *loadCall[V]) loadAndStore(ctx context.Context, t ticket) (flight[V], error) {
+func (lc *loadCall[V]) loadAndStore(ctx context.Context, t ticket) (*flight[V], error) {
 	c := lc.c
 	pol := new(loadPolicy)
 	lctx := context.WithValue(ctx, policyKey{}, pol)
@@ -131,7 +134,7 @@ func (lc *loadCall[V]) loadAndStore(ctx context.Context, t ticket) (flight[V], e
 	if endSpan != nil {
 		endSpan(err)
 	}
-	fl := flight[V]{}
+	fl := &flight[V]{}
 	if c.tracer != nil {
 		fl.loadCtx = lctx
 	}
@@ -151,7 +154,7 @@ func (lc *loadCall[V]) loadAndStore(ctx context.Context, t ticket) (flight[V], e
 		if c.throttle != nil {
 			c.throttle.fail(lc.key, err, end)
 		}
-		return fl, &loadError{err: err, ctx: fl.loadCtx}
+		return nil, &loadError{err: err, ctx: fl.loadCtx}
 	}
 	if c.throttle != nil {
 		c.throttle.succeed(lc.key)
