@@ -1,0 +1,285 @@
+package grafana_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/deploy/grafana"
+	"github.com/flightcache/flightcache/memstore"
+	"github.com/flightcache/flightcache/promflight"
+	"github.com/flightcache/flightcache/singleflight"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// panel is the part of Grafana's panel model the checks need.
+type panel struct {
+	Title   string `json:"title"`
+	Type    string `json:"type"`
+	Targets []struct {
+		Expr string `json:"expr"`
+	} `json:"targets"`
+	Panels []panel `json:"panels"` // a collapsed row nests its panels
+}
+
+type dashboard struct {
+	Title      string  `json:"title"`
+	UID        string  `json:"uid"`
+	Panels     []panel `json:"panels"`
+	Templating struct {
+		List []struct {
+			Name       string `json:"name"`
+			Definition string `json:"definition"`
+		} `json:"list"`
+	} `json:"templating"`
+}
+
+func load(t *testing.T) dashboard {
+	t.Helper()
+	var d dashboard
+	dec := json.NewDecoder(strings.NewReader(string(grafana.Dashboard)))
+	if err := dec.Decode(&d); err != nil {
+		t.Fatalf("flightcache.json is not valid JSON: %v", err)
+	}
+	if !json.Valid(grafana.Dashboard) {
+		t.Fatal("flightcache.json has trailing data")
+	}
+	if d.Title == "" || d.UID == "" {
+		t.Fatalf("dashboard has no title or uid: %q, %q", d.Title, d.UID)
+	}
+	return d
+}
+
+func allPanels(ps []panel) []panel {
+	var out []panel
+	for _, p := range ps {
+		out = append(out, p)
+		out = append(out, allPanels(p.Panels)...)
+	}
+	return out
+}
+
+// queries returns every PromQL expression of the dashboard, templating
+// included, keyed by where it appears.
+func queries(d dashboard) map[string]string {
+	q := map[string]string{}
+	for _, p := range allPanels(d.Panels) {
+		for i, tg := range p.Targets {
+			q[fmt.Sprintf("panel %q target %d", p.Title, i)] = tg.Expr
+		}
+	}
+	for _, v := range d.Templating.List {
+		if v.Definition != "" {
+			q["variable "+v.Name] = v.Definition
+		}
+	}
+	return q
+}
+
+var (
+	strLit     = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+	matchers   = regexp.MustCompile(`\{[^}]*\}`)
+	ranges     = regexp.MustCompile(`\[[^\]]*\]`)
+	grouping   = regexp.MustCompile(`\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)`)
+	labelVals  = regexp.MustCompile(`label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*,[^)]*\)`)
+	identifier = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*(\s*\()?`)
+	keywords   = map[string]bool{"bool": true, "and": true, "or": true, "unless": true, "offset": true, "inf": true, "nan": true}
+)
+
+// metricNames returns the metric names a PromQL expression selects: what is
+// left once strings, label matchers, ranges and grouping clauses are gone,
+// minus function calls and keywords.
+func metricNames(expr string) []string {
+	var names []string
+	for _, m := range labelVals.FindAllStringSubmatch(expr, -1) {
+		names = append(names, m[1])
+	}
+	expr = labelVals.ReplaceAllString(expr, " ")
+	expr = strLit.ReplaceAllString(expr, `""`)
+	expr = matchers.ReplaceAllString(expr, " ")
+	expr = ranges.ReplaceAllString(expr, " ")
+	expr = grouping.ReplaceAllString(expr, " ")
+	for _, m := range identifier.FindAllStringSubmatch(expr, -1) {
+		if m[1] != "" || keywords[strings.ToLower(m[0])] { // a function or aggregation call
+			continue
+		}
+		names = append(names, m[0])
+	}
+	return names
+}
+
+func TestMetricNamesExtractsSelectors(t *testing.T) {
+	for _, c := range []struct {
+		expr string
+		want []string
+	}{
+		{`sum by (operation) (rate(single_flight_requests_total{operation=~"$operation"}[$__rate_interval]))`, []string{"single_flight_requests_total"}},
+		{`histogram_quantile(0.99, sum by (le) (rate(a_bucket[5m]))) / ignoring(x) b`, []string{"a_bucket", "b"}},
+		{`1 - (x_total / y_total) > bool 0.5`, []string{"x_total", "y_total"}},
+		{`label_values(single_flight_requests_total, operation)`, []string{"single_flight_requests_total"}},
+		{`rate(singleflight_typo_total{a="by (b)"}[1m])`, []string{"singleflight_typo_total"}},
+	} {
+		if got := metricNames(c.expr); !slices.Equal(got, c.want) {
+			t.Errorf("metricNames(%q) = %v, want %v", c.expr, got, c.want)
+		}
+	}
+}
+
+// registered drives a promflight adapter through a real Cache and engine
+// and returns every series name a Prometheus query may select, histogram
+// suffixes included.
+func registered(t *testing.T) map[string]bool {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := promflight.New(reg, promflight.WithOperation("product"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := memstore.New(memstore.Options[int]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	attached := make(chan struct{})
+	var joined atomic.Int32
+	const callers = 20
+	c, err := flightcache.New(flightcache.Options[int]{Name: "product", Local: local, TTL: time.Minute, Observer: barrier{m, func(e singleflight.Event) {
+		if e.Kind == singleflight.EventShared && joined.Add(1) == callers-1 {
+			close(attached)
+		}
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	release := make(chan struct{})
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			if _, err := c.Get(context.Background(), "k", func(context.Context) (int, error) { <-release; return 1, nil }); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	<-attached
+	close(release)
+	wg.Wait()
+	if _, err := c.Get(context.Background(), "k", nil); err != nil {
+		t.Fatal(err)
+	}
+
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+		if mf.GetType() == dto.MetricType_HISTOGRAM {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				names[mf.GetName()+s] = true
+			}
+		}
+	}
+	return names
+}
+
+type barrier struct {
+	*promflight.Metrics
+	hook func(singleflight.Event)
+}
+
+func (b barrier) ObserveFlight(e singleflight.Event) {
+	b.Metrics.ObserveFlight(e)
+	b.hook(e)
+}
+
+func TestEveryQueryNamesAnEmittedMetric(t *testing.T) {
+	d := load(t)
+	emitted := registered(t)
+	used := map[string]bool{}
+	qs := queries(d)
+	where := make([]string, 0, len(qs))
+	for w := range qs {
+		where = append(where, w)
+	}
+	sort.Strings(where)
+	for _, w := range where {
+		names := metricNames(qs[w])
+		if len(names) == 0 {
+			t.Errorf("%s selects no metric: %s", w, qs[w])
+		}
+		for _, n := range names {
+			used[n] = true
+			if !emitted[n] {
+				t.Errorf("%s uses %s, which promflight does not emit", w, n)
+			}
+		}
+	}
+	if len(used) < 10 {
+		t.Errorf("the dashboard uses only %d metrics: %v", len(used), used)
+	}
+}
+
+func TestDashboardHasTheIssuesPanels(t *testing.T) {
+	d := load(t)
+	titles := map[string]panel{}
+	for _, p := range allPanels(d.Panels) {
+		titles[p.Title] = p
+	}
+	for _, want := range []struct{ title, mustUse string }{
+		{"Requests per loader", "single_flight_loader_started_total"},
+		{"Loader suppression ratio", "single_flight_requests_total"},
+		{"In-flight keys", "single_flight_in_flight"},
+		{"Waiter latency p50/p95/p99", "single_flight_waiter_duration_seconds_bucket"},
+		{"Loader latency p50/p95/p99", "single_flight_loader_duration_seconds_bucket"},
+		{"Hit ratio per tier", "flightcache_hits_total"},
+		{"Rejections", "single_flight_rejections_total"},
+		{"Stale served", "flightcache_stale_served_total"},
+	} {
+		p, ok := titles[want.title]
+		if !ok {
+			t.Errorf("no panel %q", want.title)
+			continue
+		}
+		found := false
+		for _, tg := range p.Targets {
+			found = found || slices.Contains(metricNames(tg.Expr), want.mustUse)
+		}
+		if !found {
+			t.Errorf("panel %q does not query %s", want.title, want.mustUse)
+		}
+	}
+	// The two ratios are the seed's formulas, not their inverses.
+	rpl := titles["Requests per loader"].Targets[0].Expr
+	if i, j := strings.Index(rpl, "single_flight_requests_total"), strings.Index(rpl, "single_flight_loader_started_total"); i < 0 || j < i || !strings.Contains(rpl[i:j], "/") {
+		t.Errorf("requests per loader is not requests / loader executions: %s", rpl)
+	}
+	sup := titles["Loader suppression ratio"].Targets[0].Expr
+	if !strings.HasPrefix(sup, "1 - (") || strings.Index(sup, "single_flight_loader_started_total") > strings.Index(sup, "single_flight_requests_total") {
+		t.Errorf("suppression ratio is not 1 - loader executions / requests: %s", sup)
+	}
+	for _, q := range []string{"Waiter latency p50/p95/p99", "Loader latency p50/p95/p99"} {
+		var got []string
+		for _, tg := range titles[q].Targets {
+			got = append(got, strings.SplitN(strings.TrimPrefix(tg.Expr, "histogram_quantile("), ",", 2)[0])
+		}
+		if !slices.Equal(got, []string{"0.5", "0.95", "0.99"}) {
+			t.Errorf("%s quantiles = %v, want 0.5, 0.95, 0.99", q, got)
+		}
+	}
+}
