@@ -1,0 +1,262 @@
+// Package httpapi is productd's HTTP JSON API: routing (Go 1.22 patterns),
+// validation, RFC 9211 Cache-Status headers, JSON errors and the recover
+// middleware that keeps a panic from taking the process down.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/flightcache/flightcache/internal/product"
+)
+
+// Query parameter defaults: a GET without locale or currency asks for the
+// catalog's base variant.
+const (
+	DefaultLocale   = "en-US"
+	DefaultCurrency = "USD"
+	// maxBody bounds a PUT body; a product patch is a few dozen bytes.
+	maxBody = 4 << 10
+)
+
+// Service is what the API needs from the domain: product.QueryService.
+type Service interface {
+	Get(ctx context.Context, ref product.Ref) (product.Served, error)
+	Update(ctx context.Context, ref product.Ref, p product.Patch) (product.Product, error)
+}
+
+// Options configures New.
+type Options struct {
+	// Service answers product requests. Required.
+	Service Service
+	// CacheName is the cache's name in Cache-Status; default "flightcache".
+	CacheName string
+	// Ready reports whether the dependencies (origin, Redis) are reachable,
+	// for /readyz. Nil means always ready.
+	Ready func(ctx context.Context) error
+	// Metrics serves /metrics; nil leaves the route out.
+	Metrics http.Handler
+	// RetryAfter is sent with 503s; default 1s.
+	RetryAfter time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+type api struct {
+	Options
+}
+
+// New returns the API's handler: the routes wrapped in the recover
+// middleware.
+//
+//	GET  /v1/tenants/{tenant}/products/{id}?locale=en-US&currency=USD
+//	PUT  /v1/tenants/{tenant}/products/{id}?locale=en-US&currency=USD
+//	GET  /healthz, /readyz, /metrics
+func New(opts Options) http.Handler {
+	if opts.CacheName == "" {
+		opts.CacheName = "flightcache"
+	}
+	if opts.RetryAfter <= 0 {
+		opts.RetryAfter = time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	a := &api{opts}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/tenants/{tenant}/products/{id}", a.getProduct)
+	mux.HandleFunc("PUT /v1/tenants/{tenant}/products/{id}", a.putProduct)
+	mux.HandleFunc("/v1/tenants/{tenant}/products/{id}", methodNotAllowed("GET, HEAD, PUT"))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", a.readyz)
+	if opts.Metrics != nil {
+		mux.Handle("GET /metrics", opts.Metrics)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, apiError{status: http.StatusNotFound, code: "no_route", message: "no such route"})
+	})
+	return Recover(opts.Logger, rejectUncleanPaths(mux))
+}
+
+// rejectUncleanPaths answers 400 to a path with empty, "." or ".."
+// segments. ServeMux would redirect it to the cleaned path; an API answers
+// that the input is invalid instead, so that a client never has a product
+// request silently rewritten into another one.
+func rejectUncleanPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if p == "" || p[0] != '/' || strings.Contains(p, "//") || strings.Contains(p, "/./") || strings.Contains(p, "/../") ||
+			strings.HasSuffix(p, "/.") || strings.HasSuffix(p, "/..") {
+			writeError(w, apiError{status: http.StatusBadRequest, code: "invalid_path", message: "the path has empty, '.' or '..' segments"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeError(w, apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed", message: "allowed methods: " + allow})
+	}
+}
+
+// ParseRef validates the path values and the query of a product request
+// into a product.Ref. locale and currency default to DefaultLocale and
+// DefaultCurrency; a malformed query or a repeated parameter is an error.
+// Every error is a *product.InvalidError.
+func ParseRef(tenant, id, rawQuery string) (product.Ref, error) {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return product.Ref{}, &product.InvalidError{Field: "query", Reason: "malformed query string"}
+	}
+	locale, currency := DefaultLocale, DefaultCurrency
+	for name, vs := range q {
+		if len(vs) != 1 {
+			return product.Ref{}, &product.InvalidError{Field: "query", Reason: "each parameter may appear once"}
+		}
+		switch name {
+		case "locale":
+			locale = vs[0]
+		case "currency":
+			currency = vs[0]
+		}
+	}
+	return product.NewRef(tenant, id, locale, currency)
+}
+
+func (a *api) getProduct(w http.ResponseWriter, r *http.Request) {
+	ref, err := ParseRef(r.PathValue("tenant"), r.PathValue("id"), r.URL.RawQuery)
+	if err != nil {
+		writeError(w, classify(err, a.RetryAfter))
+		return
+	}
+	sv, err := a.Service.Get(r.Context(), ref)
+	notFound := errors.Is(err, product.ErrNotFound)
+	w.Header().Set("Cache-Status", CacheStatus(a.CacheName, sv, notFound))
+	if err != nil {
+		e := classify(err, a.RetryAfter)
+		if e.status >= 500 {
+			a.Logger.LogAttrs(r.Context(), slog.LevelWarn, "product lookup failed",
+				slog.Int("status", e.status), slog.String("code", e.code), slog.Any("error", err))
+		}
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, sv.Product)
+}
+
+func (a *api) putProduct(w http.ResponseWriter, r *http.Request) {
+	ref, err := ParseRef(r.PathValue("tenant"), r.PathValue("id"), r.URL.RawQuery)
+	if err != nil {
+		writeError(w, classify(err, a.RetryAfter))
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			writeError(w, apiError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type", message: "send application/json"})
+			return
+		}
+	}
+	var p product.Patch
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, apiError{status: http.StatusRequestEntityTooLarge, code: "body_too_large", message: "the body must be at most 4 KiB"})
+			return
+		}
+		writeError(w, apiError{status: http.StatusBadRequest, code: "invalid_body", message: `the body must be a JSON object {"displayName": string, "priceCents": integer}`})
+		return
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		writeError(w, apiError{status: http.StatusBadRequest, code: "invalid_body", message: "the body must hold exactly one JSON object"})
+		return
+	}
+	if err := p.Validate(); err != nil {
+		writeError(w, classify(err, a.RetryAfter))
+		return
+	}
+	out, err := a.Service.Update(r.Context(), ref, p)
+	w.Header().Set("Cache-Status", a.CacheName+"; fwd=request; detail=invalidated")
+	if err != nil {
+		e := classify(err, a.RetryAfter)
+		if e.status >= 500 {
+			a.Logger.LogAttrs(r.Context(), slog.LevelWarn, "product update failed",
+				slog.Int("status", e.status), slog.String("code", e.code), slog.Any("error", err))
+		}
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
+	if a.Ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := a.Ready(ctx); err != nil {
+			a.Logger.LogAttrs(r.Context(), slog.LevelWarn, "not ready", slog.Any("error", err))
+			writeError(w, apiError{status: http.StatusServiceUnavailable, code: "not_ready", message: "a dependency is unreachable", retryAfter: a.RetryAfter})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// Recover turns a panic in next into a 500 JSON error and a log line with
+// the stack, so one bad request never kills the process. http.ErrAbortHandler
+// is re-panicked: it is net/http's way to abort a response on purpose.
+func Recover(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rw := &trackingWriter{ResponseWriter: w}
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler { //nolint:errorlint // a sentinel panic value, compared as net/http does
+				panic(v)
+			}
+			log.LogAttrs(r.Context(), slog.LevelError, "panic serving request",
+				slog.String("method", r.Method), slog.String("route", r.Pattern),
+				slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+			if !rw.wrote {
+				writeError(rw, apiError{status: http.StatusInternalServerError, code: "internal", message: "internal error"})
+			}
+		}()
+		next.ServeHTTP(rw, r)
+	})
+}
+
+// trackingWriter remembers whether the header was written, so Recover
+// knows whether it may still send an error.
+type trackingWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (t *trackingWriter) WriteHeader(code int) {
+	t.wrote = true
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *trackingWriter) Write(b []byte) (int, error) {
+	t.wrote = true
+	return t.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the real writer.
+func (t *trackingWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }

@@ -1,0 +1,429 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/internal/product"
+	"github.com/flightcache/flightcache/memstore"
+	"github.com/flightcache/flightcache/singleflight"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var catalog = product.Catalog{
+	Tenants:           []string{"acme", "globex"},
+	ProductsPerTenant: 50,
+	Locales:           []string{"en-US", "de-DE"},
+	Currencies:        []string{"USD", "EUR"},
+}
+
+// faultRepo wraps the real in-memory origin; get, when set, replaces Get
+// (it may call next) so a test can block, fail or panic the origin.
+type faultRepo struct {
+	product.Repository
+	get func(ctx context.Context, ref product.Ref, next func() (product.Product, error)) (product.Product, error)
+}
+
+func (f *faultRepo) Get(ctx context.Context, ref product.Ref) (product.Product, error) {
+	next := func() (product.Product, error) { return f.Repository.Get(ctx, ref) }
+	if f.get != nil {
+		return f.get(ctx, ref, next)
+	}
+	return next()
+}
+
+// flightEvents counts the engine's events, so tests can wait for callers
+// to have joined a flight instead of sleeping.
+type flightEvents struct {
+	shared  chan struct{} // one send per caller that joined a flight
+	started chan struct{} // one send per loader started
+}
+
+func newFlightEvents() *flightEvents {
+	return &flightEvents{shared: make(chan struct{}, 1024), started: make(chan struct{}, 1024)}
+}
+
+func (f *flightEvents) ObserveCache(flightcache.Event) {}
+func (f *flightEvents) ObserveFlight(e singleflight.Event) {
+	switch e.Kind {
+	case singleflight.EventShared:
+		f.shared <- struct{}{}
+	case singleflight.EventLoaderStarted:
+		f.started <- struct{}{}
+	}
+}
+
+type testAPI struct {
+	h       http.Handler
+	repo    *faultRepo
+	counted *product.CountingRepository
+	events  *flightEvents
+}
+
+type apiConfig struct {
+	loaderTimeout time.Duration
+	maxInFlight   int
+	ready         func(context.Context) error
+}
+
+func newTestAPI(t testing.TB, cfg apiConfig) *testAPI {
+	t.Helper()
+	repo := &faultRepo{Repository: product.NewMemoryRepository(catalog)}
+	counted := product.Count(repo, nil)
+	local, err := memstore.New(memstore.Options[product.Entry]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(local.Close)
+	ev := newFlightEvents()
+	if cfg.loaderTimeout == 0 {
+		cfg.loaderTimeout = 5 * time.Second
+	}
+	c, err := flightcache.New(flightcache.Options[product.Entry]{
+		Name: "product", Local: local, TTL: time.Minute, NegativeTTL: 10 * time.Second,
+		LoaderTimeout: cfg.loaderTimeout, MaxInFlight: cfg.maxInFlight, Observer: ev,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	svc, err := product.NewQueryService(counted, product.ServiceOptions{
+		Cache: c, TTL: time.Minute, NegativeTTL: 10 * time.Second, Jitter: 0.1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	h := New(Options{Service: svc, Ready: cfg.ready, Metrics: http.NotFoundHandler(), Logger: quiet})
+	return &testAPI{h: h, repo: repo, counted: counted, events: ev}
+}
+
+func (a *testAPI) do(method, target, body string, hdr ...string) *httptest.ResponseRecorder {
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req := httptest.NewRequest(method, target, r)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	w := httptest.NewRecorder()
+	a.h.ServeHTTP(w, req)
+	return w
+}
+
+// wantError checks the status and that the body is exactly the JSON error
+// shape with the given code.
+func wantError(t *testing.T, w *httptest.ResponseRecorder, status int, code string) {
+	t.Helper()
+	if w.Code != status {
+		t.Fatalf("status %d, want %d; body %s", w.Code, status, w.Body)
+	}
+	if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("Content-Type %q, want application/json", ct)
+	}
+	var raw map[string]map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &raw); err != nil {
+		t.Fatalf("body %s is not a JSON error: %v", w.Body, err)
+	}
+	e, ok := raw["error"]
+	if len(raw) != 1 || !ok || len(e) != 2 {
+		t.Fatalf(`body %s: want exactly {"error":{"code","message"}}`, w.Body)
+	}
+	if got, _ := e["code"].(string); got != code {
+		t.Fatalf("error code %q, want %q", got, code)
+	}
+	if msg, _ := e["message"].(string); msg == "" {
+		t.Fatalf("empty error message in %s", w.Body)
+	}
+}
+
+const p1 = "/v1/tenants/acme/products/p-00001"
+
+func TestGetServesTheProductAndThenHitsTheCache(t *testing.T) {
+	a := newTestAPI(t, apiConfig{})
+	w := a.do("GET", p1+"?locale=de-DE&currency=EUR", "")
+	if w.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	var got product.Product
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if want := catalog.Row("acme", 1, "de-DE", "EUR"); got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	for _, f := range []string{`"productId"`, `"tenantId"`, `"displayName"`, `"priceCents"`, `"currency"`, `"locale"`} {
+		if !strings.Contains(w.Body.String(), f) {
+			t.Errorf("body %s lacks field %s", w.Body, f)
+		}
+	}
+	if cs := w.Header().Get("Cache-Status"); !strings.HasPrefix(cs, "flightcache; fwd=miss; stored; ttl=") {
+		t.Fatalf("first Cache-Status %q, want a stored miss with ttl", cs)
+	}
+	w = a.do("GET", p1+"?locale=de-de&currency=eur", "") // same variant, other case
+	if cs := w.Header().Get("Cache-Status"); w.Code != 200 || !strings.HasPrefix(cs, "flightcache; hit; ttl=") {
+		t.Fatalf("second GET: %d, Cache-Status %q; want a hit", w.Code, cs)
+	}
+	if q := a.counted.Queries(); q != 1 {
+		t.Fatalf("%d origin queries, want 1", q)
+	}
+	// Defaults: en-US and USD.
+	w = a.do("GET", p1, "")
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || got.Locale != "en-US" || got.Currency != "USD" {
+		t.Fatalf("GET without query: %s (%v)", w.Body, err)
+	}
+}
+
+func TestInvalidInputGets400WithTheFieldInTheCode(t *testing.T) {
+	a := newTestAPI(t, apiConfig{})
+	tests := []struct{ target, code string }{
+		{"/v1/tenants/ACME/products/p-00001", "invalid_tenant"},
+		{"/v1/tenants/acme/products/p.1", "invalid_id"},
+		{"/v1/tenants/acme/products/" + strings.Repeat("x", 65), "invalid_id"},
+		{"/v1/tenants/acme/products/p%2F1", "invalid_id"},
+		{p1 + "?locale=en_US", "invalid_locale"},
+		{p1 + "?locale=", "invalid_locale"},
+		{p1 + "?currency=US", "invalid_currency"},
+		{p1 + "?currency=%zz", "invalid_query"},
+		{p1 + "?locale=en-US&locale=de-DE", "invalid_query"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.target, func(t *testing.T) {
+			wantError(t, a.do("GET", tc.target, ""), http.StatusBadRequest, tc.code)
+		})
+	}
+	if q := a.counted.Queries(); q != 0 {
+		t.Fatalf("invalid requests made %d origin queries", q)
+	}
+}
+
+func TestUnknownProductIs404AndNegativelyCached(t *testing.T) {
+	a := newTestAPI(t, apiConfig{})
+	w := a.do("GET", "/v1/tenants/acme/products/nope", "")
+	wantError(t, w, http.StatusNotFound, "not_found")
+	if cs := w.Header().Get("Cache-Status"); cs != "flightcache; fwd=miss; stored; ttl=10; detail=not-found" {
+		t.Fatalf("Cache-Status %q", cs)
+	}
+	w = a.do("GET", "/v1/tenants/acme/products/nope", "")
+	wantError(t, w, http.StatusNotFound, "not_found")
+	if cs := w.Header().Get("Cache-Status"); !strings.HasPrefix(cs, "flightcache; hit; ttl=") || !strings.HasSuffix(cs, "; detail=not-found") {
+		t.Fatalf("second Cache-Status %q, want a negative hit", cs)
+	}
+	if q := a.counted.Queries(); q != 1 {
+		t.Fatalf("%d origin queries, want 1: the second 404 must come from the cache", q)
+	}
+}
+
+func TestRoutingErrors(t *testing.T) {
+	a := newTestAPI(t, apiConfig{})
+	w := a.do("DELETE", p1, "")
+	wantError(t, w, http.StatusMethodNotAllowed, "method_not_allowed")
+	if allow := w.Header().Get("Allow"); !strings.Contains(allow, "PUT") {
+		t.Fatalf("Allow %q", allow)
+	}
+	wantError(t, a.do("GET", "/v1/nothing", ""), http.StatusNotFound, "no_route")
+	if w := a.do("GET", "/healthz", ""); w.Code != 200 {
+		t.Fatalf("healthz %d", w.Code)
+	}
+}
+
+func TestPutUpdatesAndTheNextGetSeesIt(t *testing.T) {
+	a := newTestAPI(t, apiConfig{})
+	if w := a.do("GET", p1, ""); w.Code != 200 { // cache the old value
+		t.Fatal(w.Code)
+	}
+	w := a.do("PUT", p1+"?locale=en-US&currency=USD", `{"displayName":"Brand new","priceCents":4242}`, "Content-Type", "application/json")
+	if w.Code != http.StatusOK {
+		t.Fatalf("PUT %d: %s", w.Code, w.Body)
+	}
+	var got product.Product
+	w = a.do("GET", p1, "")
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || got.DisplayName != "Brand new" || got.PriceCents != 4242 {
+		t.Fatalf("GET after PUT: %s (%v)", w.Body, err)
+	}
+	if cs := w.Header().Get("Cache-Status"); !strings.Contains(cs, "fwd=miss") {
+		t.Fatalf("GET after PUT Cache-Status %q: want a miss", cs)
+	}
+}
+
+func TestPutRejectsBadBodies(t *testing.T) {
+	a := newTestAPI(t, apiConfig{})
+	tests := []struct {
+		name, body, ctype string
+		status            int
+		code              string
+	}{
+		{"empty patch", `{}`, "application/json", 400, "invalid_body"},
+		{"not json", `nope`, "application/json", 400, "invalid_body"},
+		{"unknown field", `{"price":1}`, "application/json", 400, "invalid_body"},
+		{"two objects", `{"priceCents":1}{"priceCents":2}`, "", 400, "invalid_body"},
+		{"negative price", `{"priceCents":-1}`, "application/json", 400, "invalid_priceCents"},
+		{"control char", `{"displayName":"a\u0007"}`, "application/json", 400, "invalid_displayName"},
+		{"wrong type", `{"priceCents":1}`, "text/plain", 415, "unsupported_media_type"},
+		{"too big", `{"displayName":"` + strings.Repeat("a", 5000) + `"}`, "application/json", 413, "body_too_large"},
+		{"unknown product", `{"priceCents":1}`, "application/json; charset=utf-8", 404, "not_found"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			target := p1
+			if tc.code == "not_found" {
+				target = "/v1/tenants/acme/products/nope"
+			}
+			hdr := []string{}
+			if tc.ctype != "" {
+				hdr = []string{"Content-Type", tc.ctype}
+			}
+			wantError(t, a.do("PUT", target, tc.body, hdr...), tc.status, tc.code)
+		})
+	}
+}
+
+func TestOriginFailuresMapToGatewayErrors(t *testing.T) {
+	t.Run("origin error is 502", func(t *testing.T) {
+		a := newTestAPI(t, apiConfig{})
+		a.repo.get = func(context.Context, product.Ref, func() (product.Product, error)) (product.Product, error) {
+			return product.Product{}, errors.New("connection refused")
+		}
+		w := a.do("GET", p1, "")
+		wantError(t, w, http.StatusBadGateway, "origin_error")
+		if cs := w.Header().Get("Cache-Status"); cs != "flightcache; fwd=miss; detail=load-failed" {
+			t.Fatalf("Cache-Status %q", cs)
+		}
+	})
+	t.Run("origin timeout is 504", func(t *testing.T) {
+		a := newTestAPI(t, apiConfig{loaderTimeout: 20 * time.Millisecond})
+		a.repo.get = func(ctx context.Context, _ product.Ref, _ func() (product.Product, error)) (product.Product, error) {
+			<-ctx.Done()
+			return product.Product{}, ctx.Err()
+		}
+		wantError(t, a.do("GET", p1, ""), http.StatusGatewayTimeout, "origin_timeout")
+	})
+	t.Run("loader panic is 500", func(t *testing.T) {
+		a := newTestAPI(t, apiConfig{})
+		a.repo.get = func(context.Context, product.Ref, func() (product.Product, error)) (product.Product, error) {
+			panic("origin driver bug")
+		}
+		wantError(t, a.do("GET", p1, ""), http.StatusInternalServerError, "internal")
+		a.repo.get = nil
+		if w := a.do("GET", "/v1/tenants/acme/products/p-00002", ""); w.Code != 200 {
+			t.Fatalf("after a loader panic the API answers %d", w.Code)
+		}
+	})
+}
+
+func TestEngineLimitIs503WithRetryAfter(t *testing.T) {
+	a := newTestAPI(t, apiConfig{maxInFlight: 1})
+	release := make(chan struct{})
+	a.repo.get = func(ctx context.Context, ref product.Ref, next func() (product.Product, error)) (product.Product, error) {
+		if ref.ID == "p-00001" {
+			<-release
+		}
+		return next()
+	}
+	done := make(chan int)
+	go func() { done <- a.do("GET", p1, "").Code }()
+	<-a.events.started // the blocked load holds the only slot
+	w := a.do("GET", "/v1/tenants/acme/products/p-00002", "")
+	wantError(t, w, http.StatusServiceUnavailable, "overloaded")
+	if ra := w.Header().Get("Retry-After"); ra != "1" {
+		t.Fatalf("Retry-After %q, want 1", ra)
+	}
+	close(release)
+	if code := <-done; code != 200 {
+		t.Fatalf("the blocked request finished with %d", code)
+	}
+}
+
+func TestConcurrentMissesAreCollapsedIntoOneOriginQuery(t *testing.T) {
+	a := newTestAPI(t, apiConfig{})
+	const n = 50
+	release := make(chan struct{})
+	a.repo.get = func(ctx context.Context, _ product.Ref, next func() (product.Product, error)) (product.Product, error) {
+		<-release
+		return next()
+	}
+	var wg sync.WaitGroup
+	statuses := make([]string, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := a.do("GET", p1, "")
+			if w.Code == 200 {
+				statuses[i] = w.Header().Get("Cache-Status")
+			}
+		}()
+	}
+	for range n - 1 { // every other caller joined the flight
+		<-a.events.shared
+	}
+	close(release)
+	wg.Wait()
+	stored, collapsed := 0, 0
+	for _, s := range statuses {
+		switch {
+		case strings.HasPrefix(s, "flightcache; fwd=miss; stored; ttl="):
+			stored++
+		case strings.HasPrefix(s, "flightcache; fwd=miss; collapsed; ttl="):
+			collapsed++
+		default:
+			t.Errorf("unexpected Cache-Status %q", s)
+		}
+	}
+	if stored != 1 || collapsed != n-1 || a.counted.Queries() != 1 {
+		t.Fatalf("stored=%d collapsed=%d queries=%d; want 1, %d, 1", stored, collapsed, a.counted.Queries(), n-1)
+	}
+}
+
+func TestReadyz(t *testing.T) {
+	a := newTestAPI(t, apiConfig{ready: func(context.Context) error { return nil }})
+	if w := a.do("GET", "/readyz", ""); w.Code != 200 {
+		t.Fatalf("readyz %d", w.Code)
+	}
+	b := newTestAPI(t, apiConfig{ready: func(context.Context) error { return errors.New("db down") }})
+	w := b.do("GET", "/readyz", "")
+	wantError(t, w, http.StatusServiceUnavailable, "not_ready")
+	if w.Header().Get("Retry-After") == "" {
+		t.Fatal("no Retry-After on a 503")
+	}
+}
+
+func TestRecoverKeepsTheProcessAliveAfterAHandlerPanic(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	h := Recover(quiet, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/boom" {
+			panic("handler bug")
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	defer srv.Client().CloseIdleConnections()
+	resp, err := srv.Client().Get(srv.URL + "/boom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 500 || !strings.Contains(string(body), `"code":"internal"`) {
+		t.Fatalf("panic answered %d %s", resp.StatusCode, body)
+	}
+	resp, err = srv.Client().Get(srv.URL + "/ok")
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("after the panic: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
