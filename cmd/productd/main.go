@@ -1,0 +1,40 @@
+// Command productd is the flightcache reference service: a product-detail
+// HTTP API over SQLite or PostgreSQL with a stampede-proof cache in front.
+//
+//	go run ./cmd/productd                       # SQLite file productd.db, memory cache
+//	go run ./cmd/productd -db postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+//	go run ./cmd/productd -redis redis://127.0.0.1:6379/0
+//	go run ./cmd/productd -h                    # every flag and PRODUCTD_* variable
+//
+// See docs/productd.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/flightcache/flightcache/internal/productd"
+)
+
+func main() {
+	cfg, err := productd.FromEnvironment()
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	log := cfg.NewLogger(os.Stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := productd.Run(ctx, cfg, log); err != nil {
+		log.Error("productd failed", "error", err)
+		os.Exit(1)
+	}
+}

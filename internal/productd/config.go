@@ -1,0 +1,246 @@
+// Package productd is the reference service: a product-detail HTTP API over
+// an SQL origin with a flightcache in front. cmd/productd runs it;
+// cmd/stampede starts it in-process. Run(ctx, cfg, log) is the whole
+// server; New and Serve split it for callers that bring their own listener.
+package productd
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/internal/product"
+)
+
+// Config is everything productd can be told. Every field has a flag and a
+// PRODUCTD_* environment variable (see ParseFlags); Default gives the
+// values used when neither is set.
+type Config struct {
+	Addr          string        // listen address
+	DB            string        // SQLite file path, or postgres:// URL
+	DBMaxConns    int           // origin connection pool size
+	Seed          bool          // seed the demo catalog into an empty database
+	Redis         string        // redis:// URL of the shared tier; empty: memory only
+	RedisPrefix   string        // key prefix in Redis
+	OriginLatency time.Duration // artificial delay per origin lookup
+
+	Mode            product.Mode // flightcache or naive
+	TTL             time.Duration
+	NegativeTTL     time.Duration
+	Jitter          float64
+	StaleFor        time.Duration
+	EarlyRefresh    bool
+	LoaderTimeout   time.Duration
+	MaxInFlight     int
+	MaxWaiters      int
+	LocalMaxEntries int
+
+	ShutdownTimeout time.Duration
+	LogLevel        string // debug, info, warn, error
+	LogFormat       string // text or json
+}
+
+// Default returns the configuration productd runs with when nothing is set.
+func Default() Config {
+	return Config{
+		Addr:            ":8080",
+		DB:              "productd.db",
+		DBMaxConns:      product.DefaultMaxConns,
+		Seed:            true,
+		RedisPrefix:     "productd:",
+		Mode:            product.ModeFlightcache,
+		TTL:             5 * time.Minute,
+		NegativeTTL:     30 * time.Second,
+		Jitter:          0.1,
+		LoaderTimeout:   5 * time.Second,
+		MaxInFlight:     10_000,
+		MaxWaiters:      100_000,
+		LocalMaxEntries: 100_000,
+		ShutdownTimeout: 15 * time.Second,
+		LogLevel:        "info",
+		LogFormat:       "text",
+	}
+}
+
+// Validate reports the first setting out of range.
+func (c Config) Validate() error {
+	bad := func(format string, a ...any) error { return fmt.Errorf("productd: "+format, a...) }
+	switch {
+	case c.DB == "":
+		return bad("-db must not be empty")
+	case c.DBMaxConns < 1:
+		return bad("-db-max-conns must be at least 1")
+	case c.OriginLatency < 0:
+		return bad("-origin-latency must not be negative")
+	case c.TTL < flightcache.MinTTL || c.TTL > flightcache.MaxTTL:
+		return bad("-cache-ttl must be between %v and %v", flightcache.MinTTL, flightcache.MaxTTL)
+	case c.NegativeTTL < flightcache.MinTTL || c.NegativeTTL > c.TTL:
+		return bad("-negative-ttl must be between 1s and -cache-ttl")
+	case c.Jitter < 0 || c.Jitter > 0.5:
+		return bad("-cache-jitter must be in [0, 0.5]")
+	case c.StaleFor < 0:
+		return bad("-stale-for must not be negative")
+	case c.LoaderTimeout < time.Millisecond || c.LoaderTimeout > 10*time.Minute:
+		return bad("-loader-timeout must be between 1ms and 10m")
+	case c.MaxInFlight < 0 || c.MaxWaiters < 0:
+		return bad("-max-in-flight and -max-waiters must not be negative")
+	case c.LocalMaxEntries < 1:
+		return bad("-local-max-entries must be at least 1")
+	case c.ShutdownTimeout <= 0:
+		return bad("-shutdown-timeout must be positive")
+	case c.LogFormat != "text" && c.LogFormat != "json":
+		return bad("-log-format must be text or json")
+	}
+	if _, err := product.ParseMode(string(c.Mode)); err != nil {
+		return err
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return err
+	}
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("productd: -log-level must be debug, info, warn or error")
+	}
+	return l, nil
+}
+
+// NewLogger returns the slog logger c asks for, writing to w.
+func (c Config) NewLogger(w io.Writer) *slog.Logger {
+	lvl, _ := parseLevel(c.LogLevel)
+	o := &slog.HandlerOptions{Level: lvl}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, o))
+	}
+	return slog.New(slog.NewTextHandler(w, o))
+}
+
+// envPrefix starts every environment variable productd reads.
+const envPrefix = "PRODUCTD_"
+
+// ParseFlags reads the configuration from args (without the program name)
+// over the environment (getenv, usually os.Getenv) over Default: a flag
+// wins over its variable, which wins over the default. -h prints every
+// flag with its variable and default to out and returns flag.ErrHelp.
+func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Config, error) {
+	c := Default()
+	fs := flag.NewFlagSet("productd", flag.ContinueOnError)
+	fs.SetOutput(out)
+	var envErrs []error
+	// bind registers a flag whose default comes from its variable, and
+	// names the variable in the usage text.
+	bind := func(name, usage string, set func(fs *flag.FlagSet, env string, usage string)) {
+		env := envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		set(fs, env, usage+" (env "+env+")")
+	}
+	str := func(p *string, name, usage string) {
+		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
+			if v := getenv(env); v != "" {
+				*p = v
+			}
+			fs.StringVar(p, name, *p, usage)
+		})
+	}
+	dur := func(p *time.Duration, name, usage string) {
+		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
+			if v := getenv(env); v != "" {
+				d, err := time.ParseDuration(v)
+				if err != nil {
+					envErrs = append(envErrs, fmt.Errorf("productd: %s: %w", env, err))
+				}
+				*p = d
+			}
+			fs.DurationVar(p, name, *p, usage)
+		})
+	}
+	num := func(p *int, name, usage string) {
+		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
+			if v := getenv(env); v != "" {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					envErrs = append(envErrs, fmt.Errorf("productd: %s: %w", env, err))
+				}
+				*p = n
+			}
+			fs.IntVar(p, name, *p, usage)
+		})
+	}
+	boolean := func(p *bool, name, usage string) {
+		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
+			if v := getenv(env); v != "" {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					envErrs = append(envErrs, fmt.Errorf("productd: %s: %w", env, err))
+				}
+				*p = b
+			}
+			fs.BoolVar(p, name, *p, usage)
+		})
+	}
+	float := func(p *float64, name, usage string) {
+		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
+			if v := getenv(env); v != "" {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					envErrs = append(envErrs, fmt.Errorf("productd: %s: %w", env, err))
+				}
+				*p = f
+			}
+			fs.Float64Var(p, name, *p, usage)
+		})
+	}
+	mode := string(c.Mode)
+
+	str(&c.Addr, "addr", "HTTP listen address")
+	str(&c.DB, "db", "origin database: a SQLite file path (created and seeded if missing) or a postgres:// URL")
+	num(&c.DBMaxConns, "db-max-conns", "origin connection pool size")
+	boolean(&c.Seed, "seed", "seed the demo catalog (3 tenants x 2,000 products x 3 locales x 3 currencies) on first start")
+	str(&c.Redis, "redis", "redis:// URL of the shared cache tier; empty keeps the cache in memory only")
+	str(&c.RedisPrefix, "redis-prefix", "prefix of productd's keys in Redis")
+	dur(&c.OriginLatency, "origin-latency", "artificial delay added to each origin lookup (demos, tests), e.g. 200ms")
+	str(&mode, "mode", "read path: flightcache (coalesced) or naive (uncoordinated cache-aside, to show the herd)")
+	dur(&c.TTL, "cache-ttl", "how long a product stays fresh in the cache (1s to 24h)")
+	dur(&c.NegativeTTL, "negative-ttl", "how long a \"not found\" is cached (1s to -cache-ttl)")
+	float(&c.Jitter, "cache-jitter", "fraction by which each TTL is randomly shortened, in [0, 0.5]")
+	dur(&c.StaleFor, "stale-for", "serve values up to this long past their TTL when the origin fails (0: off)")
+	boolean(&c.EarlyRefresh, "early-refresh", "refresh hot entries in the background before they expire (XFetch)")
+	dur(&c.LoaderTimeout, "loader-timeout", "hard timeout of one origin load; beyond it requests get 504")
+	num(&c.MaxInFlight, "max-in-flight", "products loading at once before new misses get 503 (0: unlimited)")
+	num(&c.MaxWaiters, "max-waiters", "requests waiting on one load before more get 503 (0: unlimited)")
+	num(&c.LocalMaxEntries, "local-max-entries", "bound of the in-memory cache tier, in entries")
+	dur(&c.ShutdownTimeout, "shutdown-timeout", "how long a graceful shutdown waits for requests in flight")
+	str(&c.LogLevel, "log-level", "debug, info, warn or error")
+	str(&c.LogFormat, "log-format", "text or json")
+
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "productd: the flightcache reference product-detail service.\n\n"+
+			"Usage: productd [flags]\n\nEvery flag can also be set by the environment variable shown; a flag wins.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := errors.Join(envErrs...); err != nil {
+		return c, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("productd: unexpected argument %q", fs.Arg(0))
+	}
+	c.Mode = product.Mode(mode)
+	return c, c.Validate()
+}
+
+// FromEnvironment is ParseFlags(os.Args[1:], os.Getenv, os.Stderr).
+func FromEnvironment() (Config, error) {
+	return ParseFlags(os.Args[1:], os.Getenv, os.Stderr)
+}

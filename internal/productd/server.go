@@ -1,0 +1,318 @@
+package productd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/internal/httpapi"
+	"github.com/flightcache/flightcache/internal/product"
+	"github.com/flightcache/flightcache/memstore"
+	"github.com/flightcache/flightcache/promflight"
+	"github.com/flightcache/flightcache/redisstore"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+)
+
+// OriginQueriesMetric is the Prometheus counter of origin lookups; the
+// stampede demo and the end-to-end tests read it from /metrics.
+const OriginQueriesMetric = "productd_origin_queries_total"
+
+// Server is a productd instance: the origin, the cache tiers, the service
+// and its HTTP handler. Build it with New, then Serve; or just call Run.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	repo    *product.SQLRepository
+	counted *product.CountingRepository
+	local   *memstore.Store[product.Entry]
+	rdb     *redis.Client // nil without -redis
+	cache   *flightcache.Cache[product.Entry]
+	svc     *product.QueryService
+	handler http.Handler
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New opens the origin (migrating and, with cfg.Seed, seeding it), connects
+// to Redis when configured, and builds the cache and the HTTP handler. The
+// caller must Serve or Close the Server.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	s = &Server{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+
+	s.repo, err = product.Open(ctx, cfg.DB, product.Options{OriginLatency: cfg.OriginLatency, MaxConns: cfg.DBMaxConns})
+	if err != nil {
+		return nil, err
+	}
+	var seed *product.Catalog
+	if cfg.Seed {
+		seed = &product.DemoCatalog
+	}
+	start := time.Now()
+	seeded, err := product.Migrate(ctx, s.repo, seed)
+	if err != nil {
+		return nil, err
+	}
+	if seeded {
+		log.LogAttrs(ctx, slog.LevelInfo, "seeded the demo catalog",
+			slog.Int("rows", seed.Rows()), slog.Duration("took", time.Since(start)))
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	originQueries := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: OriginQueriesMetric,
+		Help: "Product lookups that reached the origin database.",
+	})
+	reg.MustRegister(originQueries)
+	s.counted = product.Count(s.repo, originQueries.Inc)
+
+	s.local, err = memstore.New(memstore.Options[product.Entry]{MaxEntries: cfg.LocalMaxEntries})
+	if err != nil {
+		return nil, err
+	}
+	svcOpts := product.ServiceOptions{
+		Mode: cfg.Mode, TTL: cfg.TTL, NegativeTTL: cfg.NegativeTTL, Jitter: cfg.Jitter,
+		LoaderTimeout: cfg.LoaderTimeout, Logger: log,
+	}
+	if cfg.Mode == product.ModeNaive {
+		svcOpts.Naive = s.local
+	} else {
+		var shared flightcache.SharedStore
+		if cfg.Redis != "" {
+			shared, err = s.connectRedis(ctx)
+			if err != nil {
+				return nil, err
+			}
+		}
+		metrics, err := promflight.New(reg, promflight.WithOperation("product"))
+		if err != nil {
+			return nil, err
+		}
+		jitter := cfg.Jitter
+		if jitter == 0 {
+			jitter = flightcache.DisableJitter
+		}
+		s.cache, err = flightcache.New(flightcache.Options[product.Entry]{
+			Name: "product", Local: s.local, Shared: shared,
+			TTL: cfg.TTL, NegativeTTL: cfg.NegativeTTL, Jitter: jitter, StaleFor: cfg.StaleFor,
+			EarlyRefresh: cfg.EarlyRefresh, LoaderTimeout: cfg.LoaderTimeout,
+			MaxInFlight: cfg.MaxInFlight, MaxWaiters: cfg.MaxWaiters,
+			Observer: metrics, Logger: log,
+		})
+		if err != nil {
+			return nil, err
+		}
+		svcOpts.Cache = s.cache
+	}
+	s.svc, err = product.NewQueryService(s.counted, svcOpts)
+	if err != nil {
+		return nil, err
+	}
+	cacheName := "flightcache"
+	if cfg.Mode == product.ModeNaive {
+		cacheName = "naive"
+	}
+	api := httpapi.New(httpapi.Options{
+		Service: s.svc, CacheName: cacheName, Ready: s.ready,
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), Logger: log,
+	})
+	s.handler = instrument(reg, api)
+	return s, nil
+}
+
+func (s *Server) connectRedis(ctx context.Context) (flightcache.SharedStore, error) {
+	opt, err := redis.ParseURL(s.cfg.Redis)
+	if err != nil {
+		return nil, fmt.Errorf("productd: -redis: %w", err)
+	}
+	// Let the request's context bound a stuck socket (see redisstore).
+	opt.ContextTimeoutEnabled = true
+	s.rdb = redis.NewClient(opt)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := s.rdb.Ping(pctx).Err(); err != nil {
+		return nil, fmt.Errorf("productd: redis at %s: %w", opt.Addr, err)
+	}
+	return redisstore.New(s.rdb, redisstore.Options{Prefix: s.cfg.RedisPrefix})
+}
+
+// instrument counts requests by route pattern and status. Both labels are
+// bounded: the pattern is one of the routes, never the path.
+func instrument(reg prometheus.Registerer, next http.Handler) http.Handler {
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "productd_http_requests_total",
+		Help: "HTTP requests served, by route pattern and status code.",
+	}, []string{"route", "code"})
+	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "productd_http_request_duration_seconds",
+		Help:    "HTTP request latency, by route pattern.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9),
+	}, []string{"route"})
+	reg.MustRegister(requests, duration)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		next.ServeHTTP(sw, r)
+		route := r.Pattern
+		if route == "" {
+			route = "none"
+		}
+		requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
+		duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if !s.wrote {
+		s.code, s.wrote = code, true
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// ready is /readyz: the origin, and Redis when configured, answer.
+func (s *Server) ready(ctx context.Context) error {
+	if err := s.repo.Ping(ctx); err != nil {
+		return fmt.Errorf("origin: %w", err)
+	}
+	if s.rdb != nil {
+		if err := s.rdb.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+	}
+	return nil
+}
+
+// Handler is the server's HTTP handler, for tests and embedding.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// OriginQueries is the number of product lookups that reached the origin.
+func (s *Server) OriginQueries() int64 { return s.counted.Queries() }
+
+// Tiers names the cache tiers in use, for logs.
+func (s *Server) Tiers() string {
+	switch {
+	case s.cfg.Mode == product.ModeNaive:
+		return "memory (uncoordinated)"
+	case s.rdb != nil:
+		return "memory+redis"
+	default:
+		return "memory"
+	}
+}
+
+// Serve answers HTTP on ln until ctx is done, then shuts down gracefully:
+// it stops accepting, waits up to cfg.ShutdownTimeout for requests in
+// flight, closes the cache (stopping background refreshes), and closes the
+// Redis and database connections. It returns nil after a clean shutdown.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      s.cfg.LoaderTimeout + 10*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	scope := "process-local"
+	if s.cfg.Mode == product.ModeNaive {
+		scope = "none (naive mode)"
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "productd listening",
+		slog.String("addr", ln.Addr().String()),
+		slog.String("mode", string(s.cfg.Mode)),
+		slog.String("coalescing", scope),
+		slog.String("tiers", s.Tiers()),
+		slog.String("origin", string(s.repo.Dialect())),
+		slog.Duration("ttl", s.cfg.TTL),
+		slog.Bool("early_refresh", s.cfg.EarlyRefresh),
+		slog.Duration("origin_latency", s.cfg.OriginLatency))
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		s.log.LogAttrs(context.Background(), slog.LevelInfo, "shutting down: draining requests in flight",
+			slog.Duration("timeout", s.cfg.ShutdownTimeout))
+	case serveErr = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	shutdownErr := srv.Shutdown(sctx)
+	if serveErr == nil {
+		if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+			serveErr = err
+		}
+	}
+	closeErr := s.Close()
+	s.log.LogAttrs(context.Background(), slog.LevelInfo, "productd stopped")
+	return errors.Join(serveErr, shutdownErr, closeErr)
+}
+
+// Close releases the cache, the tiers and the connections. It is
+// idempotent; Serve calls it.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		var errs []error
+		if s.cache != nil {
+			errs = append(errs, s.cache.Close())
+		}
+		if s.local != nil {
+			s.local.Close()
+		}
+		if s.rdb != nil {
+			errs = append(errs, s.rdb.Close())
+		}
+		if s.repo != nil {
+			errs = append(errs, s.repo.Close())
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// Run is the whole service: New, listen on cfg.Addr, Serve until ctx is
+// done.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	s, err := New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		s.Close()
+		return fmt.Errorf("productd: listen: %w", err)
+	}
+	return s.Serve(ctx, ln)
+}
