@@ -740,3 +740,31 @@ func TestLoaderContextAfterFuncAndChildren(t *testing.T) {
 	}
 	<-fired
 }
+
+func TestUnreadDoChanLeaksNothing(t *testing.T) {
+	g := singleflight.New[string, int]()
+	done := make(chan struct{})
+	ch := g.DoChan(context.Background(), "k", func(context.Context) (int, error) {
+		defer close(done)
+		return 1, nil
+	})
+	<-done
+	// Nobody reads ch. The goroutine behind it must still end: the buffered
+	// channel takes the Result. goleak (TestMain) fails the run otherwise;
+	// here we also wait for the delivery to be observable.
+	waitFor(t, "the result to be buffered", func() bool { return len(ch) == 1 })
+}
+
+func TestNilContextIsBackground(t *testing.T) {
+	var g singleflight.Group[string, int]
+	//lint:ignore SA1012 a nil context is exactly the bad input under test
+	v, _, err := g.Do(nil, "k", func(ctx context.Context) (int, error) { //nolint:staticcheck
+		if ctx == nil {
+			return 0, errors.New("loader got a nil context")
+		}
+		return 1, nil
+	})
+	if v != 1 || err != nil {
+		t.Fatalf("Do(nil ctx) = %d, %v", v, err)
+	}
+}
