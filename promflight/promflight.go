@@ -115,8 +115,8 @@ type Metrics struct {
 	abandoned       prometheus.Counter
 	lateResults     prometheus.Counter
 	inFlight        prometheus.Gauge
-	waiterDuration  [numResults]prometheus.Observer
-	loaderDuration  [numResults]prometheus.Observer
+	waiterDuration  [numResults]*durationCounts
+	loaderDuration  [numResults]*durationCounts
 
 	hits           [len(tierNames)]prometheus.Counter
 	misses         [len(tierNames)]prometheus.Counter
@@ -127,7 +127,7 @@ type Metrics struct {
 	earlyRefreshes prometheus.Counter
 	throttled      prometheus.Counter
 	gets           [numOutcomes]prometheus.Counter
-	getDuration    prometheus.Observer
+	getDuration    *durationCounts
 }
 
 var (
@@ -148,6 +148,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	}
 	if cfg.operation == "" {
 		return nil, errors.New("promflight: empty operation name")
+	}
+	if err := validateBuckets(cfg.buckets); err != nil {
+		return nil, err
 	}
 	constLabels := prometheus.Labels{"operation": cfg.operation}
 	for k, v := range cfg.constLabels {
@@ -172,18 +175,16 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		staleServed:     b.counter("flightcache", "stale_served_total", "Gets answered with a stale value because the load failed or was slow (fail-safe)."),
 		earlyRefreshes:  b.counter("flightcache", "early_refreshes_total", "Background early refreshes started."),
 		throttled:       b.counter("flightcache", "throttled_total", "Loads answered by the failure throttle instead of the origin."),
-		getDuration:     b.histogram("flightcache", "get_duration_seconds", "Duration of a Get, whatever served it."),
 	}
 	rejections := b.counterVec("single_flight", "rejections_total", "Calls refused by admission without running the loader, by reason.", "reason")
 	for i, r := range reasonNames {
 		m.rejections[i] = rejections.WithLabelValues(r)
 	}
-	waiter := b.histogramVec("single_flight", "waiter_duration_seconds", "How long each call waited for its result, leader included, by result.", "result")
-	loader := b.histogramVec("single_flight", "loader_duration_seconds", "How long each loader execution ran, by result (timeout: the configured timeout).", "result")
-	for i, r := range resultNames {
-		m.waiterDuration[i] = waiter.WithLabelValues(r)
-		m.loaderDuration[i] = loader.WithLabelValues(r)
-	}
+	m.getDuration = b.histogram("flightcache", "get_duration_seconds", "Duration of a Get, whatever served it.", "", nil)[0]
+	waiter := b.histogram("single_flight", "waiter_duration_seconds", "How long each call waited for its result, leader included, by result.", "result", resultNames[:])
+	loader := b.histogram("single_flight", "loader_duration_seconds", "How long each loader execution ran, by result (timeout: the configured timeout).", "result", resultNames[:])
+	copy(m.waiterDuration[:], waiter)
+	copy(m.loaderDuration[:], loader)
 	hits := b.counterVec("flightcache", "hits_total", "Fresh values found, by tier.", "tier")
 	misses := b.counterVec("flightcache", "misses_total", "Lookups that found no fresh value, by tier.", "tier")
 	negative := b.counterVec("flightcache", "negative_hits_total", "Cached \"not found\" answers, by tier.", "tier")
@@ -242,21 +243,12 @@ func (b *builder) gauge(subsystem, name, help string) prometheus.Gauge {
 	return g
 }
 
-func (b *builder) histogramOpts(subsystem, name, help string) prometheus.HistogramOpts {
-	o := b.opts(subsystem, name, help)
-	return prometheus.HistogramOpts{Namespace: o.Namespace, Subsystem: o.Subsystem, Name: o.Name, Help: o.Help, ConstLabels: o.ConstLabels, Buckets: b.cfg.buckets}
-}
-
-func (b *builder) histogram(subsystem, name, help string) prometheus.Histogram {
-	h := prometheus.NewHistogram(b.histogramOpts(subsystem, name, help))
+// histogram creates a duration histogram with one child per value of label
+// (one child when label is empty) and returns the children in order.
+func (b *builder) histogram(subsystem, name, help, label string, values []string) []*durationCounts {
+	h := newDurationHistogram(prometheus.BuildFQName(b.cfg.namespace, subsystem, name), help, b.labels, b.cfg.buckets, label, values)
 	b.collectors = append(b.collectors, h)
-	return h
-}
-
-func (b *builder) histogramVec(subsystem, name, help, label string) *prometheus.HistogramVec {
-	h := prometheus.NewHistogramVec(b.histogramOpts(subsystem, name, help), []string{label})
-	b.collectors = append(b.collectors, h)
-	return h
+	return h.children
 }
 
 // ObserveFlight records an engine event.
@@ -272,16 +264,16 @@ func (m *Metrics) ObserveFlight(e singleflight.Event) {
 		m.shared.Inc()
 	case singleflight.EventLoaderSucceeded:
 		m.loaderSucceeded.Inc()
-		m.loaderDuration[resultSuccess].Observe(e.Duration.Seconds())
+		m.loaderDuration[resultSuccess].observe(e.Duration)
 	case singleflight.EventLoaderFailed:
 		m.loaderFailed.Inc()
-		m.loaderDuration[resultError].Observe(e.Duration.Seconds())
+		m.loaderDuration[resultError].observe(e.Duration)
 	case singleflight.EventLoaderPanicked:
 		m.panics.Inc()
-		m.loaderDuration[resultPanic].Observe(e.Duration.Seconds())
+		m.loaderDuration[resultPanic].observe(e.Duration)
 	case singleflight.EventTimeout:
 		m.timeouts.Inc()
-		m.loaderDuration[resultTimeout].Observe(e.Duration.Seconds())
+		m.loaderDuration[resultTimeout].observe(e.Duration)
 	case singleflight.EventAbandoned:
 		m.abandoned.Inc()
 	case singleflight.EventLateResult:
@@ -289,7 +281,7 @@ func (m *Metrics) ObserveFlight(e singleflight.Event) {
 	case singleflight.EventInFlight:
 		m.inFlight.Set(float64(e.InFlight))
 	case singleflight.EventWaitDone:
-		m.waiterDuration[resultOf(e.Err)].Observe(e.Duration.Seconds())
+		m.waiterDuration[resultOf(e.Err)].observe(e.Duration)
 	}
 }
 
@@ -319,7 +311,7 @@ func (m *Metrics) ObserveCache(e flightcache.Event) {
 		} else {
 			m.gets[flightcache.OutcomeUnknown].Inc()
 		}
-		m.getDuration.Observe(e.Duration.Seconds())
+		m.getDuration.observe(e.Duration)
 	}
 }
 

@@ -522,3 +522,60 @@ func TestNewRejectsBadConfiguration(t *testing.T) {
 		t.Errorf("after a failed New: %v", err)
 	}
 }
+
+// TestDurationHistogramBuckets pins the hand-rolled histogram to Prometheus'
+// semantics: "le" buckets are inclusive upper bounds, cumulative, and the
+// sum is in seconds.
+func TestDurationHistogramBuckets(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := promflight.New(reg, promflight.WithBuckets([]float64{0.001, 0.01}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []time.Duration{time.Millisecond, 2 * time.Millisecond, 10 * time.Millisecond, time.Second} {
+		m.ObserveFlight(singleflight.Event{Kind: singleflight.EventLoaderSucceeded, Duration: d})
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h *dto.Histogram
+	for _, mf := range mfs {
+		if mf.GetName() != "single_flight_loader_duration_seconds" {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == "success" {
+					h = s.GetHistogram()
+				}
+			}
+		}
+	}
+	if h == nil {
+		t.Fatal("no loader duration histogram for result=success")
+	}
+	if h.GetSampleCount() != 4 {
+		t.Errorf("count = %d, want 4", h.GetSampleCount())
+	}
+	if got, want := h.GetSampleSum(), 1.013; math.Abs(got-want) > 1e-9 {
+		t.Errorf("sum = %v, want %v", got, want)
+	}
+	want := map[float64]uint64{0.001: 1, 0.01: 3}
+	for _, b := range h.GetBucket() {
+		if b.GetCumulativeCount() != want[b.GetUpperBound()] {
+			t.Errorf("bucket le=%v = %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), want[b.GetUpperBound()])
+		}
+	}
+	if len(h.GetBucket()) != 2 {
+		t.Errorf("%d buckets, want 2", len(h.GetBucket()))
+	}
+}
+
+func TestBadBucketsAreAnErrorNotAPanic(t *testing.T) {
+	for _, b := range [][]float64{nil, {0.1, 0.1}, {0.2, 0.1}, {math.NaN()}, {-1}, {math.Inf(1)}} {
+		if _, err := promflight.New(prometheus.NewRegistry(), promflight.WithBuckets(b)); err == nil {
+			t.Errorf("buckets %v accepted", b)
+		}
+	}
+}
