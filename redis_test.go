@@ -199,3 +199,36 @@ func TestRedisTombstoneAndStaleRoundTrip(t *testing.T) {
 	}
 	wantOutcome(t, r.Outcome, flightcache.OutcomeNegativeHit)
 }
+
+// The envelope carries LoadedAt, so a value read from Redis by another
+// instance reports how long ago it was loaded, not an unknown age.
+func TestRedisHitReportsAgeSinceLoad(t *testing.T) {
+	prefix := uniquePrefix(t)
+	client := newRedisClient(t)
+	clock := newFakeClock()
+	a := newCache(t, flightcache.Options[*product]{Shared: newRedisStore(t, client, prefix), Now: clock.Now, TTL: time.Minute})
+	var o origin
+	r := mustFetch(t, a, "p:1", o.load("1"))
+	wantOutcome(t, r.Outcome, flightcache.OutcomeLoaded)
+	if r.Age != 0 {
+		t.Fatalf("the loading Get reported Age %v, want 0", r.Age)
+	}
+
+	clock.Advance(7*time.Second + 3*time.Millisecond)
+	b := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, clock), Shared: newRedisStore(t, client, prefix), Now: clock.Now, TTL: time.Minute})
+	r = mustFetch(t, b, "p:1", o.load("1"))
+	wantOutcome(t, r.Outcome, flightcache.OutcomeHitShared)
+	if want := 7*time.Second + 3*time.Millisecond; r.Age != want {
+		t.Fatalf("shared hit Age = %v, want %v", r.Age, want)
+	}
+	// The local copy keeps LoadedAt too.
+	clock.Advance(time.Second)
+	r = mustFetch(t, b, "p:1", o.load("1"))
+	wantOutcome(t, r.Outcome, flightcache.OutcomeHitLocal)
+	if want := 8*time.Second + 3*time.Millisecond; r.Age != want {
+		t.Fatalf("local hit Age = %v, want %v", r.Age, want)
+	}
+	if o.calls.Load() != 1 {
+		t.Fatalf("origin called %d times, want 1", o.calls.Load())
+	}
+}

@@ -25,17 +25,22 @@
 //
 //	offset  size  field
 //	0       1     magic 0xFC
-//	1       1     version 0x01
-//	2       1     flags: bit 0 = NotFound (tombstone); bits 1-7 must be 0
+//	1       1     version 0x02
+//	2       1     flags: bit 0 = NotFound (tombstone), bit 1 = LoadedAt
+//	              present; bits 2-7 must be 0
 //	3       var   StaleUntil (Unix ns, > 0)
 //	.       var   StaleUntil - FreshUntil (ns; FreshUntil <= StaleUntil and >= 1970)
+//	.       var   StaleUntil - LoadedAt (ns; LoadedAt <= StaleUntil and >= 1970),
+//	              only with flag bit 1; without it LoadedAt is unknown (zero)
 //	.       var   LoadDuration (ns)
 //	.       var   n = length of the value
 //	.       n     value: the codec's bytes; n = 0 for a tombstone
 //	end-4   4     CRC-32C (Castagnoli), little endian, of every byte before it
 //
-// A typical header is 3 + 9 + 6 + 4 + 2 bytes plus the 4-byte checksum,
-// about 28 bytes. Decode checks every field (magic, version, reserved flag
+// A typical header is 3 + 9 + 6 + 6 + 4 + 2 bytes plus the 4-byte checksum,
+// about 34 bytes. Version 0x01 is version 0x02 without flag bit 1 (and so
+// without LoadedAt); Decode still reads it, so entries written by an older
+// binary stay hits (of unknown age) across an upgrade. Decode checks every field (magic, version, reserved flag
 // bits, varint bounds and minimality, exact length, checksum), so a
 // truncated, foreign or corrupted payload is reported as a *CorruptError
 // (errors.Is(err, ErrCorrupt)) and never returned as a value. A future

@@ -10,11 +10,20 @@ import (
 )
 
 const (
-	envelopeMagic   = 0xFC
-	envelopeVersion = 0x01
+	envelopeMagic = 0xFC
+	// envelopeVersion is what Encode writes. Version 2 added LoadedAt
+	// (flagLoadedAt and its field). Decode still reads version 1, whose
+	// layout is version 2's without that flag, so entries written before an
+	// upgrade stay readable (with an unknown age) instead of being misses.
+	envelopeVersion   = 0x02
+	envelopeVersionV1 = 0x01
 
 	flagNotFound = 1 << 0
-	flagsKnown   = flagNotFound
+	// flagLoadedAt says the StaleUntil - LoadedAt field is present; without
+	// it LoadedAt is unknown (the zero time).
+	flagLoadedAt = 1 << 1
+	flagsKnown   = flagNotFound | flagLoadedAt
+	flagsKnownV1 = flagNotFound
 
 	checksumSize = 4
 	// minEnvelope is magic, version, flags, four one-byte varints and the
@@ -31,8 +40,9 @@ var maxUnixNano = time.Unix(0, math.MaxInt64)
 // Encode returns e in the envelope format described in the package
 // documentation. It reports an *EntryError for Meta that the format cannot
 // represent: StaleUntil not after 1970 or after 2262, FreshUntil before 1970
-// or after StaleUntil, negative LoadDuration. A tombstone's Value is not
-// stored: it decodes as nil.
+// or after StaleUntil, a non-zero LoadedAt before 1970 or after StaleUntil,
+// negative LoadDuration. A zero LoadedAt (unknown) is stored as absent. A
+// tombstone's Value is not stored: it decodes as nil.
 func Encode(e flightcache.Entry) ([]byte, error) {
 	return appendEnvelope(nil, e)
 }
@@ -54,6 +64,17 @@ func appendEnvelope(dst []byte, e flightcache.Entry) ([]byte, error) {
 	freshBefore := stale - e.FreshUntil.UnixNano()
 
 	var flags byte
+	var loadedBefore int64
+	if !e.LoadedAt.IsZero() {
+		if e.LoadedAt.Before(time.Unix(0, 0)) {
+			return nil, &EntryError{Reason: "LoadedAt is before 1970"}
+		}
+		if e.LoadedAt.After(e.StaleUntil) {
+			return nil, &EntryError{Reason: "LoadedAt is after StaleUntil"}
+		}
+		flags |= flagLoadedAt
+		loadedBefore = stale - e.LoadedAt.UnixNano()
+	}
 	value := e.Value
 	if e.NotFound {
 		flags |= flagNotFound
@@ -64,6 +85,9 @@ func appendEnvelope(dst []byte, e flightcache.Entry) ([]byte, error) {
 	size := minEnvelope - 4 + // fixed bytes
 		uvarintLen(uint64(stale)) + uvarintLen(uint64(freshBefore)) +
 		uvarintLen(uint64(e.LoadDuration)) + uvarintLen(uint64(len(value))) + len(value)
+	if flags&flagLoadedAt != 0 {
+		size += uvarintLen(uint64(loadedBefore))
+	}
 	if cap(dst)-start < size {
 		grown := make([]byte, start, start+size)
 		copy(grown, dst)
@@ -72,6 +96,9 @@ func appendEnvelope(dst []byte, e flightcache.Entry) ([]byte, error) {
 	dst = append(dst, envelopeMagic, envelopeVersion, flags)
 	dst = binary.AppendUvarint(dst, uint64(stale))
 	dst = binary.AppendUvarint(dst, uint64(freshBefore))
+	if flags&flagLoadedAt != 0 {
+		dst = binary.AppendUvarint(dst, uint64(loadedBefore))
+	}
 	dst = binary.AppendUvarint(dst, uint64(e.LoadDuration))
 	dst = binary.AppendUvarint(dst, uint64(len(value)))
 	dst = append(dst, value...)
@@ -92,7 +119,12 @@ func Decode(payload []byte) (flightcache.Entry, error) {
 	if payload[0] != envelopeMagic {
 		return corrupt("bad magic byte")
 	}
-	if payload[1] != envelopeVersion {
+	known := byte(flagsKnown)
+	switch payload[1] {
+	case envelopeVersion:
+	case envelopeVersionV1:
+		known = flagsKnownV1
+	default:
 		return corrupt("unknown envelope version")
 	}
 	body, tail := payload[:len(payload)-checksumSize], payload[len(payload)-checksumSize:]
@@ -100,13 +132,18 @@ func Decode(payload []byte) (flightcache.Entry, error) {
 		return corrupt("checksum mismatch")
 	}
 	flags := body[2]
-	if flags&^flagsKnown != 0 {
+	if flags&^known != 0 {
 		return corrupt("unknown flag bits")
 	}
 
 	rest := body[3:]
-	var fields [4]uint64 // stale, freshBefore, loadDuration, valueLen
+	// stale, freshBefore, loadedBefore, loadDuration, valueLen; loadedBefore
+	// is on the wire only with flagLoadedAt.
+	var fields [5]uint64
 	for i := range fields {
+		if i == 2 && flags&flagLoadedAt == 0 {
+			continue
+		}
 		v, n := binary.Uvarint(rest)
 		if n <= 0 {
 			return corrupt("truncated or overflowing varint")
@@ -117,12 +154,14 @@ func Decode(payload []byte) (flightcache.Entry, error) {
 		fields[i] = v
 		rest = rest[n:]
 	}
-	stale, freshBefore, load, valueLen := fields[0], fields[1], fields[2], fields[3]
+	stale, freshBefore, loadedBefore, load, valueLen := fields[0], fields[1], fields[2], fields[3], fields[4]
 	switch {
 	case stale == 0 || stale > math.MaxInt64:
 		return corrupt("StaleUntil out of range")
 	case freshBefore > stale:
 		return corrupt("FreshUntil before 1970")
+	case loadedBefore > stale:
+		return corrupt("LoadedAt before 1970")
 	case load > math.MaxInt64:
 		return corrupt("LoadDuration out of range")
 	case valueLen != uint64(len(rest)):
@@ -135,6 +174,9 @@ func Decode(payload []byte) (flightcache.Entry, error) {
 		LoadDuration: time.Duration(load),
 		NotFound:     flags&flagNotFound != 0,
 	}}
+	if flags&flagLoadedAt != 0 {
+		e.LoadedAt = time.Unix(0, int64(stale-loadedBefore))
+	}
 	if e.NotFound {
 		if len(rest) != 0 {
 			return corrupt("tombstone carries a value")

@@ -18,13 +18,15 @@ func sampleEntry() flightcache.Entry {
 		FreshUntil:   stale.Add(-90 * time.Second),
 		StaleUntil:   stale,
 		LoadDuration: 42*time.Millisecond + 7,
+		LoadedAt:     stale.Add(-90*time.Second - 42*time.Millisecond - 3),
 	}}
 }
 
 func sameEntry(a, b flightcache.Entry) bool {
 	return bytes.Equal(a.Value, b.Value) && (a.Value == nil) == (b.Value == nil) &&
 		a.FreshUntil.Equal(b.FreshUntil) && a.StaleUntil.Equal(b.StaleUntil) &&
-		a.LoadDuration == b.LoadDuration && a.NotFound == b.NotFound
+		a.LoadDuration == b.LoadDuration && a.NotFound == b.NotFound &&
+		a.LoadedAt.Equal(b.LoadedAt) && a.LoadedAt.IsZero() == b.LoadedAt.IsZero()
 }
 
 func TestEnvelopeRoundTripsEveryMetaField(t *testing.T) {
@@ -37,12 +39,21 @@ func TestEnvelopeRoundTripsEveryMetaField(t *testing.T) {
 	freshIsStale.FreshUntil = base.StaleUntil
 	epochFresh := base
 	epochFresh.FreshUntil = time.Unix(0, 0)
+	unknownAge := base
+	unknownAge.LoadedAt = time.Time{}
+	loadedAtStale := base
+	loadedAtStale.LoadedAt = base.StaleUntil
+	loadedAtEpoch := base
+	loadedAtEpoch.LoadedAt = time.Unix(0, 0)
 	for name, e := range map[string]flightcache.Entry{
 		"value":                 base,
 		"tombstone":             tomb,
 		"empty value":           empty,
 		"FreshUntil=StaleUntil": freshIsStale,
 		"FreshUntil=epoch":      epochFresh,
+		"unknown LoadedAt":      unknownAge,
+		"LoadedAt=StaleUntil":   loadedAtStale,
+		"LoadedAt=epoch":        loadedAtEpoch,
 		"zero LoadDuration":     {Value: []byte("x"), Meta: flightcache.Meta{FreshUntil: base.FreshUntil, StaleUntil: base.StaleUntil}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -100,6 +111,8 @@ func TestEncodeRejectsUnrepresentableMeta(t *testing.T) {
 		"FreshUntil after Stale": func(e *flightcache.Entry) { e.FreshUntil = e.StaleUntil.Add(time.Nanosecond) },
 		"zero FreshUntil":        func(e *flightcache.Entry) { e.FreshUntil = time.Time{} },
 		"negative LoadDuration":  func(e *flightcache.Entry) { e.LoadDuration = -1 },
+		"LoadedAt before 1970":   func(e *flightcache.Entry) { e.LoadedAt = time.Unix(0, -1) },
+		"LoadedAt after Stale":   func(e *flightcache.Entry) { e.LoadedAt = e.StaleUntil.Add(time.Nanosecond) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			e := good
@@ -124,13 +137,18 @@ func TestDecodeRejectsCorruptPayloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	header := func(fields ...uint64) []byte {
-		b := []byte{envelopeMagic, envelopeVersion, 0}
+	headerFlags := func(flags byte, fields ...uint64) []byte {
+		b := []byte{envelopeMagic, envelopeVersion, flags}
 		for _, f := range fields {
 			b = binary.AppendUvarint(b, f)
 		}
 		return reseal(append(b, 0, 0, 0, 0))
 	}
+	header := func(fields ...uint64) []byte {
+		return headerFlags(0, fields...)
+	}
+	v1WithLoadedAt := append([]byte(nil), good...)
+	v1WithLoadedAt[1] = envelopeVersionV1
 	flipped := append([]byte(nil), good...)
 	flipped[len(flipped)/2] ^= 0x01
 	badFlags := append([]byte(nil), good...)
@@ -146,7 +164,11 @@ func TestDecodeRejectsCorruptPayloads(t *testing.T) {
 		"plain JSON":              []byte(`{"name":"Ada","age":36}`),
 		"go-redis/cache msgpack":  {0x82, 0xa4, 'n', 'a', 'm', 'e', 0xa3, 'A', 'd', 'a', 0x01, 0x02},
 		"wrong magic":             reseal(append([]byte{0x00}, good[1:]...)),
-		"future version":          reseal(append([]byte{envelopeMagic, 0x02}, good[2:]...)),
+		"future version":          reseal(append([]byte{envelopeMagic, envelopeVersion + 1}, good[2:]...)),
+		"version 0":               reseal(append([]byte{envelopeMagic, 0x00}, good[2:]...)),
+		"v1 with LoadedAt flag":   reseal(v1WithLoadedAt),
+		"LoadedAt before 1970":    headerFlags(flagLoadedAt, 10, 0, 11, 0, 0),
+		"LoadedAt flag, no field": headerFlags(flagLoadedAt, 10, 0),
 		"bit flip":                flipped,
 		"truncated":               good[:len(good)-1],
 		"trailing byte":           append(append([]byte(nil), good...), 0),
@@ -173,27 +195,63 @@ func TestDecodeRejectsCorruptPayloads(t *testing.T) {
 	}
 }
 
+// A version 1 envelope (written before LoadedAt existed) still decodes, with
+// an unknown LoadedAt, so an upgrade does not turn every entry into a miss.
+func TestVersion1EnvelopeDecodesWithUnknownLoadedAt(t *testing.T) {
+	want := sampleEntry()
+	want.LoadedAt = time.Time{}
+	b, err := Encode(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[1] != envelopeVersion || b[2]&flagLoadedAt != 0 {
+		t.Fatalf("envelope without LoadedAt: version %d flags %#x", b[1], b[2])
+	}
+	b[1] = envelopeVersionV1
+	got, err := Decode(reseal(b))
+	if err != nil {
+		t.Fatalf("Decode(v1): %v", err)
+	}
+	if !sameEntry(got, want) || !got.LoadedAt.IsZero() {
+		t.Fatalf("v1 decoded as %+v; want %+v", got, want)
+	}
+}
+
 // FuzzDecode pins two properties: Decode never panics on any input, and
 // whatever it accepts re-encodes to exactly the same bytes (the format has a
-// single encoding per entry, so nothing it accepts is "almost" valid).
+// single encoding per entry, so nothing it accepts is "almost" valid; a
+// version 1 envelope re-encodes as version 2, so for it the decoded entry
+// must survive a round trip instead).
 // Inputs built from Entry fields must round-trip through Encode.
 func FuzzDecode(f *testing.F) {
 	good, _ := Encode(sampleEntry())
 	tomb := sampleEntry()
 	tomb.NotFound = true
 	tombBytes, _ := Encode(tomb)
-	f.Add(good, int64(0), int64(0), int64(0), false)
-	f.Add(tombBytes, int64(1), int64(2), int64(3), true)
-	f.Add([]byte{}, int64(1700000000000000000), int64(60e9), int64(1e6), false)
-	f.Add([]byte(`{"a":1}`), int64(-5), int64(-5), int64(-5), true)
+	noAge := sampleEntry()
+	noAge.LoadedAt = time.Time{}
+	noAgeBytes, _ := Encode(noAge)
+	v1 := append([]byte(nil), noAgeBytes...)
+	v1[1] = envelopeVersionV1
+	f.Add(good, int64(0), int64(0), int64(0), int64(0), false)
+	f.Add(tombBytes, int64(1), int64(2), int64(3), int64(1), true)
+	f.Add(noAgeBytes, int64(5), int64(0), int64(0), int64(-1), false)
+	f.Add(reseal(v1), int64(5), int64(1), int64(0), int64(6), false)
+	f.Add([]byte{}, int64(1700000000000000000), int64(60e9), int64(1e6), int64(61e9), false)
+	f.Add([]byte(`{"a":1}`), int64(-5), int64(-5), int64(-5), int64(-5), true)
 
-	f.Fuzz(func(t *testing.T, payload []byte, staleNanos, freshBefore, load int64, notFound bool) {
+	// loadedBefore < 0 means LoadedAt unknown (zero).
+	f.Fuzz(func(t *testing.T, payload []byte, staleNanos, freshBefore, load, loadedBefore int64, notFound bool) {
 		if e, err := Decode(payload); err == nil {
 			again, err := Encode(e)
 			if err != nil {
 				t.Fatalf("Decode accepted %x but Encode refuses its entry: %v", payload, err)
 			}
-			if !bytes.Equal(again, payload) {
+			if payload[1] == envelopeVersionV1 {
+				if back, err := Decode(again); err != nil || !sameEntry(back, e) {
+					t.Fatalf("v1 entry %+v does not survive re-encoding: %+v, %v", e, back, err)
+				}
+			} else if !bytes.Equal(again, payload) {
 				t.Fatalf("re-encoding differs:\n in %x\nout %x", payload, again)
 			}
 		} else if !errors.Is(err, ErrCorrupt) {
@@ -206,6 +264,9 @@ func FuzzDecode(f *testing.F) {
 			LoadDuration: time.Duration(load),
 			NotFound:     notFound,
 		}}
+		if loadedBefore >= 0 {
+			e.LoadedAt = time.Unix(0, staleNanos-loadedBefore)
+		}
 		b, err := Encode(e)
 		if err != nil {
 			if !errors.Is(err, ErrInvalidEntry) {
