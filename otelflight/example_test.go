@@ -38,7 +38,7 @@ func Example() {
 		Name:     "product",
 		Local:    local,
 		TTL:      time.Minute,
-		Observer: m,                            // metrics of both the cache and its engine
+		Observer: m,                             // metrics of both the cache and its engine
 		Tracer:   otelflight.NewTracer(tracers), // a get span per Get, one load span per load
 	})
 	if err != nil {
