@@ -1,0 +1,105 @@
+package stampede
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Main is the stampede command: it parses args, runs, prints the table (or
+// JSON with -json) to stdout and the report's path, and returns the exit
+// code. isTerminal says whether stderr is a terminal (for the progress bar).
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer, isTerminal bool) int {
+	fs := flag.NewFlagSet("stampede", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		targets  = fs.String("target", "", "comma-separated base URLs of running productd instances; empty starts productd in-process (SQLite, memory tier)")
+		n        = fs.Int("n", DefaultN, "requests per herd")
+		conc     = fs.Int("concurrency", 0, fmt.Sprintf("concurrent clients; 0 means -n for a herd and %d for continuous traffic", DefaultWorkers))
+		key      = fs.String("key", DefaultKey, "hot product: tenant/id[?locale=…&currency=…]")
+		modes    = fs.String("mode", strings.Join(AllModes, ","), "comma-separated modes: naive, flightcache, early-refresh")
+		duration = fs.Duration("duration", DefaultDuration, "length of the continuous traffic of early-refresh mode")
+		latency  = fs.Duration("origin-latency", DefaultOriginLatency, "in-process productd: delay of each origin query")
+		ttl      = fs.Duration("ttl", DefaultTTL, "in-process productd: cache TTL (the herd arrives right after it expires)")
+		asJSON   = fs.Bool("json", false, "print machine-readable results on stdout")
+		report   = fs.String("report", filepath.Join(os.TempDir(), "stampede-report.html"), "where to write the HTML report; empty: no report")
+	)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "stampede: fire a herd of concurrent requests at one hot product and count origin queries.\n\n"+
+			"Usage: stampede [flags]\n\nWith no flags it starts productd in-process and compares naive cache-aside,\n"+
+			"flightcache, and flightcache with early refresh.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *n < 1 {
+		fmt.Fprintln(stderr, "stampede: -n must be at least 1")
+		return 1
+	}
+	cfg := Config{
+		N: *n, Concurrency: *conc, Key: *key, Duration: *duration,
+		OriginLatency: *latency, TTL: *ttl,
+	}
+	if *targets != "" {
+		for _, t := range strings.Split(*targets, ",") {
+			cfg.Targets = append(cfg.Targets, strings.TrimRight(strings.TrimSpace(t), "/"))
+		}
+	}
+	for _, m := range strings.Split(*modes, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			cfg.Modes = append(cfg.Modes, m)
+		}
+	}
+	if isTerminal {
+		cfg.Progress = stderr
+	}
+	began := time.Now()
+	results, err := Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if *asJSON {
+		err = WriteJSON(stdout, results)
+	} else {
+		err = WriteTable(stdout, results)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if *report != "" {
+		where := "in-process productd (SQLite, memory tier)"
+		if len(cfg.Targets) > 0 {
+			where = strings.Join(cfg.Targets, ", ")
+		}
+		note := fmt.Sprintf("%s; herd of %d; run of %s finished %s", where, cfg.N, time.Since(began).Round(time.Millisecond), time.Now().Format(time.RFC3339))
+		f, err := os.Create(*report)
+		if err == nil {
+			err = WriteHTML(f, results, note)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "stampede: report:", err)
+			return 1
+		}
+		out := stdout
+		if *asJSON {
+			out = stderr // keep stdout pure JSON
+		}
+		fmt.Fprintf(out, "\nreport: %s\n", *report)
+	}
+	return 0
+}

@@ -1,0 +1,130 @@
+package stampede
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/flightcache/flightcache/internal/productd"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func decode(t *testing.T, out []byte) map[string]Result {
+	t.Helper()
+	var doc struct{ Results []Result }
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("stdout is not the JSON document: %v\n%s", err, out)
+	}
+	m := map[string]Result{}
+	for _, r := range doc.Results {
+		m[r.Mode] = r
+	}
+	return m
+}
+
+// The demo's claim, checked end to end through the command's own entry
+// point: after the hot entry expires, flightcache sends one query to the
+// origin where naive cache-aside sends many.
+func TestStampedeJSONShowsOneOriginQueryForFlightcacheAndManyForNaive(t *testing.T) {
+	report := filepath.Join(t.TempDir(), "report.html")
+	var stdout, stderr bytes.Buffer
+	code := Main(context.Background(), []string{"-json", "-n", "300", "-duration", "1500ms", "-report", report}, &stdout, &stderr, false)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	res := decode(t, stdout.Bytes())
+	naive, fc, early := res[ModeNaive], res[ModeFlightcache], res[ModeEarlyRefresh]
+	if fc.Requests != 300 || fc.OriginQueries != 1 || fc.Errors != 0 {
+		t.Fatalf("flightcache: %d requests, %d origin queries, %d errors; want 300, 1, 0", fc.Requests, fc.OriginQueries, fc.Errors)
+	}
+	if naive.Requests != 300 || naive.Errors != 0 || naive.OriginQueries < 10*fc.OriginQueries {
+		t.Fatalf("naive: %d requests, %d origin queries, %d errors; want 300, at least 10 queries, 0", naive.Requests, naive.OriginQueries, naive.Errors)
+	}
+	if early.Requests == 0 || early.Errors != 0 || early.OriginQueries < 1 {
+		t.Fatalf("early-refresh: %d requests, %d origin queries, %d errors; want traffic that refreshed the entry without errors", early.Requests, early.OriginQueries, early.Errors)
+	}
+	if fc.Suppression < 0.99 || fc.RequestsPerLoader != 300 {
+		t.Fatalf("flightcache suppression %v, requests/loader %v", fc.Suppression, fc.RequestsPerLoader)
+	}
+	if !strings.Contains(stderr.String(), "report: "+report) {
+		t.Fatalf("the report path is not printed on stderr with -json: %q", stderr.String())
+	}
+	html, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(html), "<svg") < 4 {
+		t.Fatalf("the report has %d charts, want a timeline per mode and a latency chart", strings.Count(string(html), "<svg"))
+	}
+	// Self-contained: no script, no external reference (the only URL is the SVG namespace).
+	if regexp.MustCompile(`(?i)<script|\ssrc=|\shref=|@import|url\(`).Match(html) {
+		t.Fatal("the report references external assets or scripts")
+	}
+}
+
+func TestStampedeTableAgainstARunningTarget(t *testing.T) {
+	cfg := productd.Default()
+	cfg.DB = filepath.Join(t.TempDir(), "p.db")
+	cfg.OriginLatency = 100e6 // 100ms
+	srv, err := productd.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	}()
+
+	// The TTL (5m) is longer than stampede waits, so it invalidates the
+	// entry with a PUT of the same values: still exactly one origin query.
+	var stdout, stderr bytes.Buffer
+	code := Main(context.Background(), []string{"-target", "http://" + ln.Addr().String() + "/", "-mode", "flightcache",
+		"-n", "200", "-key", "globex/p-00099?locale=fr-FR&currency=EUR", "-report", ""}, &stdout, &stderr, false)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "origin queries") {
+		t.Fatalf("table:\n%s", stdout.String())
+	}
+	f := strings.Fields(lines[1])
+	if f[0] != "flightcache" || f[2] != "200" || f[3] != "1" || f[len(f)-1] != "0" {
+		t.Fatalf("row %q: want flightcache, 200 requests, 1 origin query, 0 errors", lines[1])
+	}
+	if srv.OriginQueries() != 2 { // the warm-up load and the herd's one
+		t.Fatalf("the server counted %d origin queries, want 2", srv.OriginQueries())
+	}
+}
+
+func TestInvalidFlagsExitWith2OrExplain(t *testing.T) {
+	for _, args := range [][]string{{"-n", "x"}, {"-bogus"}} {
+		if code := Main(context.Background(), args, io.Discard, io.Discard, false); code != 2 {
+			t.Errorf("Main(%q) = %d, want 2", args, code)
+		}
+	}
+	for _, args := range [][]string{{"-mode", "fast"}, {"-key", "no-slash"}, {"-target", "ftp://x"}, {"-n", "0"}} {
+		var stderr bytes.Buffer
+		if code := Main(context.Background(), args, io.Discard, &stderr, false); code != 1 || stderr.Len() == 0 {
+			t.Errorf("Main(%q) = %d (%q), want 1 with a message", args, code, stderr.String())
+		}
+	}
+}
