@@ -1,0 +1,58 @@
+package productd
+
+import (
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/flightcache/flightcache/internal/testenv"
+)
+
+// Two instances sharing one database and one Redis: what the first loaded,
+// the second serves from the shared tier without asking the origin.
+func TestInstancesShareLoadsThroughRedis(t *testing.T) {
+	t.Parallel()
+	addr := testenv.RequireRedis(t)
+	cfg := Default()
+	cfg.DB = filepath.Join(t.TempDir(), "products.db")
+	cfg.Redis = "redis://" + addr + "/0"
+	cfg.RedisPrefix = testenv.UniqueName("productd-test-") + ":"
+	a, srvA := startInProcess(t, cfg)
+	b, srvB := startInProcess(t, cfg)
+	if srvA.Tiers() != "memory+redis" {
+		t.Fatalf("tiers %q", srvA.Tiers())
+	}
+	c := herdClient(2)
+	defer c.CloseIdleConnections()
+	path := "/v1/tenants/acme/products/p-00005?locale=fr-FR&currency=USD"
+	get := func(base string) (string, string) {
+		resp, err := c.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+		return resp.Header.Get("Cache-Status"), string(body)
+	}
+	csA, bodyA := get(a)
+	csB, bodyB := get(b)
+	if !strings.Contains(csA, "fwd=miss; stored") || !strings.Contains(csB, "hit") || !strings.Contains(csB, "detail=shared") {
+		t.Fatalf("Cache-Status A %q, B %q: want a stored miss, then a shared hit", csA, csB)
+	}
+	if bodyA != bodyB {
+		t.Fatalf("instances disagree: %s vs %s", bodyA, bodyB)
+	}
+	if srvA.OriginQueries() != 1 || srvB.OriginQueries() != 0 {
+		t.Fatalf("origin queries A=%d B=%d, want 1 and 0", srvA.OriginQueries(), srvB.OriginQueries())
+	}
+	resp, err := c.Get(b + "/readyz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("readyz with Redis: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
