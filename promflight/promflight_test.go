@@ -294,9 +294,12 @@ func TestTimeoutAndLateResultAreCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The timeout and the late result are reported from the timer and the
+	// loader goroutines, possibly after Do returned: wait for both.
 	late := make(chan struct{})
+	var seen atomic.Int32
 	g := singleflight.New[string, int](singleflight.WithLoaderTimeout(time.Millisecond), singleflight.WithObserver(tee{m, func(e singleflight.Event) {
-		if e.Kind == singleflight.EventLateResult {
+		if (e.Kind == singleflight.EventLateResult || e.Kind == singleflight.EventTimeout) && seen.Add(1) == 2 {
 			close(late)
 		}
 	}}))
