@@ -344,9 +344,10 @@ func runMode(ctx context.Context, cfg Config, client *http.Client, tg *target, m
 	if err := warmConnections(ctx, client, tg.bases, workers); err != nil {
 		return Result{}, err
 	}
-	// Load the hot entry, then let it expire: the herd arrives at a cache
-	// that had the value a moment ago, as in production.
-	if err := expireHotEntry(ctx, cfg, client, tg.bases, path); err != nil {
+	// Load the hot entry. A herd then waits for it to expire, so that it
+	// arrives at a cache that had the value a moment ago, as in production;
+	// continuous traffic starts at once and runs across the expiries.
+	if err := loadHotEntry(ctx, cfg, client, tg.bases, path, !continuous); err != nil {
 		return Result{}, err
 	}
 	base, err := tg.queries(ctx)
@@ -429,10 +430,11 @@ func warmConnections(ctx context.Context, client *http.Client, bases []string, n
 	return nil
 }
 
-// expireHotEntry loads the hot product on every target and waits until
-// its cache entry has expired (Cache-Status ttl), or, when that is longer
-// than MaxExpiryWait, invalidates it with a PUT of the same values.
-func expireHotEntry(ctx context.Context, cfg Config, client *http.Client, bases []string, path string) error {
+// loadHotEntry loads the hot product on every target and, with expire,
+// waits until its cache entry has expired (Cache-Status ttl), or, when that
+// is longer than MaxExpiryWait, invalidates it with a PUT of the same
+// values.
+func loadHotEntry(ctx context.Context, cfg Config, client *http.Client, bases []string, path string, expire bool) error {
 	var wait time.Duration
 	for _, b := range bases {
 		req, _ := http.NewRequestWithContext(ctx, "GET", b+path, nil)
@@ -446,7 +448,7 @@ func expireHotEntry(ctx context.Context, cfg Config, client *http.Client, bases 
 			return fmt.Errorf("GET %s: status %d: %s", path, resp.StatusCode, strings.TrimSpace(string(body)))
 		}
 		ttl, ok := ttlOf(resp.Header.Get("Cache-Status"))
-		if !ok {
+		if !expire || !ok {
 			continue // naive servers and caches that do not say: nothing to wait for
 		}
 		if ttl > cfg.MaxExpiryWait {
