@@ -157,7 +157,7 @@ func (r *Recorder) ObserveFlight(e singleflight.Event) {
 	case singleflight.EventLateResult:
 		r.lateResults.Add(1)
 	case singleflight.EventInFlight:
-		r.inFlight.Store(int64(e.InFlight))
+		r.inFlight.Add(int64(e.InFlightDelta))
 	}
 }
 

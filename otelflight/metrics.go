@@ -120,8 +120,8 @@ type Metrics struct {
 	timeouts        counter
 	abandoned       counter
 	lateResults     counter
-	inFlight        metric.Int64Gauge
-	inFlightOpts    []metric.RecordOption
+	inFlight        metric.Int64UpDownCounter
+	inFlightOpts    []metric.AddOption
 	waiterDuration  [numResults]histogram
 	loaderDuration  [numResults]histogram
 
@@ -170,8 +170,8 @@ func NewMetrics(meter metric.Meter, opts ...MetricsOption) (*Metrics, error) {
 	b.histograms(m.waiterDuration[:], "single_flight.waiter.duration", "How long each call waited for its result, leader included, by result.", resultNames[:])
 	b.histograms(m.loaderDuration[:], "single_flight.loader.duration", "How long each loader execution ran, by result (timeout: the configured timeout).", resultNames[:])
 	if b.err == nil {
-		m.inFlight, b.err = meter.Int64Gauge("single_flight.in_flight", metric.WithUnit("{key}"), metric.WithDescription("Keys with an execution in flight."))
-		m.inFlightOpts = []metric.RecordOption{metric.WithAttributeSet(b.set())}
+		m.inFlight, b.err = meter.Int64UpDownCounter("single_flight.in_flight", metric.WithUnit("{key}"), metric.WithDescription("Keys with an execution in flight."))
+		m.inFlightOpts = []metric.AddOption{metric.WithAttributeSet(b.set())}
 	}
 
 	b.counters(m.hits[:], "flightcache.hit.count", "{lookup}", "Fresh values found, by tier.", "tier", tierNames[:])
@@ -292,7 +292,7 @@ func (m *Metrics) ObserveFlight(e singleflight.Event) {
 	case singleflight.EventLateResult:
 		m.lateResults.add(ctx)
 	case singleflight.EventInFlight:
-		m.inFlight.Record(ctx, int64(e.InFlight), m.inFlightOpts...)
+		m.inFlight.Add(ctx, int64(e.InFlightDelta), m.inFlightOpts...)
 	case singleflight.EventWaitDone:
 		m.waiterDuration[resultOf(e.Err)].record(ctx, e.Duration.Seconds())
 	}

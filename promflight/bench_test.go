@@ -179,10 +179,10 @@ func doEvents() []singleflight.Event {
 	ctx := context.Background()
 	return []singleflight.Event{
 		{Kind: singleflight.EventRequest, Ctx: ctx},
-		{Kind: singleflight.EventInFlight, InFlight: 1},
+		{Kind: singleflight.EventInFlight, InFlight: 1, InFlightDelta: 1},
 		{Kind: singleflight.EventLoaderStarted, Ctx: ctx, Flight: 1},
 		{Kind: singleflight.EventLoaderSucceeded, Ctx: ctx, Flight: 1, Duration: 80 * time.Microsecond},
-		{Kind: singleflight.EventInFlight, InFlight: 0},
+		{Kind: singleflight.EventInFlight, InFlight: 0, InFlightDelta: -1},
 		{Kind: singleflight.EventWaitDone, Ctx: ctx, Flight: 1, Leader: true, Duration: 90 * time.Microsecond},
 	}
 }

@@ -279,7 +279,7 @@ func (m *Metrics) ObserveFlight(e singleflight.Event) {
 	case singleflight.EventLateResult:
 		m.lateResults.Inc()
 	case singleflight.EventInFlight:
-		m.inFlight.Set(float64(e.InFlight))
+		m.inFlight.Add(float64(e.InFlightDelta))
 	case singleflight.EventWaitDone:
 		m.waiterDuration[resultOf(e.Err)].observe(e.Duration)
 	}

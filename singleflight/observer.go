@@ -46,8 +46,10 @@ const (
 	// completed by a timeout, Close or abandonment. The result was dropped.
 	// Duration is how long fn ran; Err is what it returned.
 	EventLateResult
-	// EventInFlight: the number of registered keys changed. InFlight holds
-	// the new value.
+	// EventInFlight: the number of registered keys changed by InFlightDelta
+	// (+1 or -1). InFlight is the count right after this change; events from
+	// concurrent changes may reach the Observer out of order, so a gauge
+	// should add InFlightDelta rather than set InFlight.
 	EventInFlight
 	// EventWaitDone: one caller's Do returned. Duration is how long the
 	// caller waited (leader included), Leader says whether it started the
@@ -97,8 +99,12 @@ type Event struct {
 	Shared bool
 	// Duration is the loader's or the waiter's duration, per EventKind.
 	Duration time.Duration
-	// InFlight is the number of registered keys, on EventInFlight.
+	// InFlight is the number of registered keys right after the change, on
+	// EventInFlight.
 	InFlight int
+	// InFlightDelta is the change, +1 or -1, on EventInFlight. Summing it is
+	// exact whatever order concurrent events arrive in.
+	InFlightDelta int
 	// Err is the error of the event, per EventKind.
 	Err error
 }

@@ -157,7 +157,7 @@ func (g *Group[K, V]) lead(ctx context.Context, sh *shard[K, V], key K, fn func(
 	sh.mu.Unlock()
 
 	if obs != nil {
-		obs.ObserveFlight(Event{Kind: EventInFlight, InFlight: int(n)})
+		obs.ObserveFlight(Event{Kind: EventInFlight, InFlight: int(n), InFlightDelta: 1})
 		obs.ObserveFlight(Event{Kind: EventLoaderStarted, Ctx: &c.lctx, Flight: c.id})
 	}
 	if inline {
@@ -358,7 +358,7 @@ func (g *Group[K, V]) unregister(sh *shard[K, V], key K) int64 {
 // observeInFlight reports a count returned by unregister (n < 0: none).
 func (g *Group[K, V]) observeInFlight(n int64) {
 	if obs := g.cfg.obs; obs != nil && n >= 0 {
-		obs.ObserveFlight(Event{Kind: EventInFlight, InFlight: int(n)})
+		obs.ObserveFlight(Event{Kind: EventInFlight, InFlight: int(n), InFlightDelta: -1})
 	}
 }
 

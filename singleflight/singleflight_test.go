@@ -703,6 +703,18 @@ func TestObserverSeesEveryKindOfEvent(t *testing.T) {
 	if waitDurations != 3 || loaderDurations != 2 {
 		t.Errorf("durations: %d waiter, %d loader; want 3 and 2", waitDurations, loaderDurations)
 	}
+	delta := 0
+	for _, e := range obs.events {
+		if e.Kind == singleflight.EventInFlight {
+			if e.InFlightDelta != 1 && e.InFlightDelta != -1 {
+				t.Errorf("InFlightDelta = %d, want ±1", e.InFlightDelta)
+			}
+			delta += e.InFlightDelta
+		}
+	}
+	if delta != g.InFlight() {
+		t.Errorf("sum of InFlightDelta = %d, want InFlight() = %d", delta, g.InFlight())
+	}
 	if len(sameFlight) != 2 {
 		t.Errorf("waiters spread over %d flights, want 2 (one shared, one solo)", len(sameFlight))
 	}
