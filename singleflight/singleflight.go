@@ -15,6 +15,13 @@ const shardCount = 32
 
 var seed = maphash.MakeSeed()
 
+// epoch anchors monotime. Durations for observers are differences of
+// monotime readings, which read only the monotonic clock: half the cost of
+// time.Now on virtual machines whose clock source is slow.
+var epoch = time.Now()
+
+func monotime() time.Duration { return time.Since(epoch) }
+
 // Group deduplicates concurrent calls per key. The zero value is ready to use
 // (no limits, no timeout, no observer); New configures one. A Group must not
 // be copied after first use.
@@ -101,9 +108,9 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 		ctx = context.Background()
 	}
 	obs := g.cfg.obs
-	var start time.Time
+	var start time.Duration
 	if obs != nil {
-		start = time.Now()
+		start = monotime()
 		obs.ObserveFlight(Event{Kind: EventRequest, Ctx: ctx})
 	}
 	if fn == nil {
@@ -125,7 +132,7 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 // lead registers a new execution of key and runs it. sh.mu is held on entry
 // and released here. It is kept apart from Do so that callers that only join
 // (the many, on a hot key) run on a small stack frame.
-func (g *Group[K, V]) lead(ctx context.Context, sh *shard[K, V], key K, fn func(context.Context) (V, error), start time.Time) (v V, shared bool, err error) {
+func (g *Group[K, V]) lead(ctx context.Context, sh *shard[K, V], key K, fn func(context.Context) (V, error), start time.Duration) (v V, shared bool, err error) {
 	obs := g.cfg.obs
 	n := g.inFlight.Add(1)
 	if max := g.cfg.maxInFlight; max > 0 && n > max {
@@ -176,7 +183,7 @@ func (g *Group[K, V]) lead(ctx context.Context, sh *shard[K, V], key K, fn func(
 
 // join attaches a caller to the execution c of its key. sh.mu is held on
 // entry and released here.
-func (g *Group[K, V]) join(ctx context.Context, sh *shard[K, V], c *call[K, V], fn func(context.Context) (V, error), start time.Time) (V, bool, error) {
+func (g *Group[K, V]) join(ctx context.Context, sh *shard[K, V], c *call[K, V], fn func(context.Context) (V, error), start time.Duration) (V, bool, error) {
 	// Only a caller that would wait can deadlock, so only it pays for the
 	// reentrancy check: is this caller running inside c's own loader?
 	if ctx.Value(ancestorKey{&c.lctx}) != nil {
@@ -201,7 +208,7 @@ func (g *Group[K, V]) join(ctx context.Context, sh *shard[K, V], c *call[K, V], 
 }
 
 // wait blocks until c finishes or the caller's ctx ends, whichever is first.
-func (g *Group[K, V]) wait(ctx context.Context, c *call[K, V], leader bool, start time.Time) (V, bool, error) {
+func (g *Group[K, V]) wait(ctx context.Context, c *call[K, V], leader bool, start time.Duration) (V, bool, error) {
 	cancelled := ctx.Done()
 	if cancelled == nil {
 		// A plain receive is much cheaper than a select when a thousand
@@ -250,11 +257,11 @@ func (g *Group[K, V]) run(c *call[K, V], fn func(context.Context) (V, error), ti
 		err       error
 		returned  bool
 		panicked  bool
-		startedAt time.Time
+		startedAt time.Duration
 	)
 	obs := g.cfg.obs
 	if obs != nil {
-		startedAt = time.Now()
+		startedAt = monotime()
 	}
 	defer func() {
 		if !returned && !panicked {
@@ -279,7 +286,7 @@ func (g *Group[K, V]) run(c *call[K, V], fn func(context.Context) (V, error), ti
 
 // loaderDone delivers fn's outcome, unless a timeout, Close or abandonment
 // completed c first, in which case the result is late and dropped.
-func (g *Group[K, V]) loaderDone(c *call[K, V], timer *time.Timer, v V, err error, panicked bool, startedAt time.Time) {
+func (g *Group[K, V]) loaderDone(c *call[K, V], timer *time.Timer, v V, err error, panicked bool, startedAt time.Duration) {
 	if timer != nil {
 		timer.Stop()
 	}
@@ -289,7 +296,7 @@ func (g *Group[K, V]) loaderDone(c *call[K, V], timer *time.Timer, v V, err erro
 	if obs == nil {
 		return
 	}
-	e := Event{Ctx: &c.lctx, Flight: c.id, Duration: time.Since(startedAt), Err: err}
+	e := Event{Ctx: &c.lctx, Flight: c.id, Duration: monotime() - startedAt, Err: err}
 	switch {
 	case !onTime:
 		e.Kind = EventLateResult
@@ -369,9 +376,9 @@ func (g *Group[K, V]) reject(ctx context.Context, err error) error {
 	return err
 }
 
-func (g *Group[K, V]) waitDone(ctx context.Context, c *call[K, V], leader, shared bool, err error, start time.Time) {
+func (g *Group[K, V]) waitDone(ctx context.Context, c *call[K, V], leader, shared bool, err error, start time.Duration) {
 	if obs := g.cfg.obs; obs != nil {
-		obs.ObserveFlight(Event{Kind: EventWaitDone, Ctx: ctx, Flight: c.id, Leader: leader, Shared: shared, Duration: time.Since(start), Err: err})
+		obs.ObserveFlight(Event{Kind: EventWaitDone, Ctx: ctx, Flight: c.id, Leader: leader, Shared: shared, Duration: monotime() - start, Err: err})
 	}
 }
 
