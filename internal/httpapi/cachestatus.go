@@ -52,6 +52,9 @@ func CacheStatus(cache string, sv product.Served, notFound bool) string {
 	default: // OutcomeLoadFailed and anything new
 		sb.WriteString("; fwd=miss")
 		detail, ttl = "load-failed", false
+		if notFound { // an uncached "not found" (naive mode)
+			detail = "not-found"
+		}
 	}
 	if notFound && detail == "" {
 		detail = "not-found"

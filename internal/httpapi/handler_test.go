@@ -427,3 +427,32 @@ func TestRecoverKeepsTheProcessAliveAfterAHandlerPanic(t *testing.T) {
 	}
 	resp.Body.Close()
 }
+
+func TestCacheStatusForEveryOutcome(t *testing.T) {
+	sv := func(o flightcache.Outcome, ttl time.Duration) product.Served {
+		return product.Served{Outcome: o, TTL: ttl, TTLKnown: true}
+	}
+	tests := []struct {
+		sv       product.Served
+		notFound bool
+		want     string
+	}{
+		{sv(flightcache.OutcomeHitLocal, 41500*time.Millisecond), false, "flightcache; hit; ttl=42"},
+		{sv(flightcache.OutcomeHitShared, 5*time.Second), false, "flightcache; hit; ttl=5; detail=shared"},
+		{sv(flightcache.OutcomeRefreshed, time.Second), false, "flightcache; hit; ttl=1; detail=early-refresh"},
+		{sv(flightcache.OutcomeLoaded, 300*time.Second), false, "flightcache; fwd=miss; stored; ttl=300"},
+		{sv(flightcache.OutcomeCoalesced, 300*time.Second), false, "flightcache; fwd=miss; collapsed; ttl=300"},
+		{sv(flightcache.OutcomeLoaded, 30*time.Second), true, "flightcache; fwd=miss; stored; ttl=30; detail=not-found"},
+		{sv(flightcache.OutcomeNegativeHit, 17*time.Second), true, "flightcache; hit; ttl=17; detail=not-found"},
+		{sv(flightcache.OutcomeStale, -3400*time.Millisecond), false, "flightcache; hit; ttl=-3; detail=stale"},
+		{sv(flightcache.OutcomeLoadedWriteFailed, time.Minute), false, "flightcache; fwd=miss; detail=write-failed"},
+		{product.Served{Outcome: flightcache.OutcomeLoadFailed}, false, "flightcache; fwd=miss; detail=load-failed"},
+		{product.Served{Outcome: flightcache.OutcomeLoadFailed}, true, "flightcache; fwd=miss; detail=not-found"},
+		{product.Served{Outcome: flightcache.OutcomeHitLocal}, false, "flightcache; hit"},
+	}
+	for _, tc := range tests {
+		if got := CacheStatus("flightcache", tc.sv, tc.notFound); got != tc.want {
+			t.Errorf("CacheStatus(%v, notFound=%v) = %q, want %q", tc.sv.Outcome, tc.notFound, got, tc.want)
+		}
+	}
+}

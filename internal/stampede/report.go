@@ -37,6 +37,8 @@ func fmtMillis(m float64) string {
 		return fmt.Sprintf("%.2fs", m/1000)
 	case m >= 10:
 		return fmt.Sprintf("%.0fms", m)
+	case m < 0.1:
+		return fmt.Sprintf("%.2fms", m)
 	default:
 		return fmt.Sprintf("%.1fms", m)
 	}
