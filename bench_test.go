@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/clock"
 	"github.com/flightcache/flightcache/memstore"
 	rediscache "github.com/go-redis/cache/v9"
 	"github.com/maypok86/otter/v2"
@@ -58,6 +59,22 @@ func BenchmarkHitLocal(b *testing.B) {
 			i++
 		}
 	})
+	b.Run("impl=flightcache-coarse", func(b *testing.B) {
+		// memstore with its opt-in coarse clock, which the Cache adopts.
+		local, _ := memstore.New(memstore.Options[*product]{MaxEntries: 10 * benchKeys, ClockResolution: clock.DefaultResolution})
+		defer local.Close()
+		c, _ := flightcache.New(flightcache.Options[*product]{Local: local, TTL: time.Hour})
+		defer c.Close()
+		for _, k := range benchKeyNames {
+			c.Get(ctx, k, benchLoad)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			sink, _ = c.Get(ctx, benchKeyNames[i&(benchKeys-1)], benchLoad)
+			i++
+		}
+	})
 	b.Run("impl=otter-raw", func(b *testing.B) {
 		oc := otter.Must(&otter.Options[string, *product]{MaximumSize: 10 * benchKeys})
 		defer oc.StopAllGoroutines()
@@ -86,6 +103,46 @@ func BenchmarkHitLocal(b *testing.B) {
 		i := 0
 		for b.Loop() {
 			sink, _ = oc.GetIfPresent(benchKeyNames[i&(benchKeys-1)])
+			i++
+		}
+	})
+	b.Run("impl=otter-like-memstore-coarse", func(b *testing.B) {
+		// otter exactly as memstore with ClockResolution configures it:
+		// *Item values, per-entry expiry, a coarse clock.
+		clk := clock.NewCoarse(clock.DefaultResolution)
+		defer clk.Stop()
+		oc := otter.Must(&otter.Options[string, *flightcache.Item[*product]]{
+			MaximumSize: 10 * benchKeys,
+			Clock:       clk,
+			ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[string, *flightcache.Item[*product]]) time.Duration {
+				return e.Value.StaleUntil.Sub(clk.Now())
+			}),
+		})
+		defer oc.StopAllGoroutines()
+		now := time.Now()
+		for _, k := range benchKeyNames {
+			oc.Set(k, &flightcache.Item[*product]{Value: benchProduct, Meta: flightcache.Meta{FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour)}})
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			it, _ := oc.GetIfPresent(benchKeyNames[i&(benchKeys-1)])
+			sink = it.Value
+			i++
+		}
+	})
+	b.Run("impl=memstore-coarse", func(b *testing.B) {
+		local, _ := memstore.New(memstore.Options[*product]{MaxEntries: 10 * benchKeys, ClockResolution: clock.DefaultResolution})
+		defer local.Close()
+		now := time.Now()
+		for _, k := range benchKeyNames {
+			local.Set(k, flightcache.Item[*product]{Value: benchProduct, Meta: flightcache.Meta{FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour)}})
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			it, _ := local.Get(benchKeyNames[i&(benchKeys-1)])
+			sink = it.Value
 			i++
 		}
 	})
@@ -138,6 +195,23 @@ func BenchmarkHitLocalParallel(b *testing.B) {
 	ctx := context.Background()
 	b.Run("impl=flightcache", func(b *testing.B) {
 		local, _ := memstore.New(memstore.Options[*product]{MaxEntries: 10 * benchKeys})
+		defer local.Close()
+		c, _ := flightcache.New(flightcache.Options[*product]{Local: local, TTL: time.Hour})
+		defer c.Close()
+		for _, k := range benchKeyNames {
+			c.Get(ctx, k, benchLoad)
+		}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			i := 0
+			for pb.Next() {
+				c.Get(ctx, benchKeyNames[i&(benchKeys-1)], benchLoad)
+				i++
+			}
+		})
+	})
+	b.Run("impl=flightcache-coarse", func(b *testing.B) {
+		local, _ := memstore.New(memstore.Options[*product]{MaxEntries: 10 * benchKeys, ClockResolution: clock.DefaultResolution})
 		defer local.Close()
 		c, _ := flightcache.New(flightcache.Options[*product]{Local: local, TTL: time.Hour})
 		defer c.Close()

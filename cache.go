@@ -58,6 +58,9 @@ type Cache[V any] struct {
 	instrumented bool     // obs != nil || tracer != nil
 	log          *slog.Logger
 	now          func() time.Time
+	// preciseLoadTime: Options.Now was left to its default, which may be a
+	// coarse clock, so load durations are measured with time.Now instead.
+	preciseLoadTime bool
 
 	group    *singleflight.Group[string, *flight[V]]
 	guard    writeGuard
@@ -95,28 +98,29 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 		sfOpts = append(sfOpts, singleflight.WithObserver(so))
 	}
 	c := &Cache[V]{
-		name:         o.Name,
-		local:        o.Local,
-		shared:       o.Shared,
-		codec:        o.Codec,
-		ttl:          o.TTL,
-		negativeTTL:  o.NegativeTTL,
-		jitter:       o.Jitter,
-		staleFor:     o.StaleFor,
-		softTimeout:  o.SoftTimeout,
-		earlyRefresh: o.EarlyRefresh,
-		beta:         o.Beta,
-		maxKeyLen:    o.MaxKeyLen,
-		clone:        o.Clone,
-		obs:          o.Observer,
-		tracer:       o.Tracer,
-		instrumented: o.Observer != nil || o.Tracer != nil,
-		log:          o.Logger,
-		now:          o.Now,
-		group:        singleflight.New[string, *flight[V]](sfOpts...),
-		throttle:     newThrottle(o.FailureThrottle),
-		refreshing:   make(map[string]*loadCall[V]),
-		maxRefreshes: defaultMaxRefreshes,
+		name:            o.Name,
+		local:           o.Local,
+		shared:          o.Shared,
+		codec:           o.Codec,
+		ttl:             o.TTL,
+		negativeTTL:     o.NegativeTTL,
+		jitter:          o.Jitter,
+		staleFor:        o.StaleFor,
+		softTimeout:     o.SoftTimeout,
+		earlyRefresh:    o.EarlyRefresh,
+		beta:            o.Beta,
+		maxKeyLen:       o.MaxKeyLen,
+		clone:           o.Clone,
+		obs:             o.Observer,
+		tracer:          o.Tracer,
+		instrumented:    o.Observer != nil || o.Tracer != nil,
+		log:             o.Logger,
+		now:             o.Now,
+		preciseLoadTime: opts.Now == nil,
+		group:           singleflight.New[string, *flight[V]](sfOpts...),
+		throttle:        newThrottle(o.FailureThrottle),
+		refreshing:      make(map[string]*loadCall[V]),
+		maxRefreshes:    defaultMaxRefreshes,
 	}
 	if o.MaxInFlight > 0 {
 		c.maxRefreshes = o.MaxInFlight
@@ -127,7 +131,19 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 // Get returns the value for key, loading it with load on a miss. It is the
 // one-liner; use Fetch to learn the Outcome.
 func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V]) (V, error) {
-	r, err := c.Fetch(ctx, key, load)
+	// Fetch's body, not a call to it: one frame less on the path of every
+	// goroutine that waits for a load (see fetch).
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if c.instrumented {
+		r, err := c.fetchInstrumented(ctx, key, load)
+		return r.Value, err
+	}
+	if r, ok, err := c.hitLocal(ctx, key, load); ok {
+		return r.Value, err
+	}
+	r, _, err := c.fetchSlow(ctx, key, load)
 	return r.Value, err
 }
 
@@ -147,7 +163,10 @@ func (c *Cache[V]) Fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	if c.instrumented {
 		return c.fetchInstrumented(ctx, key, load)
 	}
-	r, _, err := c.fetch(ctx, key, load)
+	if r, ok, err := c.hitLocal(ctx, key, load); ok {
+		return r, err
+	}
+	r, _, err := c.fetchSlow(ctx, key, load)
 	return r, err
 }
 
@@ -176,29 +195,90 @@ func (c *Cache[V]) fetchInstrumented(ctx context.Context, key string, load LoadF
 	return r, err
 }
 
-// fetch is the read path. The local fresh hit is kept to one store lookup,
-// one clock read and no allocation (for pointer V).
+// fetch is the read path: the fast local hit, then everything else.
 func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Result[V], loadInfo, error) {
+	if r, ok, err := c.hitLocal(ctx, key, load); ok {
+		return r, loadInfo{}, err
+	}
+	return c.fetchSlow(ctx, key, load)
+}
+
+// hitLocal is the local fresh hit (ok true), kept to one store lookup, one
+// read of the (coarse, by default) clock and no allocation for pointer V;
+// everything else is in fetchSlow. Callers call fetchSlow after hitLocal
+// returned, not from inside it, so that hitLocal's frame (which holds an
+// Item) is gone from the stack of the goroutines that wait for a load:
+// thousands of fresh goroutines may wait on one key, and each has to grow
+// its stack for every frame it stacks up before blocking.
+//
+// The hit skips the UTF-8 check of admit: only a key that was stored can
+// hit, and every key is checked before anything is stored under it. The
+// cheap checks (closed, length) stay, so a too-long key never reaches the
+// store.
+func (c *Cache[V]) hitLocal(ctx context.Context, key string, load LoadFunc[V]) (r Result[V], ok bool, err error) {
+	if c.local == nil || len(key) == 0 || len(key) > c.maxKeyLen || c.closed.Load() {
+		return r, false, nil
+	}
+	it, found := c.local.Get(key)
+	if !found {
+		return r, false, nil
+	}
+	now := c.now()
+	if !now.Before(it.FreshUntil) {
+		return r, false, nil
+	}
+	if it.NotFound || c.obs != nil || c.clone != nil || (c.earlyRefresh && load != nil) {
+		r, _, err = c.serveFresh(ctx, key, load, it, now, TierLocal)
+		return r, true, err
+	}
+	// serveFresh's common case, inline: the call and its wide result
+	// were a third of a hit.
+	r.Value, r.Outcome = it.Value, OutcomeHitLocal
+	if !it.LoadedAt.IsZero() {
+		r.Age = max(time.Duration(now.UnixNano()-it.LoadedAt.UnixNano()), 0)
+	}
+	return r, true, nil
+}
+
+// fetchSlow is the read path after the fast local hit failed: it checks the
+// key fully, looks in the local tier again for a fresh item (one that
+// arrived meanwhile) or a stale one to fall back on, and goes on to the
+// shared tier and the flight.
+func (c *Cache[V]) fetchSlow(ctx context.Context, key string, load LoadFunc[V]) (Result[V], loadInfo, error) {
 	if err := c.admit(key); err != nil {
 		return Result[V]{Outcome: OutcomeLoadFailed}, loadInfo{}, err
 	}
 	now := c.now()
-	var stale Item[V]
-	hasStale := false
+	var stale *Item[V]
 	if c.local != nil {
-		if it, ok := c.local.Get(key); ok {
-			if now.Before(it.FreshUntil) {
-				return c.serveFresh(ctx, key, load, &it, now, TierLocal)
-			}
-			if !it.NotFound && now.Before(it.StaleUntil) {
-				stale, hasStale = it, true
-			}
+		it, fresh := c.localCandidate(key, now)
+		if fresh {
+			return c.serveFresh(ctx, key, load, it, now, TierLocal)
 		}
+		stale = it
 		if c.obs != nil {
 			c.emit(ctx, EventMiss, TierLocal, nil)
 		}
 	}
-	return c.fetchMiss(ctx, key, load, now, stale, hasStale)
+	return c.fetchMiss(ctx, key, load, now, stale)
+}
+
+// localCandidate returns the local item under key when it is fresh (fresh
+// true) or servable as stale, else nil. It is the store's shared Item
+// (read-only); holding it by pointer keeps the frames of callers that wait
+// for a load small.
+func (c *Cache[V]) localCandidate(key string, now time.Time) (*Item[V], bool) {
+	it, ok := c.local.Get(key)
+	if !ok {
+		return nil, false
+	}
+	if now.Before(it.FreshUntil) {
+		return it, true
+	}
+	if !it.NotFound && now.Before(it.StaleUntil) {
+		return it, false
+	}
+	return nil, false
 }
 
 // admit refuses keys the Cache must not handle, and every call after Close.
@@ -230,7 +310,10 @@ func (c *Cache[V]) keyError(key string) error {
 func (c *Cache[V]) serveFresh(ctx context.Context, key string, load LoadFunc[V], it *Item[V], now time.Time, tier Tier) (Result[V], loadInfo, error) {
 	var age time.Duration
 	if !it.LoadedAt.IsZero() {
-		age = now.Sub(it.LoadedAt)
+		// UnixNano, not Sub: Sub's overflow checks cost ~20 ns on the hit
+		// path, and times of cached values are well inside UnixNano's
+		// range. max: another instance's clock (shared tier) may be ahead.
+		age = max(time.Duration(now.UnixNano()-it.LoadedAt.UnixNano()), 0)
 	}
 	if it.NotFound {
 		if c.obs != nil {
@@ -255,20 +338,19 @@ func (c *Cache[V]) serveFresh(ctx context.Context, key string, load LoadFunc[V],
 	return Result[V]{Value: v, Outcome: outcome, Age: age}, loadInfo{}, nil
 }
 
-// fetchMiss continues the read path after the local tier had no fresh item.
-func (c *Cache[V]) fetchMiss(ctx context.Context, key string, load LoadFunc[V], now time.Time, stale Item[V], hasStale bool) (Result[V], loadInfo, error) {
+// fetchMiss continues the read path after the local tier had no fresh item;
+// stale is the local fallback, if any.
+func (c *Cache[V]) fetchMiss(ctx context.Context, key string, load LoadFunc[V], now time.Time, stale *Item[V]) (Result[V], loadInfo, error) {
 	if c.shared != nil {
-		t := c.guard.begin(key)
-		it, ok := c.readShared(ctx, key, now, t)
-		c.guard.end(key, t)
-		if ok && now.Before(it.FreshUntil) {
-			return c.serveFresh(ctx, key, load, &it, now, TierShared)
+		it := c.sharedCandidate(ctx, key, now)
+		if it != nil && now.Before(it.FreshUntil) {
+			return c.serveFresh(ctx, key, load, it, now, TierShared)
 		}
 		if c.obs != nil {
 			c.emit(ctx, EventMiss, TierShared, nil)
 		}
-		if ok && !it.NotFound && now.Before(it.StaleUntil) && (!hasStale || it.FreshUntil.After(stale.FreshUntil)) {
-			stale, hasStale = it, true
+		if it != nil && !it.NotFound && now.Before(it.StaleUntil) && (stale == nil || it.FreshUntil.After(stale.FreshUntil)) {
+			stale = it
 		}
 	}
 	if load == nil {
@@ -280,15 +362,29 @@ func (c *Cache[V]) fetchMiss(ctx context.Context, key string, load LoadFunc[V], 
 		fl  *flight[V]
 		err error
 	)
-	if hasStale && c.softTimeout > 0 {
+	if stale != nil && c.softTimeout > 0 {
 		var late bool
 		if fl, err, late = c.doWithSoftTimeout(ctx, lc); late {
-			return c.serveStale(ctx, &stale, now, ErrSoftTimeout, loadInfo{led: lc.led.Load()})
+			return c.serveStale(ctx, stale, now, ErrSoftTimeout, loadInfo{led: lc.led.Load()})
 		}
 	} else {
 		fl, _, err = c.group.Do(ctx, key, lc.run)
 	}
-	return c.settle(ctx, lc, fl, err, &stale, hasStale, now)
+	return c.settle(ctx, lc, fl, err, stale, now)
+}
+
+// sharedCandidate reads key from the shared tier under a write-guard
+// ticket (see readShared) and returns the item found, or nil. Like
+// localCandidate it returns the item on the heap (the decode allocates
+// anyway) to keep fetchMiss's frame small.
+func (c *Cache[V]) sharedCandidate(ctx context.Context, key string, now time.Time) *Item[V] {
+	t := c.guard.begin(key)
+	it, ok := c.readShared(ctx, key, now, t)
+	c.guard.end(key, t)
+	if !ok {
+		return nil
+	}
+	return &it
 }
 
 // readShared reads key from the shared tier and, when it finds an item that
@@ -321,7 +417,7 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 }
 
 // settle turns the flight's answer into this caller's Result.
-func (c *Cache[V]) settle(ctx context.Context, lc *loadCall[V], fl *flight[V], err error, stale *Item[V], hasStale bool, now time.Time) (Result[V], loadInfo, error) {
+func (c *Cache[V]) settle(ctx context.Context, lc *loadCall[V], fl *flight[V], err error, stale *Item[V], now time.Time) (Result[V], loadInfo, error) {
 	info := loadInfo{led: lc.led.Load()}
 	if err != nil || fl == nil {
 		if err == nil { // cannot happen: run returns a flight or an error
@@ -330,7 +426,7 @@ func (c *Cache[V]) settle(ctx context.Context, lc *loadCall[V], fl *flight[V], e
 		if le, ok := err.(*loadError); ok {
 			err, info.loadCtx = le.err, le.ctx
 		}
-		if hasStale && canServeStale(ctx, err) {
+		if stale != nil && canServeStale(ctx, err) {
 			return c.serveStale(ctx, stale, now, err, info)
 		}
 		return Result[V]{Outcome: OutcomeLoadFailed}, info, err

@@ -611,3 +611,32 @@ func TestObserverSeesCacheAndEngineEvents(t *testing.T) {
 		t.Errorf("engine loader_started = %d, want 1: the Observer was not wired into the engine", n)
 	}
 }
+
+// A Cache without Options.Now keeps time by its local store's clock when
+// the store has one (memstore.Store.Now), so the two agree on expiry.
+func TestCacheWithoutNowFollowsLocalStoreClock(t *testing.T) {
+	clock := newFakeClock()
+	c := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, clock), TTL: time.Minute, Jitter: flightcache.DisableJitter})
+	var o origin
+	wantOutcome(t, mustFetch(t, c, "p:1", o.load("1")).Outcome, flightcache.OutcomeLoaded)
+	clock.Advance(30 * time.Second)
+	r := mustFetch(t, c, "p:1", o.load("1"))
+	wantOutcome(t, r.Outcome, flightcache.OutcomeHitLocal)
+	if r.Age != 30*time.Second {
+		t.Fatalf("Age = %v by the store's clock, want 30s", r.Age)
+	}
+	clock.Advance(31 * time.Second) // past the TTL by the store's clock only
+	wantOutcome(t, mustFetch(t, c, "p:1", o.load("1")).Outcome, flightcache.OutcomeLoaded)
+}
+
+// A key that is not valid UTF-8 is refused with a *KeyError even though
+// the hit path does not check UTF-8, and never reaches the loader.
+func TestInvalidUTF8KeyIsRefusedWithoutLoading(t *testing.T) {
+	c := newCache(t, flightcache.Options[*product]{})
+	var o origin
+	_, err := c.Get(context.Background(), "p:\xff", o.load("1"))
+	var ke *flightcache.KeyError
+	if !errors.As(err, &ke) || o.calls.Load() != 0 {
+		t.Fatalf("Get(invalid UTF-8) = %v after %d loads; want *KeyError, no load", err, o.calls.Load())
+	}
+}

@@ -89,8 +89,8 @@ func (c *Cache[V]) recheck(ctx context.Context, key string, now time.Time, t tic
 		return now.Before(it.FreshUntil) && it.FreshUntil.After(newerThan)
 	}
 	if c.local != nil {
-		if it, ok := c.local.Get(key); ok && usable(&it) {
-			return it, true
+		if it, ok := c.local.Get(key); ok && usable(it) {
+			return *it, true
 		}
 	}
 	if c.shared != nil {
@@ -128,9 +128,17 @@ func (lc *loadCall[V]) loadAndStore(ctx context.Context, t ticket) (*flight[V], 
 	}
 
 	start := c.now()
+	var realStart time.Time
+	if c.preciseLoadTime {
+		realStart = time.Now()
+	}
 	v, err := lc.load(lctx)
 	returned = true
 	end := c.now()
+	took := end.Sub(start)
+	if c.preciseLoadTime {
+		took = time.Since(realStart)
+	}
 	if endSpan != nil {
 		endSpan(err)
 	}
@@ -160,7 +168,7 @@ func (lc *loadCall[V]) loadAndStore(ctx context.Context, t ticket) (*flight[V], 
 		c.throttle.succeed(lc.key)
 	}
 
-	fl.item = Item[V]{Value: v, Meta: Meta{LoadDuration: end.Sub(start), LoadedAt: end, NotFound: fl.notFound != nil}}
+	fl.item = Item[V]{Value: v, Meta: Meta{LoadDuration: took, LoadedAt: end, NotFound: fl.notFound != nil}}
 	fl.item.FreshUntil = end.Add(ttl)
 	fl.item.StaleUntil = fl.item.FreshUntil
 	if !fl.item.NotFound {

@@ -85,10 +85,23 @@ type Options[V any] struct {
 	Tracer Tracer
 	// Logger logs store failures (rate-limited). Default slog.Default().
 	Logger *slog.Logger
-	// Now is the clock, for tests. Default time.Now. It decides freshness
-	// and measures load durations (XFetch's Δ); timers (SoftTimeout,
-	// LoaderTimeout) always run on real time.
+	// Now is the clock. It decides freshness and, when set, measures load
+	// durations (XFetch's Δ); timers (SoftTimeout, LoaderTimeout) always run
+	// on real time. Set it in tests to move time by hand.
+	//
+	// Default: the Local store's clock when Local has a method
+	// Now() time.Time (memstore.Store has: a coarse clock that is ~1 ns to
+	// read and lags real time by about a millisecond), else time.Now. The
+	// freshness checks then agree with the store's expiry, and a hit reads
+	// no real clock, which costs 30-80 ns on virtual machines. With the
+	// default, load durations are still measured on the precise real clock,
+	// so that sub-millisecond loads keep a non-zero Δ.
 	Now func() time.Time
+}
+
+// storeClock is a LocalStore that keeps its own clock; see Options.Now.
+type storeClock interface {
+	Now() time.Time
 }
 
 // DisableJitter, as Options.Jitter, turns TTL jitter off.
@@ -197,6 +210,9 @@ func (o Options[V]) withDefaults() (Options[V], error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+		if sc, ok := o.Local.(storeClock); ok {
+			o.Now = sc.Now
+		}
 	}
 	return o, nil
 }

@@ -43,8 +43,12 @@ type Entry struct {
 // memory, and should drop an item once its StaleUntil has passed. Package
 // memstore provides one on otter.
 type LocalStore[V any] interface {
-	// Get returns the item stored under key, if any.
-	Get(key string) (Item[V], bool)
+	// Get returns the item stored under key, if any. The Item is shared,
+	// not a copy: the caller must not modify it, and the store must not
+	// modify it after handing it out (Set replaces the pointer instead).
+	// Returning a pointer keeps a hit from copying the ~100-byte Item
+	// through every layer.
+	Get(key string) (*Item[V], bool)
 	// Set stores it under key, replacing any previous item.
 	Set(key string, it Item[V])
 	// Delete removes key; removing a missing key is not an error.

@@ -208,7 +208,7 @@ func TestCostBoundsTotalCost(t *testing.T) {
 	var total uint64
 	for i := range 100 {
 		if got, ok := s.Get(strconv.Itoa(i)); ok {
-			total += uint64(cost("", got))
+			total += uint64(cost("", *got))
 		}
 	}
 	if total > maxCost || total == 0 {
@@ -330,5 +330,42 @@ func TestCloseIsIdempotentAndStoreStillWorks(t *testing.T) {
 	s.Set("k", item(1, time.Now(), time.Minute, time.Hour))
 	if got, ok := s.Get("k"); !ok || got.Value != 1 {
 		t.Fatalf("Get after Close = %v, %v", got.Value, ok)
+	}
+}
+
+// With ClockResolution the Store runs on a coarse clock that lags the real
+// one, so an item may outlive its StaleUntil by about a resolution but must
+// never vanish before it, and must vanish.
+func TestCoarseClockItemNeverExpiresEarly(t *testing.T) {
+	s := newStore(t, Options[int]{ClockResolution: time.Millisecond})
+	it := item(1, time.Now(), 10*time.Millisecond, 30*time.Millisecond)
+	s.Set("k", it)
+	deadline := it.StaleUntil.Add(5 * time.Second)
+	for {
+		_, ok := s.Get("k")
+		after := time.Now()
+		if !ok {
+			if after.Before(it.StaleUntil) {
+				t.Fatalf("item vanished %v before its StaleUntil", it.StaleUntil.Sub(after))
+			}
+			return
+		}
+		if after.After(deadline) {
+			t.Fatal("item still present 5s after its StaleUntil")
+		}
+		time.Sleep(100 * time.Microsecond) // polling with a deadline: expiry has no event
+	}
+}
+
+func TestClockResolutionValidation(t *testing.T) {
+	for name, o := range map[string]Options[int]{
+		"negative": {ClockResolution: -1},
+		"with Now": {ClockResolution: time.Millisecond, Now: time.Now},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if s, err := New(o); !errors.Is(err, flightcache.ErrInvalidConfig) || s != nil {
+				t.Fatalf("New = %v, %v; want ErrInvalidConfig", s, err)
+			}
+		})
 	}
 }

@@ -14,6 +14,7 @@ const module = "github.com/flightcache/flightcache"
 var core = []string{
 	module + "/singleflight",
 	module + "/key",
+	module + "/clock",
 	module,
 }
 
