@@ -45,6 +45,10 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	LogLevel        string // debug, info, warn, error
 	LogFormat       string // text or json
+
+	// Catalog is what Seed seeds; nil means product.DemoCatalog. It has no
+	// flag: tests and stampede set it to seed less.
+	Catalog *product.Catalog
 }
 
 // Default returns the configuration productd runs with when nothing is set.

@@ -14,7 +14,18 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/flightcache/flightcache/internal/product"
 )
+
+// testCatalog is small enough to seed quickly under -race and holds every
+// product these tests ask for.
+var testCatalog = product.Catalog{
+	Tenants:           []string{"acme", "initech"},
+	ProductsPerTenant: 800,
+	Locales:           []string{"en-US", "de-DE", "fr-FR"},
+	Currencies:        []string{"USD", "EUR"},
+}
 
 // startInProcess runs a Server on a loopback port until the test ends.
 func startInProcess(t *testing.T, cfg Config) (string, *Server) {
@@ -47,6 +58,7 @@ func TestNoStaleReadAfterPutReturned(t *testing.T) {
 	t.Parallel()
 	cfg := Default()
 	cfg.DB = filepath.Join(t.TempDir(), "products.db")
+	cfg.Catalog = &testCatalog
 	cfg.OriginLatency = 3 * time.Millisecond
 	cfg.TTL = time.Hour
 	base, srv := startInProcess(t, cfg)

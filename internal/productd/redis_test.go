@@ -17,6 +17,7 @@ func TestInstancesShareLoadsThroughRedis(t *testing.T) {
 	addr := testenv.RequireRedis(t)
 	cfg := Default()
 	cfg.DB = filepath.Join(t.TempDir(), "products.db")
+	cfg.Catalog = &testCatalog
 	cfg.Redis = "redis://" + addr + "/0"
 	cfg.RedisPrefix = testenv.UniqueName("productd-test-") + ":"
 	a, srvA := startInProcess(t, cfg)

@@ -67,7 +67,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	}
 	var seed *product.Catalog
 	if cfg.Seed {
-		seed = &product.DemoCatalog
+		seed = cfg.Catalog
+		if seed == nil {
+			seed = &product.DemoCatalog
+		}
 	}
 	start := time.Now()
 	seeded, err := product.Migrate(ctx, s.repo, seed)

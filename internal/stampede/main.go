@@ -16,6 +16,12 @@ import (
 // JSON with -json) to stdout and the report's path, and returns the exit
 // code. isTerminal says whether stderr is a terminal (for the progress bar).
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, isTerminal bool) int {
+	return mainWith(ctx, Config{}, args, stdout, stderr, isTerminal)
+}
+
+// mainWith is Main over base, the settings that have no flag (tests seed a
+// smaller catalog with it).
+func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io.Writer, isTerminal bool) int {
 	fs := flag.NewFlagSet("stampede", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -46,10 +52,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, isTermin
 		fmt.Fprintln(stderr, "stampede: -n must be at least 1")
 		return 1
 	}
-	cfg := Config{
-		N: *n, Concurrency: *conc, Key: *key, Duration: *duration,
-		OriginLatency: *latency, TTL: *ttl,
-	}
+	cfg := base
+	cfg.N, cfg.Concurrency, cfg.Key, cfg.Duration = *n, *conc, *key, *duration
+	cfg.OriginLatency, cfg.TTL = *latency, *ttl
 	if *targets != "" {
 		for _, t := range strings.Split(*targets, ",") {
 			cfg.Targets = append(cfg.Targets, strings.TrimRight(strings.TrimSpace(t), "/"))

@@ -65,6 +65,9 @@ type Config struct {
 	// expire; beyond it the entry is invalidated with a PUT of the same
 	// values instead. Default 15s.
 	MaxExpiryWait time.Duration
+	// Catalog is what the in-process productd seeds; nil means
+	// product.DemoCatalog. Key must name one of its products.
+	Catalog *product.Catalog
 	// Progress, when set, receives a progress bar (stderr on a terminal).
 	Progress io.Writer
 	// Logger receives the in-process servers' logs; default: discarded.
@@ -240,6 +243,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 func startInProcess(ctx context.Context, cfg Config, mode, db string) (*target, error) {
 	pc := productd.Default()
 	pc.DB = db
+	pc.Catalog = cfg.Catalog
 	pc.OriginLatency = cfg.OriginLatency
 	pc.TTL = cfg.TTL
 	pc.NegativeTTL = cfg.TTL

@@ -13,11 +13,21 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flightcache/flightcache/internal/product"
 	"github.com/flightcache/flightcache/internal/productd"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// smallCatalog seeds fast under -race and holds the default hot product
+// (acme/p-00042) and the one TestStampedeTableAgainstARunningTarget uses.
+var smallCatalog = product.Catalog{
+	Tenants:           []string{"acme", "globex"},
+	ProductsPerTenant: 100,
+	Locales:           []string{"en-US", "fr-FR"},
+	Currencies:        []string{"USD", "EUR"},
+}
 
 func decode(t *testing.T, out []byte) map[string]Result {
 	t.Helper()
@@ -38,7 +48,7 @@ func decode(t *testing.T, out []byte) map[string]Result {
 func TestStampedeJSONShowsOneOriginQueryForFlightcacheAndManyForNaive(t *testing.T) {
 	report := filepath.Join(t.TempDir(), "report.html")
 	var stdout, stderr bytes.Buffer
-	code := Main(context.Background(), []string{"-json", "-n", "300", "-duration", "1500ms", "-report", report}, &stdout, &stderr, false)
+	code := mainWith(context.Background(), Config{Catalog: &smallCatalog}, []string{"-json", "-n", "300", "-duration", "1500ms", "-report", report}, &stdout, &stderr, false)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
@@ -75,6 +85,7 @@ func TestStampedeJSONShowsOneOriginQueryForFlightcacheAndManyForNaive(t *testing
 func TestStampedeTableAgainstARunningTarget(t *testing.T) {
 	cfg := productd.Default()
 	cfg.DB = filepath.Join(t.TempDir(), "p.db")
+	cfg.Catalog = &smallCatalog
 	cfg.OriginLatency = 100e6 // 100ms
 	srv, err := productd.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
