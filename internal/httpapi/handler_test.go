@@ -67,6 +67,7 @@ func (f *flightEvents) ObserveFlight(e singleflight.Event) {
 
 type testAPI struct {
 	h       http.Handler
+	cache   *flightcache.Cache[product.Entry]
 	repo    *faultRepo
 	counted *product.CountingRepository
 	events  *flightEvents
@@ -107,7 +108,7 @@ func newTestAPI(t testing.TB, cfg apiConfig) *testAPI {
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	h := New(Options{Service: svc, Ready: cfg.ready, Metrics: http.NotFoundHandler(), Logger: quiet})
-	return &testAPI{h: h, repo: repo, counted: counted, events: ev}
+	return &testAPI{h: h, cache: c, repo: repo, counted: counted, events: ev}
 }
 
 func (a *testAPI) do(method, target, body string, hdr ...string) *httptest.ResponseRecorder {
@@ -454,5 +455,17 @@ func TestCacheStatusForEveryOutcome(t *testing.T) {
 		if got := CacheStatus("flightcache", tc.sv, tc.notFound); got != tc.want {
 			t.Errorf("CacheStatus(%v, notFound=%v) = %q, want %q", tc.sv.Outcome, tc.notFound, got, tc.want)
 		}
+	}
+}
+
+func TestRequestsAfterTheCacheClosedGet503ShuttingDown(t *testing.T) {
+	a := newTestAPI(t, apiConfig{})
+	if err := a.cache.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w := a.do("GET", p1, "")
+	wantError(t, w, http.StatusServiceUnavailable, "shutting_down")
+	if w.Header().Get("Retry-After") == "" {
+		t.Fatal("no Retry-After on a 503")
 	}
 }
