@@ -1,0 +1,113 @@
+package product
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/memstore"
+)
+
+// gatedRepo blocks every Get until release is closed, counting arrivals.
+type gatedRepo struct {
+	Repository
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedRepo) Get(ctx context.Context, ref Ref) (Product, error) {
+	g.arrived <- struct{}{}
+	<-g.release
+	return g.Repository.Get(ctx, ref)
+}
+
+func newServices(t *testing.T, repo Repository) (naive, coalesced *QueryService) {
+	t.Helper()
+	local, err := memstore.New(memstore.Options[Entry]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(local.Close)
+	naive, err = NewQueryService(repo, ServiceOptions{Mode: ModeNaive, Naive: local, TTL: time.Minute, NegativeTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local2, err := memstore.New(memstore.Options[Entry]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(local2.Close)
+	c, err := flightcache.New(flightcache.Options[Entry]{Local: local2, TTL: time.Minute, NegativeTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	coalesced, err = NewQueryService(repo, ServiceOptions{Cache: c, TTL: time.Minute, NegativeTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return naive, coalesced
+}
+
+// Naive mode is the bad example on purpose: n concurrent misses are n
+// origin queries. Flightcache mode makes one. Both answer everyone.
+func TestNaiveModeQueriesOncePerMissAndFlightcacheOncePerKey(t *testing.T) {
+	const n = 20
+	ref := Ref{Tenant: "acme", ID: ProductID(3), Locale: "en-US", Currency: "USD"}
+	want := smallCatalog.Row("acme", 3, "en-US", "USD")
+	for _, mode := range []Mode{ModeNaive, ModeFlightcache} {
+		t.Run(string(mode), func(t *testing.T) {
+			g := &gatedRepo{Repository: NewMemoryRepository(smallCatalog), arrived: make(chan struct{}, n), release: make(chan struct{})}
+			naive, coalesced := newServices(t, g)
+			svc := coalesced
+			if mode == ModeNaive {
+				svc = naive
+			}
+			var wg sync.WaitGroup
+			errs := make(chan error, n)
+			for range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					sv, err := svc.Get(context.Background(), ref)
+					if err == nil && sv.Product != want {
+						err = errors.New("wrong product")
+					}
+					errs <- err
+				}()
+			}
+			<-g.arrived // one load is certainly in the origin
+			if mode == ModeNaive {
+				for range n - 1 { // every other miss reaches the origin too
+					<-g.arrived
+				}
+			}
+			close(g.release)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if extra := len(g.arrived); extra != 0 {
+				t.Fatalf("%d more origin queries than expected", extra)
+			}
+		})
+	}
+}
+
+func TestUnknownProductMatchesBothNotFoundErrors(t *testing.T) {
+	_, svc := newServices(t, NewMemoryRepository(smallCatalog))
+	_, err := svc.Get(context.Background(), Ref{Tenant: "acme", ID: "nope", Locale: "en-US", Currency: "USD"})
+	if !errors.Is(err, ErrNotFound) || !errors.Is(err, flightcache.ErrNotFound) {
+		t.Fatalf("Get(unknown) = %v, want ErrNotFound and flightcache.ErrNotFound", err)
+	}
+	sv, err := svc.Get(context.Background(), Ref{Tenant: "acme", ID: "nope", Locale: "en-US", Currency: "USD"})
+	if !errors.Is(err, ErrNotFound) || sv.Outcome != flightcache.OutcomeNegativeHit {
+		t.Fatalf("second Get(unknown) = %v, %v; want a negative hit", sv.Outcome, err)
+	}
+}
