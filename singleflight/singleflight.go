@@ -111,7 +111,7 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 	var start time.Duration
 	if obs != nil {
 		start = monotime()
-		obs.ObserveFlight(Event{Kind: EventRequest, Ctx: ctx})
+		emit(obs, EventRequest, ctx, 0)
 	}
 	if fn == nil {
 		return v, false, g.reject(ctx, ErrNilFunc)
@@ -164,8 +164,8 @@ func (g *Group[K, V]) lead(ctx context.Context, sh *shard[K, V], key K, fn func(
 	sh.mu.Unlock()
 
 	if obs != nil {
-		obs.ObserveFlight(Event{Kind: EventInFlight, InFlight: int(n), InFlightDelta: 1})
-		obs.ObserveFlight(Event{Kind: EventLoaderStarted, Ctx: &c.lctx, Flight: c.id})
+		emitInFlight(obs, n, 1)
+		emit(obs, EventLoaderStarted, &c.lctx, c.id)
 	}
 	if inline {
 		g.run(c, fn, nil)
@@ -174,7 +174,9 @@ func (g *Group[K, V]) lead(ctx context.Context, sh *shard[K, V], key K, fn func(
 		sh.mu.Lock()
 		v, shared, err = c.val, c.shared, c.err
 		sh.mu.Unlock()
-		g.waitDone(ctx, c, true, shared, err, start)
+		if g.cfg.obs != nil {
+			g.waitDone(ctx, c, true, shared, err, start)
+		}
 		return v, shared, err
 	}
 	go g.run(c, fn, timer)
@@ -202,7 +204,7 @@ func (g *Group[K, V]) join(ctx context.Context, sh *shard[K, V], c *call[K, V], 
 	}
 	sh.mu.Unlock()
 	if obs := g.cfg.obs; obs != nil {
-		obs.ObserveFlight(Event{Kind: EventShared, Ctx: ctx, Flight: c.id})
+		emit(obs, EventShared, ctx, c.id)
 	}
 	return g.wait(ctx, c, false, start)
 }
@@ -214,12 +216,16 @@ func (g *Group[K, V]) wait(ctx context.Context, c *call[K, V], leader bool, star
 		// A plain receive is much cheaper than a select when a thousand
 		// waiters wake at once.
 		<-c.done
-		g.waitDone(ctx, c, leader, c.shared, c.err, start)
+		if g.cfg.obs != nil {
+			g.waitDone(ctx, c, leader, c.shared, c.err, start)
+		}
 		return c.val, c.shared, c.err
 	}
 	select {
 	case <-c.done:
-		g.waitDone(ctx, c, leader, c.shared, c.err, start)
+		if g.cfg.obs != nil {
+			g.waitDone(ctx, c, leader, c.shared, c.err, start)
+		}
 		return c.val, c.shared, c.err
 	case <-cancelled:
 	}
@@ -229,7 +235,9 @@ func (g *Group[K, V]) wait(ctx context.Context, c *call[K, V], leader bool, star
 		// The result was ready as the caller gave up: it counted as a
 		// receiver, so give it the result.
 		sh.mu.Unlock()
-		g.waitDone(ctx, c, leader, c.shared, c.err, start)
+		if g.cfg.obs != nil {
+			g.waitDone(ctx, c, leader, c.shared, c.err, start)
+		}
 		return c.val, c.shared, c.err
 	}
 	c.waiters--
@@ -237,11 +245,13 @@ func (g *Group[K, V]) wait(ctx context.Context, c *call[K, V], leader bool, star
 	sh.mu.Unlock()
 	if abandon && g.complete(c, *new(V), ErrAbandoned, ctxCanceled, ErrAbandoned) {
 		if obs := g.cfg.obs; obs != nil {
-			obs.ObserveFlight(Event{Kind: EventAbandoned, Ctx: &c.lctx, Flight: c.id})
+			emit(obs, EventAbandoned, &c.lctx, c.id)
 		}
 	}
 	err := ctx.Err()
-	g.waitDone(ctx, c, leader, false, err, start)
+	if g.cfg.obs != nil {
+		g.waitDone(ctx, c, leader, false, err, start)
+	}
 	var zero V
 	return zero, false, err
 }
@@ -365,7 +375,7 @@ func (g *Group[K, V]) unregister(sh *shard[K, V], key K) int64 {
 // observeInFlight reports a count returned by unregister (n < 0: none).
 func (g *Group[K, V]) observeInFlight(n int64) {
 	if obs := g.cfg.obs; obs != nil && n >= 0 {
-		obs.ObserveFlight(Event{Kind: EventInFlight, InFlight: int(n), InFlightDelta: -1})
+		emitInFlight(obs, n, -1)
 	}
 }
 
@@ -376,10 +386,27 @@ func (g *Group[K, V]) reject(ctx context.Context, err error) error {
 	return err
 }
 
+// waitDone reports the end of one caller's wait. Callers check for an
+// observer first, so that without one the waiting goroutine's stack never
+// has to make room for an Event.
+//
+//go:noinline
 func (g *Group[K, V]) waitDone(ctx context.Context, c *call[K, V], leader, shared bool, err error, start time.Duration) {
-	if obs := g.cfg.obs; obs != nil {
-		obs.ObserveFlight(Event{Kind: EventWaitDone, Ctx: ctx, Flight: c.id, Leader: leader, Shared: shared, Duration: monotime() - start, Err: err})
-	}
+	g.cfg.obs.ObserveFlight(Event{Kind: EventWaitDone, Ctx: ctx, Flight: c.id, Leader: leader, Shared: shared, Duration: monotime() - start, Err: err})
+}
+
+// emit and emitInFlight build an Event in their own frame, kept out of line
+// so that the hot paths' frames (and the stacks of a thousand waiting
+// goroutines) do not carry one. obs is not nil.
+//
+//go:noinline
+func emit(obs Observer, kind EventKind, ctx context.Context, flight uint64) {
+	obs.ObserveFlight(Event{Kind: kind, Ctx: ctx, Flight: flight})
+}
+
+//go:noinline
+func emitInFlight(obs Observer, n int64, delta int) {
+	obs.ObserveFlight(Event{Kind: EventInFlight, InFlight: int(n), InFlightDelta: delta})
 }
 
 // DoChan is Do delivering one Result on a buffered channel; an unread
