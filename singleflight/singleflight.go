@@ -28,9 +28,13 @@ func monotime() time.Duration { return time.Since(epoch) }
 type Group[K comparable, V any] struct {
 	cfg config
 
-	closed   atomic.Bool
-	inFlight atomic.Int64  // registered keys across all shards
-	flights  atomic.Uint64 // execution IDs; advanced only with an observer
+	closed atomic.Bool
+	// total counts registered keys across all shards, but only when a limit
+	// or an observer needs the total at every change (see tracksTotal);
+	// otherwise each shard's own count suffices and no global cache line is
+	// written per execution.
+	total   atomic.Int64
+	flights atomic.Uint64 // execution IDs; advanced only with an observer
 
 	shards [shardCount]shard[K, V]
 }
@@ -42,7 +46,8 @@ type Group[K comparable, V any] struct {
 type shard[K comparable, V any] struct {
 	mu sync.Mutex
 	m  map[K]*call[K, V] // guarded by mu; allocated on first use
-	_  [48]byte          // keep neighbouring shards' mutexes off this cache line
+	n  atomic.Int64      // len(m); written under mu, read without it by InFlight
+	_  [40]byte          // keep neighbouring shards' mutexes off this cache line
 }
 
 // call is one execution of a loader and everything its callers share.
@@ -134,11 +139,14 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 // (the many, on a hot key) run on a small stack frame.
 func (g *Group[K, V]) lead(ctx context.Context, sh *shard[K, V], key K, fn func(context.Context) (V, error), start time.Duration) (v V, shared bool, err error) {
 	obs := g.cfg.obs
-	n := g.inFlight.Add(1)
-	if max := g.cfg.maxInFlight; max > 0 && n > max {
-		g.inFlight.Add(-1)
-		sh.mu.Unlock()
-		return v, false, g.reject(ctx, ErrTooManyInFlight)
+	var n int64
+	if g.tracksTotal() {
+		n = g.total.Add(1)
+		if max := g.cfg.maxInFlight; max > 0 && n > max {
+			g.total.Add(-1)
+			sh.mu.Unlock()
+			return v, false, g.reject(ctx, ErrTooManyInFlight)
+		}
 	}
 	inline := ctx.Done() == nil && g.cfg.timeout == 0
 	c := &call[K, V]{key: key, sh: sh, waiters: 1}
@@ -161,6 +169,7 @@ func (g *Group[K, V]) lead(ctx context.Context, sh *shard[K, V], key K, fn func(
 		sh.m = make(map[K]*call[K, V])
 	}
 	sh.m[key] = c
+	sh.n.Add(1)
 	sh.mu.Unlock()
 
 	if obs != nil {
@@ -169,11 +178,9 @@ func (g *Group[K, V]) lead(ctx context.Context, sh *shard[K, V], key K, fn func(
 	}
 	if inline {
 		g.run(c, fn, nil)
-		// run completed c (or Close/timeout did before it); either way the
-		// result is final and was written before run's completion returned.
-		sh.mu.Lock()
+		// The result is final: run's own completion attempt took sh.mu
+		// after whichever completion (its own, or Close's) wrote it.
 		v, shared, err = c.val, c.shared, c.err
-		sh.mu.Unlock()
 		if g.cfg.obs != nil {
 			g.waitDone(ctx, c, true, shared, err, start)
 		}
@@ -366,10 +373,21 @@ func (g *Group[K, V]) complete(c *call[K, V], v V, err error, cancel uint8, caus
 
 // unregister removes key from sh and from the in-flight count, in the same
 // critical section, so that InFlight is exact for anyone who has seen an
-// execution finish. sh.mu must be held. It returns the new count.
+// execution finish. sh.mu must be held. It returns the new global count,
+// or -1 when the Group does not track one.
 func (g *Group[K, V]) unregister(sh *shard[K, V], key K) int64 {
 	delete(sh.m, key)
-	return g.inFlight.Add(-1)
+	sh.n.Add(-1)
+	if g.tracksTotal() {
+		return g.total.Add(-1)
+	}
+	return -1
+}
+
+// tracksTotal reports whether the Group keeps the global count of registered
+// keys: WithMaxInFlight checks it, and observers receive it.
+func (g *Group[K, V]) tracksTotal() bool {
+	return g.cfg.maxInFlight > 0 || g.cfg.obs != nil
 }
 
 // observeInFlight reports a count returned by unregister (n < 0: none).
@@ -446,7 +464,11 @@ func (g *Group[K, V]) Forget(key K) {
 
 // InFlight returns the number of keys whose execution is still registered.
 func (g *Group[K, V]) InFlight() int {
-	return int(g.inFlight.Load())
+	var n int64
+	for i := range g.shards {
+		n += g.shards[i].n.Load()
+	}
+	return int(n)
 }
 
 // Close cancels every running loader's context with cause ErrClosed, releases
