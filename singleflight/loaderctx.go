@@ -21,10 +21,14 @@ type loaderCtx struct {
 	// Written once before the loader starts; read-only afterwards.
 	parent context.Context
 
+	// flags holds the state (ctxLive until cancellation, then ctxCanceled or
+	// ctxDeadlineExceeded; it changes once) and flagWatched, set under mu by
+	// the first Done or AfterFunc call. Until someone watches, cancel is a
+	// single compare-and-swap; afterwards it takes mu to close done and run
+	// the AfterFunc registrations.
+	flags atomic.Uint32
+
 	mu sync.Mutex
-	// state is ctxLive until cancellation, then ctxCanceled or
-	// ctxDeadlineExceeded. Guarded by mu; changes once.
-	state uint8
 	// done is created on the first Done call (most loaders never ask) and
 	// closed on cancellation. Guarded by mu.
 	done chan struct{}
@@ -34,11 +38,14 @@ type loaderCtx struct {
 	extra atomic.Pointer[loaderExtra]
 }
 
-// Values of loaderCtx.state.
+// The states in loaderCtx.flags, and its watched bit.
 const (
-	ctxLive uint8 = iota
+	ctxLive uint32 = iota
 	ctxCanceled
 	ctxDeadlineExceeded
+
+	stateMask   uint32 = 3
+	flagWatched uint32 = 4
 )
 
 // loaderExtra is the rarely needed part of a loaderCtx.
@@ -96,7 +103,7 @@ func (l *loaderCtx) Done() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.done == nil {
-		if l.state != ctxLive {
+		if l.flags.Or(flagWatched)&stateMask != ctxLive {
 			l.done = closedchan
 		} else {
 			l.done = make(chan struct{})
@@ -106,10 +113,7 @@ func (l *loaderCtx) Done() <-chan struct{} {
 }
 
 func (l *loaderCtx) Err() error {
-	l.mu.Lock()
-	state := l.state
-	l.mu.Unlock()
-	switch state {
+	switch l.flags.Load() & stateMask {
 	case ctxCanceled:
 		return context.Canceled
 	case ctxDeadlineExceeded:
@@ -135,7 +139,7 @@ func (l *loaderCtx) Value(key any) any {
 func (l *loaderCtx) AfterFunc(f func()) (stop func() bool) {
 	a := &afterFunc{f: f}
 	l.mu.Lock()
-	if l.state != ctxLive {
+	if l.flags.Or(flagWatched)&stateMask != ctxLive {
 		l.mu.Unlock()
 		go f()
 		return func() bool { return false }
@@ -160,25 +164,40 @@ func (l *loaderCtx) String() string { return "singleflight.loaderContext" }
 
 // cancel ends the context with state (ctxCanceled or ctxDeadlineExceeded)
 // and, for context.Cause, cause. Only the first call has an effect.
-func (l *loaderCtx) cancel(state uint8, cause error) {
+func (l *loaderCtx) cancel(state uint32, cause error) {
+	if cause == nil && l.flags.CompareAndSwap(ctxLive, state) {
+		return // nobody watches: nothing to close, nothing to run
+	}
 	l.mu.Lock()
-	if l.state != ctxLive {
+	if l.flags.Load()&stateMask != ctxLive {
 		l.mu.Unlock()
 		return
 	}
-	var afters []*afterFunc
-	if x := l.extra.Load(); x != nil || cause != nil {
-		x = l.extraLocked()
-		if cause != nil {
-			// Rare path (Close, abandonment): pay for a standard context
-			// only here, so that context.Cause can report the cause.
-			c, cancelCause := context.WithCancelCause(l.parent)
-			cancelCause(cause)
-			x.caused.Store(&causedCtx{c})
+	if cause != nil {
+		// Rare path (Close, abandonment): pay for a standard context only
+		// here, so that context.Cause can report the cause. It is published
+		// before the state changes, so whoever sees Err also finds it.
+		c, cancelCause := context.WithCancelCause(l.parent)
+		cancelCause(cause)
+		l.extraLocked().caused.Store(&causedCtx{c})
+	}
+	// Done and AfterFunc change flags only under mu; the lock-free path
+	// above may still move it from 0 to a state, so change it with a CAS,
+	// and let the first cancellation win.
+	for {
+		old := l.flags.Load()
+		if old&stateMask != ctxLive {
+			l.mu.Unlock()
+			return
 		}
+		if l.flags.CompareAndSwap(old, old|state) {
+			break
+		}
+	}
+	var afters []*afterFunc
+	if x := l.extra.Load(); x != nil {
 		afters, x.afters = x.afters, nil
 	}
-	l.state = state
 	if l.done == nil {
 		l.done = closedchan
 	} else {

@@ -36,17 +36,24 @@ type Group[K comparable, V any] struct {
 	total   atomic.Int64
 	flights atomic.Uint64 // execution IDs; advanced only with an observer
 
+	// The fields above are read on every call; the shards below are written
+	// on every call. The padding keeps them on different cache lines (and,
+	// Group being allocated in a size class that is a multiple of 64 bytes,
+	// starts the shards on a line boundary so no two shards share one).
+	_ [56]byte
+
 	shards [shardCount]shard[K, V]
 }
 
-// shard is one lock domain. Invariant: m[k] is the current execution of k,
-// and a call is in m only while it is not finished (complete removes it in
-// the same critical section that marks it finished, unless Forget already
-// replaced or removed it).
+// shard is one lock domain. Invariants, under mu: m[k] is the current
+// execution of k; c.current holds exactly when m[c.key] == c; a call is in m
+// only while it is not finished (complete removes it in the same critical
+// section that marks it finished, unless Forget removed it first, in which
+// case the call's completion leaves m alone); n == len(m).
 type shard[K comparable, V any] struct {
 	mu sync.Mutex
 	m  map[K]*call[K, V] // guarded by mu; allocated on first use
-	n  atomic.Int64      // len(m); written under mu, read without it by InFlight
+	n  int               // len(m), kept for InFlight; guarded by mu
 	_  [40]byte          // keep neighbouring shards' mutexes off this cache line
 }
 
@@ -56,20 +63,22 @@ type call[K comparable, V any] struct {
 	lctx loaderCtx
 
 	// Written once before the call is published; read-only afterwards.
-	key K
-	sh  *shard[K, V]
-	id  uint64 // Flight in events; 0 without an observer
+	key   K
+	id    uint64 // Flight in events; 0 without an observer
+	shard uint8  // index of the key's shard in Group.shards (sh below)
 
-	// Guarded by sh.mu.
-	done     chan struct{} // created by the first caller that must block; closed when finished
-	waiters  int32         // callers attached now, leader included
+	// Guarded by sh.mu. (The small fields share one word with shard: the
+	// record stays in a smaller allocation size class.)
 	finished bool          // the result below is final
+	current  bool          // sh.m[key] == this call (cleared by Forget and by removal)
+	shared   bool          // see val; written with it
+	waiters  int32         // callers attached now, leader included
+	done     chan struct{} // created by the first caller that must block; closed when finished
 
 	// Written once, under sh.mu, by the completion that sets finished; read
 	// only after observing finished under sh.mu or receiving from done.
-	val    V
-	err    error
-	shared bool
+	val V
+	err error
 }
 
 // Result is what DoChan delivers.
@@ -89,8 +98,9 @@ func New[K comparable, V any](opts ...Option) *Group[K, V] {
 	return g
 }
 
-func (g *Group[K, V]) shard(key K) *shard[K, V] {
-	return &g.shards[maphash.Comparable(seed, key)&(shardCount-1)]
+// shardOf returns the index of key's shard.
+func shardOf[K comparable](key K) uint8 {
+	return uint8(maphash.Comparable(seed, key) & (shardCount - 1))
 }
 
 // Do runs fn once per key at a time; duplicates wait for and share its
@@ -122,7 +132,8 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 		return v, false, g.reject(ctx, ErrNilFunc)
 	}
 
-	sh := g.shard(key)
+	si := shardOf(key)
+	sh := &g.shards[si]
 	sh.mu.Lock()
 	if g.closed.Load() {
 		sh.mu.Unlock()
@@ -131,13 +142,14 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 	if c, ok := sh.m[key]; ok {
 		return g.join(ctx, sh, c, fn, start)
 	}
-	return g.lead(ctx, sh, key, fn, start)
+	return g.lead(ctx, si, key, fn, start)
 }
 
-// lead registers a new execution of key and runs it. sh.mu is held on entry
-// and released here. It is kept apart from Do so that callers that only join
-// (the many, on a hot key) run on a small stack frame.
-func (g *Group[K, V]) lead(ctx context.Context, sh *shard[K, V], key K, fn func(context.Context) (V, error), start time.Duration) (v V, shared bool, err error) {
+// lead registers a new execution of key and runs it. The mutex of shard si
+// is held on entry and released here. It is kept apart from Do so that
+// callers that only join (the many, on a hot key) run on a small stack frame.
+func (g *Group[K, V]) lead(ctx context.Context, si uint8, key K, fn func(context.Context) (V, error), start time.Duration) (v V, shared bool, err error) {
+	sh := &g.shards[si]
 	obs := g.cfg.obs
 	var n int64
 	if g.tracksTotal() {
@@ -149,7 +161,7 @@ func (g *Group[K, V]) lead(ctx context.Context, sh *shard[K, V], key K, fn func(
 		}
 	}
 	inline := ctx.Done() == nil && g.cfg.timeout == 0
-	c := &call[K, V]{key: key, sh: sh, waiters: 1}
+	c := &call[K, V]{key: key, shard: si, waiters: 1, current: true}
 	if inline {
 		// ctx can never be cancelled, so it has no cancellation to hide.
 		c.lctx.parent = ctx
@@ -169,7 +181,7 @@ func (g *Group[K, V]) lead(ctx context.Context, sh *shard[K, V], key K, fn func(
 		sh.m = make(map[K]*call[K, V])
 	}
 	sh.m[key] = c
-	sh.n.Add(1)
+	sh.n++
 	sh.mu.Unlock()
 
 	if obs != nil {
@@ -236,7 +248,7 @@ func (g *Group[K, V]) wait(ctx context.Context, c *call[K, V], leader bool, star
 		return c.val, c.shared, c.err
 	case <-cancelled:
 	}
-	sh := c.sh
+	sh := &g.shards[c.shard]
 	sh.mu.Lock()
 	if c.finished {
 		// The result was ready as the caller gave up: it counted as a
@@ -347,8 +359,8 @@ func (g *Group[K, V]) expire(c *call[K, V]) {
 // context.Cause: it is cancelled in the same critical section, so anyone who sees the
 // execution end also sees its loader's context ended, and a loader returning
 // at that moment cannot win the race with a plain ctx.Err().
-func (g *Group[K, V]) complete(c *call[K, V], v V, err error, cancel uint8, cause error) bool {
-	sh := c.sh
+func (g *Group[K, V]) complete(c *call[K, V], v V, err error, cancel uint32, cause error) bool {
+	sh := &g.shards[c.shard]
 	sh.mu.Lock()
 	if c.finished {
 		sh.mu.Unlock()
@@ -360,7 +372,8 @@ func (g *Group[K, V]) complete(c *call[K, V], v V, err error, cancel uint8, caus
 	c.finished = true
 	c.val, c.err, c.shared = v, err, c.waiters > 1
 	n := int64(-1)
-	if sh.m[c.key] == c {
+	if c.current {
+		c.current = false
 		n = g.unregister(sh, c.key)
 	}
 	if c.done != nil {
@@ -377,7 +390,7 @@ func (g *Group[K, V]) complete(c *call[K, V], v V, err error, cancel uint8, caus
 // or -1 when the Group does not track one.
 func (g *Group[K, V]) unregister(sh *shard[K, V], key K) int64 {
 	delete(sh.m, key)
-	sh.n.Add(-1)
+	sh.n--
 	if g.tracksTotal() {
 		return g.total.Add(-1)
 	}
@@ -452,10 +465,12 @@ func (g *Group[K, V]) DoChan(ctx context.Context, key K, fn func(context.Context
 // not disturbed: its callers still get its result, and its completion will
 // not remove the newer execution.
 func (g *Group[K, V]) Forget(key K) {
-	sh := g.shard(key)
+	si := shardOf(key)
+	sh := &g.shards[si]
 	sh.mu.Lock()
 	n := int64(-1)
-	if _, ok := sh.m[key]; ok {
+	if c, ok := sh.m[key]; ok {
+		c.current = false
 		n = g.unregister(sh, key)
 	}
 	sh.mu.Unlock()
@@ -464,11 +479,14 @@ func (g *Group[K, V]) Forget(key K) {
 
 // InFlight returns the number of keys whose execution is still registered.
 func (g *Group[K, V]) InFlight() int {
-	var n int64
+	n := 0
 	for i := range g.shards {
-		n += g.shards[i].n.Load()
+		sh := &g.shards[i]
+		sh.mu.Lock()
+		n += sh.n
+		sh.mu.Unlock()
 	}
-	return int(n)
+	return n
 }
 
 // Close cancels every running loader's context with cause ErrClosed, releases
