@@ -463,7 +463,8 @@ func (c *Cache[V]) settle(ctx context.Context, lc *loadCall[V], fl *flight[V], e
 }
 
 // Set stores v under key in every tier, with the Cache's TTL. It wins over a
-// load of key in flight: that load's write-back is skipped. A shared-tier
+// load of key in flight: that load's write-back is skipped, and later Gets
+// never share that load. A shared-tier
 // failure is returned (the local tier has v by then); a value the codec
 // cannot encode is removed from the shared tier rather than left stale
 // there.
@@ -504,6 +505,8 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 		}
 		return c.shared.Set(ctx, key, Entry{Value: data, Meta: it.Meta})
 	})
+	// As in Delete: later Gets must not join a load that started before.
+	c.group.Forget(key)
 	if err != nil {
 		c.writeFailed(ctx, TierShared, err)
 	}
@@ -511,7 +514,10 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 }
 
 // Delete removes key from every tier. It wins over a load of key in flight:
-// that load's write-back is skipped. A shared-tier failure is returned.
+// that load's write-back is skipped, and a Get that starts after Delete
+// returns starts a new load instead of sharing that one (its callers, who
+// asked before Delete, still get its value). A shared-tier failure is
+// returned.
 func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -528,6 +534,9 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 		}
 		return nil
 	})
+	// A Get that starts from now on must not join a load that started
+	// before: that load read the origin before the caller's change.
+	c.group.Forget(key)
 	if err != nil {
 		c.writeFailed(ctx, TierShared, err)
 	}

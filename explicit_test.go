@@ -101,3 +101,36 @@ func TestLoadWithoutExplicitWriteIsWrittenBack(t *testing.T) {
 		t.Fatalf("outcome %v: the load was not written back", r.Outcome)
 	}
 }
+
+// TestGetAfterDeleteDoesNotJoinOlderLoad pins the usual invalidation
+// pattern ("update the origin, then Delete the key"): a Get that starts
+// after Delete returned must not receive the value of a load that read the
+// origin before the update.
+func TestGetAfterDeleteDoesNotJoinOlderLoad(t *testing.T) {
+	clock := newFakeClock()
+	c := clocked(t, clock, flightcache.Options[*product]{})
+	entered, release := make(chan struct{}), make(chan struct{})
+	oldDone := make(chan flightcache.Result[*product])
+	go func() {
+		r, _ := c.Fetch(context.Background(), "p:1", func(ctx context.Context) (*product, error) {
+			close(entered)
+			<-release // the origin was read before the update
+			return &product{Name: "old"}, nil
+		})
+		oldDone <- r
+	}()
+	<-entered
+	if err := c.Delete(context.Background(), "p:1"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Fetch(context.Background(), "p:1", func(ctx context.Context) (*product, error) {
+		return &product{Name: "new"}, nil
+	})
+	if err != nil || r.Value.Name != "new" || r.Outcome != flightcache.OutcomeLoaded {
+		t.Fatalf("Get after Delete got %v %+v, %v; want a new load of \"new\"", r.Outcome, r.Value, err)
+	}
+	close(release)
+	if r := <-oldDone; r.Value.Name != "old" {
+		t.Fatalf("the old load's own caller got %+v", r.Value)
+	}
+}

@@ -49,12 +49,17 @@ type Group[K comparable, V any] struct {
 // execution of k; c.current holds exactly when m[c.key] == c; a call is in m
 // only while it is not finished (complete removes it in the same critical
 // section that marks it finished, unless Forget removed it first, in which
-// case the call's completion leaves m alone); n == len(m).
+// case it waits in forgotten until it finishes, and its completion leaves m
+// alone); n == len(m).
 type shard[K comparable, V any] struct {
 	mu sync.Mutex
 	m  map[K]*call[K, V] // guarded by mu; allocated on first use
 	n  int               // len(m), kept for InFlight; guarded by mu
-	_  [40]byte          // keep neighbouring shards' mutexes off this cache line
+	// forgotten holds the executions Forget removed from m that are still
+	// running, so that Close can still cancel them. Guarded by mu; allocated
+	// by the first Forget of a running execution.
+	forgotten map[*call[K, V]]struct{}
+	_         [32]byte // keep neighbouring shards' mutexes off this cache line
 }
 
 // call is one execution of a loader and everything its callers share.
@@ -375,6 +380,8 @@ func (g *Group[K, V]) complete(c *call[K, V], v V, err error, cancel uint32, cau
 	if c.current {
 		c.current = false
 		n = g.unregister(sh, c.key)
+	} else {
+		delete(sh.forgotten, c) // a no-op unless Forget moved c there
 	}
 	if c.done != nil {
 		close(c.done)
@@ -472,6 +479,10 @@ func (g *Group[K, V]) Forget(key K) {
 	if c, ok := sh.m[key]; ok {
 		c.current = false
 		n = g.unregister(sh, key)
+		if sh.forgotten == nil {
+			sh.forgotten = make(map[*call[K, V]]struct{})
+		}
+		sh.forgotten[c] = struct{}{}
 	}
 	sh.mu.Unlock()
 	g.observeInFlight(n)
@@ -504,6 +515,9 @@ func (g *Group[K, V]) Close() error {
 		// can be registered in this shard.
 		sh.mu.Lock()
 		for _, c := range sh.m {
+			running = append(running, c)
+		}
+		for c := range sh.forgotten {
 			running = append(running, c)
 		}
 		sh.mu.Unlock()

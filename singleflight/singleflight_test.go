@@ -780,3 +780,27 @@ func TestNilContextIsBackground(t *testing.T) {
 		t.Fatalf("Do(nil ctx) = %d, %v", v, err)
 	}
 }
+
+func TestCloseCancelsForgottenExecutions(t *testing.T) {
+	g := singleflight.New[string, int]()
+	loaderCtx := make(chan context.Context, 1)
+	loaderDone := make(chan struct{})
+	r := g.DoChan(context.Background(), "k", func(ctx context.Context) (int, error) {
+		defer close(loaderDone)
+		loaderCtx <- ctx
+		<-ctx.Done()
+		return 0, ctx.Err()
+	})
+	lctx := <-loaderCtx
+	g.Forget("k")
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-r; !errors.Is(res.Err, singleflight.ErrClosed) {
+		t.Fatalf("caller of a forgotten execution got %+v after Close, want ErrClosed", res)
+	}
+	<-loaderDone
+	if cause := context.Cause(lctx); !errors.Is(cause, singleflight.ErrClosed) {
+		t.Fatalf("forgotten loader's cause = %v, want ErrClosed", cause)
+	}
+}
