@@ -438,8 +438,8 @@ func TestUnreachableRedisFailsPromptly(t *testing.T) {
 		bound    time.Duration
 	}{
 		{"default client options, no deadline", redis.Options{}, 0, 3 * time.Second},
-		{"default client options, 100ms deadline", redis.Options{}, 100 * time.Millisecond, 600 * time.Millisecond},
-		{"no retries, no deadline", redis.Options{MaxRetries: -1, DialerRetries: 1}, 0, 500 * time.Millisecond},
+		{"default client options, 100ms deadline", redis.Options{}, 100 * time.Millisecond, 1500 * time.Millisecond},
+		{"no retries, no deadline", redis.Options{MaxRetries: -1, DialerRetries: 1}, 0, 1500 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opts.Addr = addr

@@ -2,6 +2,7 @@ package productd
 
 import (
 	"io"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -56,4 +57,24 @@ func TestInstancesShareLoadsThroughRedis(t *testing.T) {
 		t.Fatalf("readyz with Redis: %v %v", resp, err)
 	}
 	resp.Body.Close()
+}
+
+// A malformed -redis URL is reported without echoing it: it may carry a
+// password, and the error is logged at startup.
+func TestBadRedisURLErrorHidesPassword(t *testing.T) {
+	cfg := Default()
+	cfg.DB = filepath.Join(t.TempDir(), "products.db")
+	cfg.Catalog = &testCatalog
+	cfg.Redis = "redis://user:s3cret@127.0.0.1:99999x/0"
+	srv, err := New(t.Context(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil {
+		srv.Close()
+		t.Fatal("New accepted a malformed -redis URL")
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("error leaks the password: %v", err)
+	}
+	if !strings.Contains(err.Error(), "-redis") {
+		t.Fatalf("error does not name the flag: %v", err)
+	}
 }

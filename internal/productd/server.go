@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -56,9 +57,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 		log = slog.Default()
 	}
 	s = &Server{cfg: cfg, log: log}
+	// The error returns below set s to nil: release what was opened through
+	// a reference of our own.
+	partial := s
 	defer func() {
 		if err != nil {
-			s.Close()
+			partial.Close()
 		}
 	}()
 
@@ -151,7 +155,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 func (s *Server) connectRedis(ctx context.Context) (flightcache.SharedStore, error) {
 	opt, err := redis.ParseURL(s.cfg.Redis)
 	if err != nil {
-		return nil, fmt.Errorf("productd: -redis: %w", err)
+		// url.Error quotes the whole URL, password included: keep only
+		// the reason, since this message is logged.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("productd: -redis: invalid URL: %w", err)
 	}
 	// Let the request's context bound a stuck socket (see redisstore).
 	opt.ContextTimeoutEnabled = true
