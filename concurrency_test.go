@@ -177,7 +177,7 @@ func TestCloseStopsBackgroundRefresh(t *testing.T) {
 	}
 	var calls atomic.Int64
 	entered := make(chan struct{})
-	var cause atomic.Value
+	causes := make(chan error, 1)
 	load := func(ctx context.Context) (*product, error) {
 		if calls.Add(1) == 1 {
 			clock.Advance(30 * time.Second)
@@ -185,7 +185,7 @@ func TestCloseStopsBackgroundRefresh(t *testing.T) {
 		}
 		close(entered)
 		<-ctx.Done()
-		cause.Store(context.Cause(ctx))
+		causes <- context.Cause(ctx)
 		return nil, ctx.Err()
 	}
 	mustFetch(t, c, "k", load)
@@ -197,11 +197,7 @@ func TestCloseStopsBackgroundRefresh(t *testing.T) {
 	}
 	// The engine cancels the loader; Close waited for the refresh goroutine,
 	// and goleak checks the loader's goroutine at the end of the run.
-	deadline := time.Now().Add(5 * time.Second)
-	for cause.Load() == nil && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond) // the loader's return has no other event
-	}
-	if err, _ := cause.Load().(error); !errors.Is(err, singleflight.ErrClosed) {
+	if err := <-causes; !errors.Is(err, singleflight.ErrClosed) {
 		t.Fatalf("refresh loader cancelled with cause %v, want ErrClosed", err)
 	}
 }

@@ -40,7 +40,10 @@ const maxThrottled = 10_000
 type throttle struct {
 	window time.Duration
 	mu     sync.Mutex
-	m      map[string]throttled // guarded by mu
+	m      map[string]throttled // guarded by mu; at most maxThrottled records
+	// nextSweep is when a full m may next be swept for expired records.
+	// Guarded by mu.
+	nextSweep time.Time
 }
 
 type throttled struct {
@@ -75,6 +78,14 @@ func (t *throttle) fail(key string, err error, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.m) >= maxThrottled {
+		// Full: sweep expired records, but at most once per window, so that
+		// a flood of failures over distinct keys (an outage under
+		// attacker-chosen keys) costs one O(n) pass per window, not one per
+		// failure.
+		if now.Before(t.nextSweep) {
+			return
+		}
+		t.nextSweep = now.Add(t.window)
 		for k, e := range t.m {
 			if !now.Before(e.until) {
 				delete(t.m, k)
