@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/flightcache/flightcache/internal/metriclabels"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -61,32 +62,6 @@ func WithBuckets(b []float64) MetricsOption {
 	return func(c *metricsConfig) { c.buckets = b }
 }
 
-// The bounded attribute values, indexed on the hot path.
-const (
-	resultSuccess = iota
-	resultError
-	resultPanic
-	resultTimeout
-	numResults
-)
-
-var resultNames = [numResults]string{"success", "error", "panic", "timeout"}
-
-const (
-	reasonTooManyInFlight = iota
-	reasonTooManyWaiters
-	reasonClosed
-	reasonNilFunc
-	reasonOther
-	numReasons
-)
-
-var reasonNames = [numReasons]string{"too_many_in_flight", "too_many_waiters", "closed", "nil_func", "other"}
-
-var tierNames = [...]string{flightcache.TierNone: "none", flightcache.TierLocal: "local", flightcache.TierShared: "shared"}
-
-const numOutcomes = int(flightcache.OutcomeRefreshed) + 1
-
 // counter is an instrument bound to one precomputed attribute set. The
 // option slice is built once: passing it on with opts... hands the callee
 // the same backing array, where a fresh variadic argument would escape to
@@ -111,7 +86,7 @@ func (h *histogram) record(ctx context.Context, v float64) { h.h.Record(ctx, v, 
 type Metrics struct {
 	// Every field is set in NewMetrics and read-only afterwards.
 	requests        counter
-	rejections      [numReasons]counter
+	rejections      [metriclabels.NumReasons]counter
 	loaderStarted   counter
 	shared          counter
 	loaderSucceeded counter
@@ -122,18 +97,18 @@ type Metrics struct {
 	lateResults     counter
 	inFlight        metric.Int64UpDownCounter
 	inFlightOpts    []metric.AddOption
-	waiterDuration  [numResults]histogram
-	loaderDuration  [numResults]histogram
+	waiterDuration  [metriclabels.NumResults]histogram
+	loaderDuration  [metriclabels.NumResults]histogram
 
-	hits           [len(tierNames)]counter
-	misses         [len(tierNames)]counter
-	negativeHits   [len(tierNames)]counter
-	writeFailures  [len(tierNames)]counter
-	readFailures   [len(tierNames)]counter
+	hits           [len(metriclabels.TierNames)]counter
+	misses         [len(metriclabels.TierNames)]counter
+	negativeHits   [len(metriclabels.TierNames)]counter
+	writeFailures  [len(metriclabels.TierNames)]counter
+	readFailures   [len(metriclabels.TierNames)]counter
 	staleServed    counter
 	earlyRefreshes counter
 	throttled      counter
-	gets           [numOutcomes]counter
+	gets           [metriclabels.NumOutcomes]counter
 	getDuration    histogram
 }
 
@@ -166,23 +141,23 @@ func NewMetrics(meter metric.Meter, opts ...MetricsOption) (*Metrics, error) {
 	b.counter(&m.timeouts, "single_flight.loader.timeout.count", "{execution}", "Loader executions whose waiters were released by the loader timeout.")
 	b.counter(&m.abandoned, "single_flight.loader.abandoned.count", "{execution}", "Loader executions cancelled because every caller left.")
 	b.counter(&m.lateResults, "single_flight.loader.late_result.count", "{execution}", "Loader results dropped because a timeout, Close or abandonment completed the execution first.")
-	b.counters(m.rejections[:], "single_flight.rejected.count", "{call}", "Calls refused by admission without running the loader, by reason.", "reason", reasonNames[:])
-	b.histograms(m.waiterDuration[:], "single_flight.waiter.duration", "How long each call waited for its result, leader included, by result.", resultNames[:])
-	b.histograms(m.loaderDuration[:], "single_flight.loader.duration", "How long each loader execution ran, by result (timeout: the configured timeout).", resultNames[:])
+	b.counters(m.rejections[:], "single_flight.rejected.count", "{call}", "Calls refused by admission without running the loader, by reason.", "reason", metriclabels.ReasonNames[:])
+	b.histograms(m.waiterDuration[:], "single_flight.waiter.duration", "How long each call waited for its result, leader included, by result.", metriclabels.ResultNames[:])
+	b.histograms(m.loaderDuration[:], "single_flight.loader.duration", "How long each loader execution ran, by result (timeout: the configured timeout).", metriclabels.ResultNames[:])
 	if b.err == nil {
 		m.inFlight, b.err = meter.Int64UpDownCounter("single_flight.in_flight", metric.WithUnit("{key}"), metric.WithDescription("Keys with an execution in flight."))
 		m.inFlightOpts = []metric.AddOption{metric.WithAttributeSet(b.set())}
 	}
 
-	b.counters(m.hits[:], "flightcache.hit.count", "{lookup}", "Fresh values found, by tier.", "tier", tierNames[:])
-	b.counters(m.misses[:], "flightcache.miss.count", "{lookup}", "Lookups that found no fresh value, by tier.", "tier", tierNames[:])
-	b.counters(m.negativeHits[:], "flightcache.negative_hit.count", "{lookup}", "Cached \"not found\" answers, by tier.", "tier", tierNames[:])
-	b.counters(m.writeFailures[:], "flightcache.write_failure.count", "{write}", "Failed write-backs to a tier (the Get still succeeded), by tier.", "tier", tierNames[:])
-	b.counters(m.readFailures[:], "flightcache.read_failure.count", "{read}", "Failed reads of a tier, served as misses, by tier.", "tier", tierNames[:])
+	b.counters(m.hits[:], "flightcache.hit.count", "{lookup}", "Fresh values found, by tier.", "tier", metriclabels.TierNames[:])
+	b.counters(m.misses[:], "flightcache.miss.count", "{lookup}", "Lookups that found no fresh value, by tier.", "tier", metriclabels.TierNames[:])
+	b.counters(m.negativeHits[:], "flightcache.negative_hit.count", "{lookup}", "Cached \"not found\" answers, by tier.", "tier", metriclabels.TierNames[:])
+	b.counters(m.writeFailures[:], "flightcache.write_failure.count", "{write}", "Failed write-backs to a tier (the Get still succeeded), by tier.", "tier", metriclabels.TierNames[:])
+	b.counters(m.readFailures[:], "flightcache.read_failure.count", "{read}", "Failed reads of a tier, served as misses, by tier.", "tier", metriclabels.TierNames[:])
 	b.counter(&m.staleServed, "flightcache.stale_served.count", "{get}", "Gets answered with a stale value because the load failed or was slow (fail-safe).")
 	b.counter(&m.earlyRefreshes, "flightcache.early_refresh.count", "{refresh}", "Background early refreshes started.")
 	b.counter(&m.throttled, "flightcache.throttled.count", "{load}", "Loads answered by the failure throttle instead of the origin.")
-	outcomes := make([]string, numOutcomes)
+	outcomes := make([]string, metriclabels.NumOutcomes)
 	for i := range outcomes {
 		outcomes[i] = flightcache.Outcome(i).String()
 	}
@@ -270,23 +245,23 @@ func (m *Metrics) ObserveFlight(e singleflight.Event) {
 	case singleflight.EventRequest:
 		m.requests.add(ctx)
 	case singleflight.EventRejected:
-		m.rejections[rejectReason(e.Err)].add(ctx)
+		m.rejections[metriclabels.RejectReason(e.Err)].add(ctx)
 	case singleflight.EventLoaderStarted:
 		m.loaderStarted.add(ctx)
 	case singleflight.EventShared:
 		m.shared.add(ctx)
 	case singleflight.EventLoaderSucceeded:
 		m.loaderSucceeded.add(ctx)
-		m.loaderDuration[resultSuccess].record(ctx, e.Duration.Seconds())
+		m.loaderDuration[metriclabels.ResultSuccess].record(ctx, e.Duration.Seconds())
 	case singleflight.EventLoaderFailed:
 		m.loaderFailed.add(ctx)
-		m.loaderDuration[resultError].record(ctx, e.Duration.Seconds())
+		m.loaderDuration[metriclabels.ResultError].record(ctx, e.Duration.Seconds())
 	case singleflight.EventLoaderPanicked:
 		m.panics.add(ctx)
-		m.loaderDuration[resultPanic].record(ctx, e.Duration.Seconds())
+		m.loaderDuration[metriclabels.ResultPanic].record(ctx, e.Duration.Seconds())
 	case singleflight.EventTimeout:
 		m.timeouts.add(ctx)
-		m.loaderDuration[resultTimeout].record(ctx, e.Duration.Seconds())
+		m.loaderDuration[metriclabels.ResultTimeout].record(ctx, e.Duration.Seconds())
 	case singleflight.EventAbandoned:
 		m.abandoned.add(ctx)
 	case singleflight.EventLateResult:
@@ -294,7 +269,7 @@ func (m *Metrics) ObserveFlight(e singleflight.Event) {
 	case singleflight.EventInFlight:
 		m.inFlight.Add(ctx, int64(e.InFlightDelta), m.inFlightOpts...)
 	case singleflight.EventWaitDone:
-		m.waiterDuration[resultOf(e.Err)].record(ctx, e.Duration.Seconds())
+		m.waiterDuration[metriclabels.ResultOf(e.Err)].record(ctx, e.Duration.Seconds())
 	}
 }
 
@@ -305,7 +280,7 @@ func (m *Metrics) ObserveCache(e flightcache.Event) {
 		ctx = context.Background()
 	}
 	t := int(e.Tier)
-	if t >= len(tierNames) {
+	if t >= len(metriclabels.TierNames) {
 		t = int(flightcache.TierNone)
 	}
 	switch e.Kind {
@@ -327,42 +302,10 @@ func (m *Metrics) ObserveCache(e flightcache.Event) {
 		m.throttled.add(ctx)
 	case flightcache.EventGet:
 		o := int(e.Outcome)
-		if o >= numOutcomes {
+		if o >= metriclabels.NumOutcomes {
 			o = int(flightcache.OutcomeUnknown)
 		}
 		m.gets[o].add(ctx)
 		m.getDuration.record(ctx, e.Duration.Seconds())
 	}
-}
-
-// rejectReason maps an admission error to its attribute value.
-func rejectReason(err error) int {
-	switch {
-	case errors.Is(err, singleflight.ErrTooManyInFlight):
-		return reasonTooManyInFlight
-	case errors.Is(err, singleflight.ErrTooManyWaiters):
-		return reasonTooManyWaiters
-	case errors.Is(err, singleflight.ErrClosed):
-		return reasonClosed
-	case errors.Is(err, singleflight.ErrNilFunc):
-		return reasonNilFunc
-	}
-	return reasonOther
-}
-
-// resultOf classifies a caller's error into the bounded "result" attribute.
-// A waiter's own deadline counts as a timeout like the loader timeout: either
-// way the caller waited as long as it was willing to.
-func resultOf(err error) int {
-	if err == nil {
-		return resultSuccess
-	}
-	var pe *singleflight.PanicError
-	switch {
-	case errors.As(err, &pe):
-		return resultPanic
-	case errors.Is(err, context.DeadlineExceeded):
-		return resultTimeout
-	}
-	return resultError
 }

@@ -17,9 +17,9 @@
 package promflight
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"github.com/flightcache/flightcache/internal/metriclabels"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -70,42 +70,12 @@ func WithBuckets(b []float64) Option {
 	return func(c *config) { c.buckets = b }
 }
 
-// The bounded label values. Each metric family has a fixed set of children,
-// created in New and indexed by these constants on the hot path.
-const (
-	resultSuccess = iota
-	resultError
-	resultPanic
-	resultTimeout
-	numResults
-)
-
-var resultNames = [numResults]string{"success", "error", "panic", "timeout"}
-
-const (
-	reasonTooManyInFlight = iota
-	reasonTooManyWaiters
-	reasonClosed
-	reasonNilFunc
-	reasonOther
-	numReasons
-)
-
-var reasonNames = [numReasons]string{"too_many_in_flight", "too_many_waiters", "closed", "nil_func", "other"}
-
-// tiers are indexed by flightcache.Tier; TierNone is never a label value of
-// a per-tier metric (the Cache reports per-tier events for real tiers only)
-// but is kept so an unexpected one is still counted rather than dropped.
-var tierNames = [...]string{flightcache.TierNone: "none", flightcache.TierLocal: "local", flightcache.TierShared: "shared"}
-
-const numOutcomes = int(flightcache.OutcomeRefreshed) + 1
-
 // Metrics is a Prometheus adapter for one operation. It is safe for
 // concurrent use; its methods never block and never allocate.
 type Metrics struct {
 	// Every field is set in New and read-only afterwards.
 	requests        prometheus.Counter
-	rejections      [numReasons]prometheus.Counter
+	rejections      [metriclabels.NumReasons]prometheus.Counter
 	loaderStarted   prometheus.Counter
 	shared          prometheus.Counter
 	loaderSucceeded prometheus.Counter
@@ -115,18 +85,18 @@ type Metrics struct {
 	abandoned       prometheus.Counter
 	lateResults     prometheus.Counter
 	inFlight        prometheus.Gauge
-	waiterDuration  [numResults]*durationCounts
-	loaderDuration  [numResults]*durationCounts
+	waiterDuration  [metriclabels.NumResults]*durationCounts
+	loaderDuration  [metriclabels.NumResults]*durationCounts
 
-	hits           [len(tierNames)]prometheus.Counter
-	misses         [len(tierNames)]prometheus.Counter
-	negativeHits   [len(tierNames)]prometheus.Counter
-	writeFailures  [len(tierNames)]prometheus.Counter
-	readFailures   [len(tierNames)]prometheus.Counter
+	hits           [len(metriclabels.TierNames)]prometheus.Counter
+	misses         [len(metriclabels.TierNames)]prometheus.Counter
+	negativeHits   [len(metriclabels.TierNames)]prometheus.Counter
+	writeFailures  [len(metriclabels.TierNames)]prometheus.Counter
+	readFailures   [len(metriclabels.TierNames)]prometheus.Counter
 	staleServed    prometheus.Counter
 	earlyRefreshes prometheus.Counter
 	throttled      prometheus.Counter
-	gets           [numOutcomes]prometheus.Counter
+	gets           [metriclabels.NumOutcomes]prometheus.Counter
 	getDuration    *durationCounts
 }
 
@@ -177,12 +147,12 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		throttled:       b.counter("flightcache", "throttled_total", "Loads answered by the failure throttle instead of the origin."),
 	}
 	rejections := b.counterVec("single_flight", "rejections_total", "Calls refused by admission without running the loader, by reason.", "reason")
-	for i, r := range reasonNames {
+	for i, r := range metriclabels.ReasonNames {
 		m.rejections[i] = rejections.WithLabelValues(r)
 	}
 	m.getDuration = b.histogram("flightcache", "get_duration_seconds", "Duration of a Get, whatever served it.", "", nil)[0]
-	waiter := b.histogram("single_flight", "waiter_duration_seconds", "How long each call waited for its result, leader included, by result.", "result", resultNames[:])
-	loader := b.histogram("single_flight", "loader_duration_seconds", "How long each loader execution ran, by result (timeout: the configured timeout).", "result", resultNames[:])
+	waiter := b.histogram("single_flight", "waiter_duration_seconds", "How long each call waited for its result, leader included, by result.", "result", metriclabels.ResultNames[:])
+	loader := b.histogram("single_flight", "loader_duration_seconds", "How long each loader execution ran, by result (timeout: the configured timeout).", "result", metriclabels.ResultNames[:])
 	copy(m.waiterDuration[:], waiter)
 	copy(m.loaderDuration[:], loader)
 	hits := b.counterVec("flightcache", "hits_total", "Fresh values found, by tier.", "tier")
@@ -190,7 +160,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	negative := b.counterVec("flightcache", "negative_hits_total", "Cached \"not found\" answers, by tier.", "tier")
 	writes := b.counterVec("flightcache", "write_failures_total", "Failed write-backs to a tier (the Get still succeeded), by tier.", "tier")
 	reads := b.counterVec("flightcache", "read_failures_total", "Failed reads of a tier, served as misses, by tier.", "tier")
-	for i, t := range tierNames {
+	for i, t := range metriclabels.TierNames {
 		m.hits[i] = hits.WithLabelValues(t)
 		m.misses[i] = misses.WithLabelValues(t)
 		m.negativeHits[i] = negative.WithLabelValues(t)
@@ -257,23 +227,23 @@ func (m *Metrics) ObserveFlight(e singleflight.Event) {
 	case singleflight.EventRequest:
 		m.requests.Inc()
 	case singleflight.EventRejected:
-		m.rejections[rejectReason(e.Err)].Inc()
+		m.rejections[metriclabels.RejectReason(e.Err)].Inc()
 	case singleflight.EventLoaderStarted:
 		m.loaderStarted.Inc()
 	case singleflight.EventShared:
 		m.shared.Inc()
 	case singleflight.EventLoaderSucceeded:
 		m.loaderSucceeded.Inc()
-		m.loaderDuration[resultSuccess].observe(e.Duration)
+		m.loaderDuration[metriclabels.ResultSuccess].observe(e.Duration)
 	case singleflight.EventLoaderFailed:
 		m.loaderFailed.Inc()
-		m.loaderDuration[resultError].observe(e.Duration)
+		m.loaderDuration[metriclabels.ResultError].observe(e.Duration)
 	case singleflight.EventLoaderPanicked:
 		m.panics.Inc()
-		m.loaderDuration[resultPanic].observe(e.Duration)
+		m.loaderDuration[metriclabels.ResultPanic].observe(e.Duration)
 	case singleflight.EventTimeout:
 		m.timeouts.Inc()
-		m.loaderDuration[resultTimeout].observe(e.Duration)
+		m.loaderDuration[metriclabels.ResultTimeout].observe(e.Duration)
 	case singleflight.EventAbandoned:
 		m.abandoned.Inc()
 	case singleflight.EventLateResult:
@@ -281,13 +251,13 @@ func (m *Metrics) ObserveFlight(e singleflight.Event) {
 	case singleflight.EventInFlight:
 		m.inFlight.Add(float64(e.InFlightDelta))
 	case singleflight.EventWaitDone:
-		m.waiterDuration[resultOf(e.Err)].observe(e.Duration)
+		m.waiterDuration[metriclabels.ResultOf(e.Err)].observe(e.Duration)
 	}
 }
 
 // ObserveCache records a cache event.
 func (m *Metrics) ObserveCache(e flightcache.Event) {
-	t := tierIndex(e.Tier)
+	t := metriclabels.TierIndex(e.Tier)
 	switch e.Kind {
 	case flightcache.EventHit:
 		m.hits[t].Inc()
@@ -306,52 +276,11 @@ func (m *Metrics) ObserveCache(e flightcache.Event) {
 	case flightcache.EventThrottled:
 		m.throttled.Inc()
 	case flightcache.EventGet:
-		if o := int(e.Outcome); o < numOutcomes {
+		if o := int(e.Outcome); o < metriclabels.NumOutcomes {
 			m.gets[o].Inc()
 		} else {
 			m.gets[flightcache.OutcomeUnknown].Inc()
 		}
 		m.getDuration.observe(e.Duration)
 	}
-}
-
-func tierIndex(t flightcache.Tier) int {
-	if int(t) < len(tierNames) {
-		return int(t)
-	}
-	return int(flightcache.TierNone)
-}
-
-// rejectReason maps an admission error to its label. The engine passes its
-// sentinels unwrapped, so the comparisons hit first; errors.Is is the safety
-// net for a wrapped one.
-func rejectReason(err error) int {
-	switch {
-	case errors.Is(err, singleflight.ErrTooManyInFlight):
-		return reasonTooManyInFlight
-	case errors.Is(err, singleflight.ErrTooManyWaiters):
-		return reasonTooManyWaiters
-	case errors.Is(err, singleflight.ErrClosed):
-		return reasonClosed
-	case errors.Is(err, singleflight.ErrNilFunc):
-		return reasonNilFunc
-	}
-	return reasonOther
-}
-
-// resultOf classifies a caller's error into the bounded "result" label. A
-// waiter's own deadline counts as a timeout like the loader timeout: either
-// way the caller waited as long as it was willing to.
-func resultOf(err error) int {
-	if err == nil {
-		return resultSuccess
-	}
-	var pe *singleflight.PanicError
-	switch {
-	case errors.As(err, &pe):
-		return resultPanic
-	case errors.Is(err, context.DeadlineExceeded):
-		return resultTimeout
-	}
-	return resultError
 }

@@ -1,0 +1,89 @@
+// Package metriclabels is the bounded label vocabulary shared by the metric
+// adapters (promflight, otelflight): the values of the "result", "reason" and
+// "tier" labels, and how an event maps to them. Keeping one copy keeps the
+// Prometheus and OpenTelemetry series identical, and keeps every label value
+// in a fixed, small set: nothing here is ever derived from a key.
+package metriclabels
+
+import (
+	"context"
+	"errors"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/singleflight"
+)
+
+// Values of the "result" label, indexing ResultNames.
+const (
+	ResultSuccess = iota
+	ResultError
+	ResultPanic
+	ResultTimeout
+	NumResults
+)
+
+// ResultNames are the "result" label values.
+var ResultNames = [NumResults]string{"success", "error", "panic", "timeout"}
+
+// Values of the "reason" label of rejections, indexing ReasonNames.
+const (
+	ReasonTooManyInFlight = iota
+	ReasonTooManyWaiters
+	ReasonClosed
+	ReasonNilFunc
+	ReasonOther
+	NumReasons
+)
+
+// ReasonNames are the "reason" label values.
+var ReasonNames = [NumReasons]string{"too_many_in_flight", "too_many_waiters", "closed", "nil_func", "other"}
+
+// TierNames are the "tier" label values, indexed by flightcache.Tier.
+// TierNone is never the tier of a per-tier event, but is kept so that an
+// unexpected one is still counted rather than dropped.
+var TierNames = [...]string{flightcache.TierNone: "none", flightcache.TierLocal: "local", flightcache.TierShared: "shared"}
+
+// NumOutcomes is the number of flightcache.Outcome values, for arrays
+// indexed by Outcome.
+const NumOutcomes = int(flightcache.OutcomeRefreshed) + 1
+
+// TierIndex returns t's index in TierNames, mapping unknown tiers to TierNone.
+func TierIndex(t flightcache.Tier) int {
+	if int(t) < len(TierNames) {
+		return int(t)
+	}
+	return int(flightcache.TierNone)
+}
+
+// RejectReason maps an admission error to its reason. The engine reports its
+// sentinels unwrapped; errors.Is is the safety net for a wrapped one.
+func RejectReason(err error) int {
+	switch {
+	case errors.Is(err, singleflight.ErrTooManyInFlight):
+		return ReasonTooManyInFlight
+	case errors.Is(err, singleflight.ErrTooManyWaiters):
+		return ReasonTooManyWaiters
+	case errors.Is(err, singleflight.ErrClosed):
+		return ReasonClosed
+	case errors.Is(err, singleflight.ErrNilFunc):
+		return ReasonNilFunc
+	}
+	return ReasonOther
+}
+
+// ResultOf classifies a caller's or a loader's error into a result. A
+// waiter's own deadline counts as a timeout like the loader timeout: either
+// way the caller waited as long as it was willing to.
+func ResultOf(err error) int {
+	if err == nil {
+		return ResultSuccess
+	}
+	var pe *singleflight.PanicError
+	switch {
+	case errors.As(err, &pe):
+		return ResultPanic
+	case errors.Is(err, context.DeadlineExceeded):
+		return ResultTimeout
+	}
+	return ResultError
+}
