@@ -57,3 +57,18 @@ func TestNonPositiveResolutionMeansDefault(t *testing.T) {
 		t.Fatal("clock not started")
 	}
 }
+
+func TestMonotonicFollowsTheRealClock(t *testing.T) {
+	before := time.Now()
+	m := Monotonic()
+	after := time.Now()
+	// The monotonic readings order them exactly; the wall reading may
+	// differ from time.Now only by wall-clock steps since start, so allow
+	// a generous margin for a test machine whose clock is being slewed.
+	if m.Before(before) || m.After(after) {
+		t.Fatalf("Monotonic() = %v, not between %v and %v", m, before, after)
+	}
+	if d := m.Round(0).Sub(after.Round(0)); d > time.Second || d < -time.Second {
+		t.Fatalf("Monotonic's wall time is %v away from time.Now's", d)
+	}
+}

@@ -110,7 +110,7 @@ func New[V any](opts Options[V]) (*Store[V], error) {
 		s.now = s.coarse.Now
 		oo.Clock = s.coarse
 	default:
-		s.now = monoNow // otter keeps its own (monotonic) real clock
+		s.now = clock.Monotonic // otter keeps its own (monotonic) real clock
 	}
 	if opts.Cost != nil {
 		cost := opts.Cost
@@ -246,13 +246,3 @@ func (c fixedClock) NowNano() int64 {
 }
 
 func (fixedClock) Tick(time.Duration) <-chan time.Time { return nil }
-
-// epoch anchors monoNow.
-var epoch = time.Now()
-
-// monoNow is the real clock read through the monotonic clock alone: the
-// wall time at epoch plus the monotonic time elapsed since. time.Now reads
-// both clocks, and on virtual machines each read is a large share of a
-// cache hit; for expiry decisions the monotonic clock is the right one
-// anyway (it ignores wall-clock steps, as time.Time comparisons do).
-func monoNow() time.Time { return epoch.Add(time.Since(epoch)) }
