@@ -417,6 +417,10 @@ func (g *Group[K, V]) observeInFlight(n int64) {
 	}
 }
 
+// reject reports a refused call. Kept out of line like emit: inlined, its
+// Event would sit in the frames of Do and join on every waiter's stack.
+//
+//go:noinline
 func (g *Group[K, V]) reject(ctx context.Context, err error) error {
 	if obs := g.cfg.obs; obs != nil {
 		obs.ObserveFlight(Event{Kind: EventRejected, Ctx: ctx, Err: err})
