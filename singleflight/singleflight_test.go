@@ -61,6 +61,22 @@ func (c *counter) joined(t *testing.T, n int) {
 	waitFor(t, "callers to join", func() bool { return c.count(singleflight.EventShared)+1 >= n })
 }
 
+// startCtxBoundLoader starts, through DoChan, a loader for key that returns
+// only when its own context ends, and returns the caller's channel, the
+// loader's context (once the loader runs) and a channel closed when the
+// loader has returned.
+func startCtxBoundLoader(ctx context.Context, g *singleflight.Group[string, int], key string) (<-chan singleflight.Result[int], context.Context, <-chan struct{}) {
+	started := make(chan context.Context, 1)
+	returned := make(chan struct{})
+	r := g.DoChan(ctx, key, func(ctx context.Context) (int, error) {
+		defer close(returned)
+		started <- ctx
+		<-ctx.Done()
+		return 0, ctx.Err()
+	})
+	return r, <-started, returned
+}
+
 func TestOneLoaderPerKey(t *testing.T) {
 	const callers = 10_000
 	g := singleflight.New[string, int]()
@@ -300,16 +316,8 @@ func TestAbandonedLoaderRunsToCompletionByDefault(t *testing.T) {
 
 func TestAbandonedLoaderIsCancelledWithCancelWhenAbandoned(t *testing.T) {
 	g := singleflight.New[string, int](singleflight.WithCancelWhenAbandoned())
-	loaderCtx := make(chan context.Context, 1)
-	loaderDone := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
-	r := g.DoChan(ctx, "k", func(ctx context.Context) (int, error) {
-		defer close(loaderDone)
-		loaderCtx <- ctx
-		<-ctx.Done()
-		return 0, ctx.Err()
-	})
-	lctx := <-loaderCtx
+	r, lctx, loaderDone := startCtxBoundLoader(ctx, g, "k")
 	cancel()
 	<-r
 	<-loaderDone
@@ -330,15 +338,7 @@ func TestAbandonedLoaderIsCancelledWithCancelWhenAbandoned(t *testing.T) {
 
 func TestCloseCancelsLoadersAndRejectsLaterCalls(t *testing.T) {
 	g := singleflight.New[string, int]()
-	loaderCtx := make(chan context.Context, 1)
-	loaderDone := make(chan struct{})
-	r := g.DoChan(context.Background(), "k", func(ctx context.Context) (int, error) {
-		defer close(loaderDone)
-		loaderCtx <- ctx
-		<-ctx.Done()
-		return 0, ctx.Err()
-	})
-	lctx := <-loaderCtx
+	r, lctx, loaderDone := startCtxBoundLoader(context.Background(), g, "k")
 	if err := g.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -783,15 +783,7 @@ func TestNilContextIsBackground(t *testing.T) {
 
 func TestCloseCancelsForgottenExecutions(t *testing.T) {
 	g := singleflight.New[string, int]()
-	loaderCtx := make(chan context.Context, 1)
-	loaderDone := make(chan struct{})
-	r := g.DoChan(context.Background(), "k", func(ctx context.Context) (int, error) {
-		defer close(loaderDone)
-		loaderCtx <- ctx
-		<-ctx.Done()
-		return 0, ctx.Err()
-	})
-	lctx := <-loaderCtx
+	r, lctx, loaderDone := startCtxBoundLoader(context.Background(), g, "k")
 	g.Forget("k")
 	if err := g.Close(); err != nil {
 		t.Fatal(err)
