@@ -41,17 +41,32 @@ func benchLoad(ctx context.Context) (*product, error) { return benchProduct, nil
 
 var sink *product
 
+// warmLocalCache returns a Cache on a memstore (with a coarse clock of the
+// given resolution, or the real clock for 0) holding every bench key.
+func warmLocalCache(b *testing.B, resolution time.Duration) *flightcache.Cache[*product] {
+	local, err := memstore.New(memstore.Options[*product]{MaxEntries: 10 * benchKeys, ClockResolution: resolution})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(local.Close)
+	c, err := flightcache.New(flightcache.Options[*product]{Local: local, TTL: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	for _, k := range benchKeyNames {
+		if _, err := c.Get(context.Background(), k, benchLoad); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return c
+}
+
 // BenchmarkHitLocal: a fresh hit in the in-process tier, pointer V.
 func BenchmarkHitLocal(b *testing.B) {
 	ctx := context.Background()
 	b.Run("impl=flightcache", func(b *testing.B) {
-		local, _ := memstore.New(memstore.Options[*product]{MaxEntries: 10 * benchKeys})
-		defer local.Close()
-		c, _ := flightcache.New(flightcache.Options[*product]{Local: local, TTL: time.Hour})
-		defer c.Close()
-		for _, k := range benchKeyNames {
-			c.Get(ctx, k, benchLoad)
-		}
+		c := warmLocalCache(b, 0)
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
@@ -61,13 +76,7 @@ func BenchmarkHitLocal(b *testing.B) {
 	})
 	b.Run("impl=flightcache-coarse", func(b *testing.B) {
 		// memstore with its opt-in coarse clock, which the Cache adopts.
-		local, _ := memstore.New(memstore.Options[*product]{MaxEntries: 10 * benchKeys, ClockResolution: clock.DefaultResolution})
-		defer local.Close()
-		c, _ := flightcache.New(flightcache.Options[*product]{Local: local, TTL: time.Hour})
-		defer c.Close()
-		for _, k := range benchKeyNames {
-			c.Get(ctx, k, benchLoad)
-		}
+		c := warmLocalCache(b, clock.DefaultResolution)
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
@@ -194,13 +203,7 @@ func BenchmarkHitLocal(b *testing.B) {
 func BenchmarkHitLocalParallel(b *testing.B) {
 	ctx := context.Background()
 	b.Run("impl=flightcache", func(b *testing.B) {
-		local, _ := memstore.New(memstore.Options[*product]{MaxEntries: 10 * benchKeys})
-		defer local.Close()
-		c, _ := flightcache.New(flightcache.Options[*product]{Local: local, TTL: time.Hour})
-		defer c.Close()
-		for _, k := range benchKeyNames {
-			c.Get(ctx, k, benchLoad)
-		}
+		c := warmLocalCache(b, 0)
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			i := 0
@@ -211,13 +214,7 @@ func BenchmarkHitLocalParallel(b *testing.B) {
 		})
 	})
 	b.Run("impl=flightcache-coarse", func(b *testing.B) {
-		local, _ := memstore.New(memstore.Options[*product]{MaxEntries: 10 * benchKeys, ClockResolution: clock.DefaultResolution})
-		defer local.Close()
-		c, _ := flightcache.New(flightcache.Options[*product]{Local: local, TTL: time.Hour})
-		defer c.Close()
-		for _, k := range benchKeyNames {
-			c.Get(ctx, k, benchLoad)
-		}
+		c := warmLocalCache(b, clock.DefaultResolution)
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			i := 0
