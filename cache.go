@@ -490,7 +490,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 			encErr = fmt.Errorf("flightcache: encode value: %w", encErr)
 		}
 	}
-	err := c.guard.explicit(key, func() error {
+	err := c.explicit(key, func() error {
 		if c.local != nil {
 			c.local.Set(key, it)
 		}
@@ -505,11 +505,19 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 		}
 		return c.shared.Set(ctx, key, Entry{Value: data, Meta: it.Meta})
 	})
-	// As in Delete: later Gets must not join a load that started before.
-	c.group.Forget(key)
 	if err != nil {
 		c.writeFailed(ctx, TierShared, err)
 	}
+	return err
+}
+
+// explicit runs an explicit write (Set, Delete) of key so that it wins over
+// the read path: loads in flight skip their write-back (writeGuard), and a
+// Get that starts after the write returns does not join a load that started
+// before it, since that load read the origin before the caller's change.
+func (c *Cache[V]) explicit(key string, write func() error) error {
+	err := c.guard.explicit(key, write)
+	c.group.Forget(key)
 	return err
 }
 
@@ -525,7 +533,7 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 	if err := c.admit(key); err != nil {
 		return err
 	}
-	err := c.guard.explicit(key, func() error {
+	err := c.explicit(key, func() error {
 		if c.local != nil {
 			c.local.Delete(key)
 		}
@@ -534,9 +542,6 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 		}
 		return nil
 	})
-	// A Get that starts from now on must not join a load that started
-	// before: that load read the origin before the caller's change.
-	c.group.Forget(key)
 	if err != nil {
 		c.writeFailed(ctx, TierShared, err)
 	}
