@@ -3,12 +3,24 @@ package flightcache
 import (
 	"errors"
 	"fmt"
+
+	"github.com/flightcache/flightcache/singleflight"
 )
 
 // ErrNotFound is returned by a loader (possibly wrapped) to say that the value
 // does not exist at the origin. The Cache stores a tombstone for NegativeTTL
 // and answers later Gets with ErrNotFound without loading.
 var ErrNotFound = errors.New("flightcache: not found")
+
+// ErrClosed is returned by every call on a Cache after Close, and to callers
+// whose load Close cancelled. It wraps singleflight.ErrClosed, so
+// errors.Is(err, singleflight.ErrClosed) holds too.
+var ErrClosed = fmt.Errorf("flightcache: cache closed: %w", singleflight.ErrClosed)
+
+// ErrBreakerOpen is what a SharedBreaker returns (possibly wrapped) from
+// Allow while it keeps calls away from the shared tier. The Cache treats the
+// tier as a miss without logging a failure for it.
+var ErrBreakerOpen = errors.New("flightcache: shared tier skipped: circuit breaker open")
 
 // ErrInvalidKey is matched (errors.Is) by every *KeyError.
 var ErrInvalidKey = errors.New("flightcache: invalid key")

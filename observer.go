@@ -53,18 +53,25 @@ const (
 	EventThrottled
 	// EventGet: a Get finished. Outcome and Duration are set; Err is its error.
 	EventGet
+	// EventBreakerChanged: the SharedBreaker moved to Breaker (its new
+	// state). Tier is TierShared.
+	EventBreakerChanged
+	// EventFiltered: the Guard turned a key away.
+	EventFiltered
 )
 
 var eventKindNames = [...]string{
-	EventHit:          "hit",
-	EventMiss:         "miss",
-	EventNegativeHit:  "negative_hit",
-	EventStaleServed:  "stale_served",
-	EventEarlyRefresh: "early_refresh",
-	EventWriteFailed:  "write_failed",
-	EventReadFailed:   "read_failed",
-	EventThrottled:    "throttled",
-	EventGet:          "get",
+	EventHit:            "hit",
+	EventMiss:           "miss",
+	EventNegativeHit:    "negative_hit",
+	EventStaleServed:    "stale_served",
+	EventEarlyRefresh:   "early_refresh",
+	EventWriteFailed:    "write_failed",
+	EventReadFailed:     "read_failed",
+	EventThrottled:      "throttled",
+	EventGet:            "get",
+	EventBreakerChanged: "breaker_changed",
+	EventFiltered:       "filtered",
 }
 
 // String returns a short, stable, lower-case name usable as a metric label.
@@ -86,6 +93,8 @@ type Event struct {
 	Outcome  Outcome       // on EventGet
 	Duration time.Duration // on EventGet
 	Err      error
+	// Breaker is the new state, on EventBreakerChanged.
+	Breaker BreakerState
 }
 
 // Observer receives a Cache's events. It is called synchronously on the hot

@@ -43,6 +43,19 @@ type Options[V any] struct {
 	// loader's context ends then, and waiters are released with an error
 	// matching context.DeadlineExceeded. Must be in [1ms, 10m]. Default 10s.
 	LoaderTimeout time.Duration
+	// SharedTimeout bounds each call to the shared tier (a read, the
+	// double-check's read, a write-back, Set, Delete) on its own deadline,
+	// independent of the caller's context and of LoaderTimeout: a Redis
+	// that hangs costs a Get at most this much per call. Must be in
+	// [1ms, 10s]. Default DefaultSharedTimeout.
+	SharedTimeout time.Duration
+	// SharedBreaker, when set, is consulted before every shared-tier call;
+	// see SharedBreaker. Default none (package breaker provides one).
+	SharedBreaker SharedBreaker
+	// Guard, when set, turns away keys that cannot exist after a local
+	// miss; see Guard. Default none.
+	Guard Guard
+
 	// SoftTimeout, when set and a stale value exists, serves that value after
 	// SoftTimeout while the load goes on in the background to refresh the
 	// entry. Must be below LoaderTimeout. Default 0 (off). It only has an
@@ -114,8 +127,11 @@ const DisableJitter = -1.0
 // configuration (flags, environment) can use the same numbers.
 const (
 	DefaultTTL = 5 * time.Minute
-	MinTTL     = time.Second
-	MaxTTL     = 24 * time.Hour
+	// DefaultSharedTimeout is Options.SharedTimeout's default: far above a
+	// LAN round trip (about 1 ms), far below what a user notices.
+	DefaultSharedTimeout = 250 * time.Millisecond
+	MinTTL               = time.Second
+	MaxTTL               = 24 * time.Hour
 )
 
 // The other defaults and bounds; each is documented on its Options field.

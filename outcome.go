@@ -31,7 +31,17 @@ const (
 	// OutcomeRefreshed: a fresh hit that also started a background early
 	// refresh of the entry.
 	OutcomeRefreshed
+	// OutcomeFiltered: the Guard said the key cannot exist; Get returns
+	// ErrNotFound without reading the shared tier or calling the origin.
+	OutcomeFiltered
+
+	// numOutcomes counts the outcomes; keep it last.
+	numOutcomes
 )
+
+// NumOutcomes is the number of Outcome values, OutcomeUnknown included, for
+// arrays indexed by Outcome.
+const NumOutcomes = int(numOutcomes)
 
 var outcomeNames = [...]string{
 	OutcomeUnknown:           "unknown",
@@ -44,6 +54,7 @@ var outcomeNames = [...]string{
 	OutcomeNegativeHit:       "negative_hit",
 	OutcomeStale:             "stale",
 	OutcomeRefreshed:         "refreshed",
+	OutcomeFiltered:          "filtered",
 }
 
 // String returns a short, stable, lower-case name, usable as a metric label.

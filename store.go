@@ -67,3 +67,53 @@ type SharedStore interface {
 	// Delete removes key; removing a missing key is not an error.
 	Delete(ctx context.Context, key string) error
 }
+
+// KeyLimiter is implemented by a store that cannot hold keys beyond a length
+// (redisstore: its prefix counts against Redis key length). New checks that
+// MaxKeyLen fits every configured tier that implements it.
+type KeyLimiter interface {
+	// MaxKeyLen is the longest key, in bytes, the store accepts.
+	MaxKeyLen() int
+}
+
+// BreakerState is the state of a SharedBreaker.
+type BreakerState uint8
+
+// The states of a circuit breaker.
+const (
+	// BreakerClosed: calls go through.
+	BreakerClosed BreakerState = iota
+	// BreakerHalfOpen: a few probe calls go through to test the tier.
+	BreakerHalfOpen
+	// BreakerOpen: calls are refused without touching the tier.
+	BreakerOpen
+)
+
+// String returns "closed", "half_open" or "open", usable as a metric label.
+func (s BreakerState) String() string {
+	switch s {
+	case BreakerHalfOpen:
+		return "half_open"
+	case BreakerOpen:
+		return "open"
+	}
+	return "closed"
+}
+
+// SharedBreaker is a circuit breaker in front of the shared tier: after a run
+// of failures or timeouts it keeps calls away from the tier for a cool-down,
+// then lets probes through (half-open). While it is open a shared read is a
+// miss that costs nothing, so a sick Redis cannot slow every request down.
+// Package breaker provides one on github.com/sony/gobreaker/v2. It must be
+// safe for concurrent use; one breaker may serve several Caches that share a
+// store.
+type SharedBreaker interface {
+	// Allow asks to make one call to the shared tier. It returns an error
+	// matching ErrBreakerOpen when the call must not be made, or else a
+	// function that must be called exactly once with the call's outcome:
+	// failed true for an error or a timeout of the tier (not for a miss,
+	// and not when the caller itself left).
+	Allow() (done func(failed bool), err error)
+	// State returns the breaker's current state.
+	State() BreakerState
+}

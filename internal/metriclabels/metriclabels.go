@@ -45,7 +45,7 @@ var TierNames = [...]string{flightcache.TierNone: "none", flightcache.TierLocal:
 
 // NumOutcomes is the number of flightcache.Outcome values, for arrays
 // indexed by Outcome.
-const NumOutcomes = int(flightcache.OutcomeRefreshed) + 1
+const NumOutcomes = flightcache.NumOutcomes
 
 // TierIndex returns t's index in TierNames, mapping unknown tiers to TierNone.
 func TierIndex(t flightcache.Tier) int {
