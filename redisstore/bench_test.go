@@ -42,7 +42,7 @@ func BenchmarkGet(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := Decode(payload); err != nil {
+				if _, err := Decode(rawKey, payload); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -54,7 +54,7 @@ func BenchmarkGet(b *testing.B) {
 func BenchmarkDecode(b *testing.B) {
 	now := time.Now()
 	for _, size := range []int{64, 4096} {
-		payload, err := Encode(flightcache.Entry{Value: []byte(strings.Repeat("v", size)), Meta: flightcache.Meta{
+		payload, err := Encode(testKey, flightcache.Entry{Value: []byte(strings.Repeat("v", size)), Meta: flightcache.Meta{
 			FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(2 * time.Hour), LoadDuration: 5 * time.Millisecond,
 		}})
 		if err != nil {
@@ -64,7 +64,7 @@ func BenchmarkDecode(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(payload)))
 			for b.Loop() {
-				if _, err := Decode(payload); err != nil {
+				if _, err := Decode(testKey, payload); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -21,14 +21,17 @@
 //
 // The value is stored in a compact binary envelope so Meta travels with it
 // in the same GET (all integers are unsigned LEB128 varints, minimally
-// encoded; times are Unix nanoseconds):
+// encoded, except the fixed-size key hash and checksum; times are Unix
+// nanoseconds):
 //
 //	offset  size  field
 //	0       1     magic 0xFC
-//	1       1     version 0x02
+//	1       1     version 0x03
 //	2       1     flags: bit 0 = NotFound (tombstone), bit 1 = LoadedAt
 //	              present; bits 2-7 must be 0
-//	3       var   StaleUntil (Unix ns, > 0)
+//	3       8     key hash: the first 8 bytes of SHA-256(<prefix><key>),
+//	              little endian
+//	11      var   StaleUntil (Unix ns, > 0)
 //	.       var   StaleUntil - FreshUntil (ns; FreshUntil <= StaleUntil and >= 1970)
 //	.       var   StaleUntil - LoadedAt (ns; LoadedAt <= StaleUntil and >= 1970),
 //	              only with flag bit 1; without it LoadedAt is unknown (zero)
@@ -37,15 +40,59 @@
 //	.       n     value: the codec's bytes; n = 0 for a tombstone
 //	end-4   4     CRC-32C (Castagnoli), little endian, of every byte before it
 //
-// A typical header is 3 + 9 + 6 + 6 + 4 + 2 bytes plus the 4-byte checksum,
-// about 34 bytes. Version 0x01 is version 0x02 without flag bit 1 (and so
-// without LoadedAt); Decode still reads it, so entries written by an older
-// binary stay hits (of unknown age) across an upgrade. Decode checks every field (magic, version, reserved flag
-// bits, varint bounds and minimality, exact length, checksum), so a
-// truncated, foreign or corrupted payload is reported as a *CorruptError
-// (errors.Is(err, ErrCorrupt)) and never returned as a value. A future
-// version byte is reported the same way: an old binary treats a new
+// A typical header is 3 + 8 + 9 + 6 + 6 + 4 + 2 bytes plus the 4-byte
+// checksum, about 42 bytes. Decode checks every field (magic, version,
+// reserved flag bits, key hash, varint bounds and minimality, exact length,
+// checksum), so a truncated, foreign or corrupted payload is reported as a
+// *CorruptError (errors.Is(err, ErrCorrupt)) and never returned as a value.
+// A future version byte is reported the same way: an old binary treats a new
 // envelope as a miss, not as garbage.
+//
+// # Entries are bound to their key
+//
+// The key hash ties an envelope to the Redis key it was written for, prefix
+// included. A well-formed entry found under any other key (copied or renamed
+// in Redis, restored into the wrong place, or written under another prefix)
+// is a *CorruptError that also matches ErrKeyMismatch, and the Cache reads it
+// as a miss: one tenant's entry copied under another tenant's key is never
+// served to the other tenant. The hash is SHA-256 cut to 64 bits rather than
+// a faster non-cryptographic hash such as FNV-1a because FNV has structure
+// that lets chosen keys collide, while for SHA-256 any given pair of keys
+// collides with probability 2^-64; its cost (a few hundred nanoseconds) is
+// noise against a Redis round trip. It is a check, not authentication: a
+// client that can write to Redis can write a valid entry for any key, so
+// access to Redis must be controlled as for any data store.
+//
+// Versions 0x01 and 0x02 of the envelope had no key hash, so their entries
+// cannot be verified. Decode rejects them; Get reads them as a plain miss,
+// without an error (an upgrade leaves one under every key, which is not a
+// failure), and the next Set for the key overwrites it. An upgrade therefore
+// costs one load per key, spread over the keys' next reads.
+//
+// # Times are wall-clock
+//
+// FreshUntil, StaleUntil and LoadedAt are instants other processes, on other
+// hosts, compare with their own clocks, so the Store stores and reads them as
+// wall-clock times (Unix nanoseconds) and takes the PX of a Set from the
+// wall clock. It does not convert anything: the Cache hands it wall-clock
+// Meta, whatever clock it uses for its own hot path, and converts what Get
+// returns. Hosts are expected to run NTP; with skew, an entry may look fresh
+// or stale up to the skew early or late, and one past its StaleUntil on the
+// reader's clock is a miss (see below).
+//
+// # Keys never appear in errors
+//
+// Keys can carry tenant ids and personal data, and the Cache logs the
+// Store's errors and puts them in events. Where an error must name its key
+// (*CorruptError, *PayloadTooLargeError) it carries a KeyHandle instead: the
+// first 8 hex digits of SHA-256(<prefix><key>), which an operator can compute
+// for a key they suspect:
+//
+//	printf %s 'flightcache:user:42' | sha256sum | cut -c1-8
+//
+// MaxKeyLen (the method) is the longest key the Store accepts, MaxKeyLen
+// (the constant) less the prefix; it makes the Store a flightcache.KeyLimiter,
+// so a Cache that would admit keys this tier cannot hold is refused at New.
 //
 // # Failure policy
 //
@@ -59,16 +106,48 @@
 //     flightcache.Cache treats a failed read as a miss and a failed write as
 //     best effort. Nothing is retried here beyond what the client itself is
 //     configured to do.
-//   - A payload that does not decode is a *CorruptError. It is left in Redis;
-//     the next successful Set overwrites it.
+//   - A payload that does not decode, or that is an entry of another key, is
+//     a *CorruptError. It is left in Redis; the next successful Set
+//     overwrites it. An entry of an envelope version without a key hash is
+//     a plain miss.
 //   - A Set whose envelope exceeds MaxPayload sends nothing to Redis and
 //     returns a *PayloadTooLargeError (errors.Is(err, ErrPayloadTooLarge)).
 //   - An invalid key is a *flightcache.KeyError; invalid Meta is an
 //     *EntryError. Neither reaches Redis.
 //
-// How long an operation may block is governed by ctx (and Options.Timeout,
-// if set). go-redis only honours context deadlines on the socket when the
-// client is built with ContextTimeoutEnabled: true; otherwise its
-// ReadTimeout/WriteTimeout bound a stuck server instead. Use
-// ContextTimeoutEnabled: true with this package.
+// # Timeouts and retries
+//
+// Two layers bound a call, and they must agree:
+//
+//   - The Cache gives every shared-tier call its own deadline,
+//     flightcache.Options.SharedTimeout (default 250 ms), independent of the
+//     caller's context and of the loader timeout; its SharedBreaker, if set,
+//     skips the tier altogether after a run of failures. Options.Timeout here
+//     adds a bound of the Store's own, for callers other than the Cache.
+//   - go-redis has its own: DialTimeout (default 5 s), ReadTimeout and
+//     WriteTimeout (default 3 s) on the socket, PoolTimeout (default
+//     ReadTimeout + 1 s) to wait for a free connection, and MaxRetries
+//     (default 3) with a backoff of 10 ms to 1 s between attempts. Without ContextTimeoutEnabled, go-redis ignores the
+//     context's deadline on the socket and only these bound a stuck server:
+//     a hung Redis then costs a call up to (MaxRetries+1) × ReadTimeout plus
+//     the backoffs, over ten seconds with the defaults, whatever
+//     SharedTimeout says.
+//
+// Recommended for a client that serves a Cache on the request path:
+//
+//	redis.UniversalOptions{
+//		ContextTimeoutEnabled: true,                   // the Cache's deadline reaches the socket
+//		DialTimeout:           500 * time.Millisecond, // a dead host fails fast
+//		ReadTimeout:           500 * time.Millisecond, // backstop; SharedTimeout is the real bound
+//		WriteTimeout:          500 * time.Millisecond,
+//		PoolTimeout:           500 * time.Millisecond,
+//		MaxRetries:            -1,                     // no retry (0 means go-redis' default, 3); or 1
+//	}
+//
+// With ContextTimeoutEnabled the shortest of SharedTimeout and the socket
+// timeouts wins, so keep the socket timeouts at or above SharedTimeout:
+// they then only matter to callers without a deadline. Retries spend the
+// same deadline; on the hot path a failed read is a miss anyway, so a retry
+// buys little and a breaker (package breaker) does the job better: it stops
+// paying even the one deadline per call while Redis is down.
 package redisstore

@@ -1,7 +1,9 @@
 package redisstore
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"hash/crc32"
 	"math"
 	"time"
@@ -11,24 +13,27 @@ import (
 
 const (
 	envelopeMagic = 0xFC
-	// envelopeVersion is what Encode writes. Version 2 added LoadedAt
-	// (flagLoadedAt and its field). Decode still reads version 1, whose
-	// layout is version 2's without that flag, so entries written before an
-	// upgrade stay readable (with an unknown age) instead of being misses.
-	envelopeVersion   = 0x02
-	envelopeVersionV1 = 0x01
+	// envelopeVersion is what Encode writes and the only version Decode
+	// reads. Version 3 added the key hash. Versions 1 and 2 carry none, so
+	// an entry they wrote cannot be shown to belong to the key it is found
+	// under: Decode rejects them, and Store.Get reads them as a plain miss
+	// (the next Set overwrites them), so an upgrade costs one load per key
+	// and is not reported as a failure.
+	envelopeVersion = 0x03
+	// oldestVersion is the first envelope version ever written.
+	oldestVersion = 0x01
 
 	flagNotFound = 1 << 0
 	// flagLoadedAt says the StaleUntil - LoadedAt field is present; without
 	// it LoadedAt is unknown (the zero time).
 	flagLoadedAt = 1 << 1
 	flagsKnown   = flagNotFound | flagLoadedAt
-	flagsKnownV1 = flagNotFound
 
+	keyHashSize  = 8
 	checksumSize = 4
-	// minEnvelope is magic, version, flags, four one-byte varints and the
-	// checksum.
-	minEnvelope = 3 + 4 + checksumSize
+	// minEnvelope is magic, version, flags, the key hash, four one-byte
+	// varints and the checksum.
+	minEnvelope = 3 + keyHashSize + 4 + checksumSize
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -37,17 +42,44 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // (year 2262).
 var maxUnixNano = time.Unix(0, math.MaxInt64)
 
+// keyHash binds an envelope to its key: the first 64 bits of the SHA-256 of
+// the Redis key (prefix included, so two stores with different prefixes never
+// accept each other's entries).
+//
+// SHA-256 rather than FNV-1a, although this is not authentication (anyone
+// who can write to Redis can write a valid envelope for any key): FNV-1a
+// has structure, and keys that differ in a few bytes, like tenant ids, can
+// be made to collide; a prefix of SHA-256 collides for a given pair of keys
+// with probability 2^-64 whatever the keys are. It costs a few hundred
+// nanoseconds per call, against a Redis round trip of tens of microseconds
+// at best.
+func keyHash(redisKey string) uint64 {
+	sum := sha256.Sum256([]byte(redisKey))
+	return binary.LittleEndian.Uint64(sum[:keyHashSize])
+}
+
+// keyHandle names a key in an error without revealing it: the first 8 hex
+// digits of the SHA-256 of the Redis key, prefix included. An operator who
+// suspects a key can check it with
+//
+//	printf %s 'flightcache:user:42' | sha256sum | cut -c1-8
+func keyHandle(redisKey string) string {
+	sum := sha256.Sum256([]byte(redisKey))
+	return hex.EncodeToString(sum[:4])
+}
+
 // Encode returns e in the envelope format described in the package
-// documentation. It reports an *EntryError for Meta that the format cannot
+// documentation, bound to redisKey: the Redis key the envelope will be
+// stored under, prefix included. It reports an *EntryError for Meta that the format cannot
 // represent: StaleUntil not after 1970 or after 2262, FreshUntil before 1970
 // or after StaleUntil, a non-zero LoadedAt before 1970 or after StaleUntil,
 // negative LoadDuration. A zero LoadedAt (unknown) is stored as absent. A
 // tombstone's Value is not stored: it decodes as nil.
-func Encode(e flightcache.Entry) ([]byte, error) {
-	return appendEnvelope(nil, e)
+func Encode(redisKey string, e flightcache.Entry) ([]byte, error) {
+	return appendEnvelope(nil, redisKey, e)
 }
 
-func appendEnvelope(dst []byte, e flightcache.Entry) ([]byte, error) {
+func appendEnvelope(dst []byte, redisKey string, e flightcache.Entry) ([]byte, error) {
 	if !e.StaleUntil.After(time.Unix(0, 0)) || e.StaleUntil.After(maxUnixNano) {
 		return nil, &EntryError{Reason: "StaleUntil must be between 1970 and 2262"}
 	}
@@ -82,7 +114,7 @@ func appendEnvelope(dst []byte, e flightcache.Entry) ([]byte, error) {
 	}
 
 	start := len(dst)
-	size := minEnvelope - 4 + // fixed bytes
+	size := minEnvelope - 4 + // fixed bytes, without the four varints
 		uvarintLen(uint64(stale)) + uvarintLen(uint64(freshBefore)) +
 		uvarintLen(uint64(e.LoadDuration)) + uvarintLen(uint64(len(value))) + len(value)
 	if flags&flagLoadedAt != 0 {
@@ -94,6 +126,7 @@ func appendEnvelope(dst []byte, e flightcache.Entry) ([]byte, error) {
 		dst = grown
 	}
 	dst = append(dst, envelopeMagic, envelopeVersion, flags)
+	dst = binary.LittleEndian.AppendUint64(dst, keyHash(redisKey))
 	dst = binary.AppendUvarint(dst, uint64(stale))
 	dst = binary.AppendUvarint(dst, uint64(freshBefore))
 	if flags&flagLoadedAt != 0 {
@@ -106,12 +139,15 @@ func appendEnvelope(dst []byte, e flightcache.Entry) ([]byte, error) {
 	return binary.LittleEndian.AppendUint32(dst, sum), nil
 }
 
-// Decode parses an envelope produced by Encode. Any deviation from the
-// format is a *CorruptError; Decode never panics and never returns a partly
-// decoded Entry. The returned Value is a copy: it does not alias payload.
-func Decode(payload []byte) (flightcache.Entry, error) {
+// Decode parses an envelope produced by Encode for redisKey, the Redis key
+// the payload was read from (prefix included). Any deviation from the format
+// is a *CorruptError; so is a well-formed envelope encoded for another key,
+// which also matches ErrKeyMismatch. Decode never panics and never returns a
+// partly decoded Entry. The returned Value is a copy: it does not alias
+// payload.
+func Decode(redisKey string, payload []byte) (flightcache.Entry, error) {
 	corrupt := func(reason string) (flightcache.Entry, error) {
-		return flightcache.Entry{}, &CorruptError{Reason: reason}
+		return flightcache.Entry{}, &CorruptError{KeyHandle: keyHandle(redisKey), Reason: reason}
 	}
 	if len(payload) < minEnvelope {
 		return corrupt("shorter than the smallest envelope")
@@ -119,12 +155,10 @@ func Decode(payload []byte) (flightcache.Entry, error) {
 	if payload[0] != envelopeMagic {
 		return corrupt("bad magic byte")
 	}
-	known := byte(flagsKnown)
-	switch payload[1] {
-	case envelopeVersion:
-	case envelopeVersionV1:
-		known = flagsKnownV1
-	default:
+	switch v := payload[1]; {
+	case v >= oldestVersion && v < envelopeVersion:
+		return corrupt("envelope version without a key hash")
+	case v != envelopeVersion:
 		return corrupt("unknown envelope version")
 	}
 	body, tail := payload[:len(payload)-checksumSize], payload[len(payload)-checksumSize:]
@@ -132,11 +166,16 @@ func Decode(payload []byte) (flightcache.Entry, error) {
 		return corrupt("checksum mismatch")
 	}
 	flags := body[2]
-	if flags&^known != 0 {
+	if flags&^flagsKnown != 0 {
 		return corrupt("unknown flag bits")
 	}
+	// Checked after the checksum, so that a mismatch means a well-formed
+	// entry of another key, not a damaged one.
+	if binary.LittleEndian.Uint64(body[3:]) != keyHash(redisKey) {
+		return flightcache.Entry{}, &CorruptError{KeyHandle: keyHandle(redisKey), Reason: "entry belongs to another key", Err: ErrKeyMismatch}
+	}
 
-	rest := body[3:]
+	rest := body[3+keyHashSize:]
 	// stale, freshBefore, loadedBefore, loadDuration, valueLen; loadedBefore
 	// is on the wire only with flagLoadedAt.
 	var fields [5]uint64

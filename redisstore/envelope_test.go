@@ -12,6 +12,14 @@ import (
 	"github.com/flightcache/flightcache"
 )
 
+// testKey is the Redis key (prefix included) the envelope tests bind to.
+const testKey = "flightcache:product:42"
+
+// withKeyHash appends testKey's hash to a header under construction.
+func withKeyHash(b []byte) []byte {
+	return binary.LittleEndian.AppendUint64(b, keyHash(testKey))
+}
+
 func sampleEntry() flightcache.Entry {
 	stale := time.Date(2031, 5, 6, 7, 8, 9, 123456789, time.UTC)
 	return flightcache.Entry{Value: []byte(`{"name":"Ada"}`), Meta: flightcache.Meta{
@@ -57,11 +65,11 @@ func TestEnvelopeRoundTripsEveryMetaField(t *testing.T) {
 		"zero LoadDuration":     {Value: []byte("x"), Meta: flightcache.Meta{FreshUntil: base.FreshUntil, StaleUntil: base.StaleUntil}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			b, err := Encode(e)
+			b, err := Encode(testKey, e)
 			if err != nil {
 				t.Fatalf("Encode: %v", err)
 			}
-			got, err := Decode(b)
+			got, err := Decode(testKey, b)
 			if err != nil {
 				t.Fatalf("Decode: %v", err)
 			}
@@ -75,11 +83,11 @@ func TestEnvelopeRoundTripsEveryMetaField(t *testing.T) {
 func TestTombstoneValueIsNotStored(t *testing.T) {
 	e := sampleEntry()
 	e.NotFound = true
-	b, err := Encode(e)
+	b, err := Encode(testKey, e)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := Decode(b)
+	got, err := Decode(testKey, b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +97,8 @@ func TestTombstoneValueIsNotStored(t *testing.T) {
 }
 
 func TestDecodedValueDoesNotAliasPayload(t *testing.T) {
-	b, _ := Encode(sampleEntry())
-	got, err := Decode(b)
+	b, _ := Encode(testKey, sampleEntry())
+	got, err := Decode(testKey, b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +125,7 @@ func TestEncodeRejectsUnrepresentableMeta(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			e := good
 			mutate(&e)
-			b, err := Encode(e)
+			b, err := Encode(testKey, e)
 			var ee *EntryError
 			if !errors.Is(err, ErrInvalidEntry) || !errors.As(err, &ee) || b != nil {
 				t.Fatalf("Encode = %x, %v; want nil, *EntryError", b, err)
@@ -133,12 +141,12 @@ func reseal(b []byte) []byte {
 }
 
 func TestDecodeRejectsCorruptPayloads(t *testing.T) {
-	good, err := Encode(sampleEntry())
+	good, err := Encode(testKey, sampleEntry())
 	if err != nil {
 		t.Fatal(err)
 	}
 	headerFlags := func(flags byte, fields ...uint64) []byte {
-		b := []byte{envelopeMagic, envelopeVersion, flags}
+		b := withKeyHash([]byte{envelopeMagic, envelopeVersion, flags})
 		for _, f := range fields {
 			b = binary.AppendUvarint(b, f)
 		}
@@ -147,15 +155,13 @@ func TestDecodeRejectsCorruptPayloads(t *testing.T) {
 	header := func(fields ...uint64) []byte {
 		return headerFlags(0, fields...)
 	}
-	v1WithLoadedAt := append([]byte(nil), good...)
-	v1WithLoadedAt[1] = envelopeVersionV1
 	flipped := append([]byte(nil), good...)
 	flipped[len(flipped)/2] ^= 0x01
 	badFlags := append([]byte(nil), good...)
 	badFlags[2] = 0x80
 	tombWithValue := append([]byte(nil), good...)
 	tombWithValue[2] = flagNotFound
-	nonMinimal := []byte{envelopeMagic, envelopeVersion, 0, 0x81, 0x00, 0, 0, 0}
+	nonMinimal := append(withKeyHash([]byte{envelopeMagic, envelopeVersion, 0}), 0x81, 0x00, 0, 0, 0)
 
 	for name, payload := range map[string][]byte{
 		"empty":                   {},
@@ -166,7 +172,8 @@ func TestDecodeRejectsCorruptPayloads(t *testing.T) {
 		"wrong magic":             reseal(append([]byte{0x00}, good[1:]...)),
 		"future version":          reseal(append([]byte{envelopeMagic, envelopeVersion + 1}, good[2:]...)),
 		"version 0":               reseal(append([]byte{envelopeMagic, 0x00}, good[2:]...)),
-		"v1 with LoadedAt flag":   reseal(v1WithLoadedAt),
+		"version 1, no key hash":  reseal(append([]byte{envelopeMagic, 0x01}, good[2:]...)),
+		"version 2, no key hash":  reseal(append([]byte{envelopeMagic, 0x02}, good[2:]...)),
 		"LoadedAt before 1970":    headerFlags(flagLoadedAt, 10, 0, 11, 0, 0),
 		"LoadedAt flag, no field": headerFlags(flagLoadedAt, 10, 0),
 		"bit flip":                flipped,
@@ -179,14 +186,18 @@ func TestDecodeRejectsCorruptPayloads(t *testing.T) {
 		"fresh before 1970":       header(10, 11, 0, 0),
 		"LoadDuration > MaxInt64": header(10, 0, math.MaxInt64+1, 0),
 		"value length too long":   header(10, 0, 0, 1),
-		"varint overflow":         reseal(append([]byte{envelopeMagic, envelopeVersion, 0}, bytes.Repeat([]byte{0xff}, 11)...)),
+		"varint overflow":         reseal(append(withKeyHash([]byte{envelopeMagic, envelopeVersion, 0}), bytes.Repeat([]byte{0xff}, 11)...)),
+		"key hash cut short":      reseal(append([]byte{envelopeMagic, envelopeVersion, 0}, 1, 2, 3, 4, 5, 6, 7, 8, 9)),
 		"non-minimal varint":      reseal(append(nonMinimal, 0, 0, 0, 0)),
 	} {
 		t.Run(name, func(t *testing.T) {
-			e, err := Decode(payload)
+			e, err := Decode(testKey, payload)
 			var ce *CorruptError
 			if !errors.Is(err, ErrCorrupt) || !errors.As(err, &ce) || ce.Reason == "" {
 				t.Fatalf("Decode = %+v, %v; want *CorruptError", e, err)
+			}
+			if name != "key hash cut short" && errors.Is(err, ErrKeyMismatch) {
+				t.Fatalf("damage reported as an entry of another key: %v", err)
 			}
 			if !sameEntry(e, flightcache.Entry{}) {
 				t.Fatalf("Decode returned a partial entry with its error: %+v", e)
@@ -195,63 +206,64 @@ func TestDecodeRejectsCorruptPayloads(t *testing.T) {
 	}
 }
 
-// A version 1 envelope (written before LoadedAt existed) still decodes, with
-// an unknown LoadedAt, so an upgrade does not turn every entry into a miss.
-func TestVersion1EnvelopeDecodesWithUnknownLoadedAt(t *testing.T) {
-	want := sampleEntry()
-	want.LoadedAt = time.Time{}
-	b, err := Encode(want)
+// A well-formed entry is bound to the key it was encoded for: under any other
+// key, including the same key under another prefix, it is rejected, so an
+// entry copied in Redis from one tenant's key to another's is never served.
+func TestDecodeRejectsEntryOfAnotherKey(t *testing.T) {
+	b, err := Encode("flightcache:tenant-a:product:42", sampleEntry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b[1] != envelopeVersion || b[2]&flagLoadedAt != 0 {
-		t.Fatalf("envelope without LoadedAt: version %d flags %#x", b[1], b[2])
+	for _, other := range []string{
+		"flightcache:tenant-b:product:42",
+		"other:tenant-a:product:42",
+		"flightcache:tenant-a:product:4",
+		"flightcache:tenant-a:product:420",
+	} {
+		e, err := Decode(other, b)
+		var ce *CorruptError
+		if !errors.Is(err, ErrKeyMismatch) || !errors.Is(err, ErrCorrupt) || !errors.As(err, &ce) {
+			t.Fatalf("Decode under %q = %+v, %v; want a *CorruptError matching ErrKeyMismatch", other, e, err)
+		}
+		if !sameEntry(e, flightcache.Entry{}) {
+			t.Fatalf("Decode returned the other key's entry with its error: %+v", e)
+		}
 	}
-	b[1] = envelopeVersionV1
-	got, err := Decode(reseal(b))
-	if err != nil {
-		t.Fatalf("Decode(v1): %v", err)
-	}
-	if !sameEntry(got, want) || !got.LoadedAt.IsZero() {
-		t.Fatalf("v1 decoded as %+v; want %+v", got, want)
+	if _, err := Decode("flightcache:tenant-a:product:42", b); err != nil {
+		t.Fatalf("Decode under its own key: %v", err)
 	}
 }
 
 // FuzzDecode pins two properties: Decode never panics on any input, and
 // whatever it accepts re-encodes to exactly the same bytes (the format has a
-// single encoding per entry, so nothing it accepts is "almost" valid; a
-// version 1 envelope re-encodes as version 2, so for it the decoded entry
-// must survive a round trip instead).
+// single encoding per entry and key, so nothing it accepts is "almost"
+// valid, and nothing it accepts belongs to another key).
 // Inputs built from Entry fields must round-trip through Encode.
 func FuzzDecode(f *testing.F) {
-	good, _ := Encode(sampleEntry())
+	good, _ := Encode(testKey, sampleEntry())
 	tomb := sampleEntry()
 	tomb.NotFound = true
-	tombBytes, _ := Encode(tomb)
+	tombBytes, _ := Encode(testKey, tomb)
 	noAge := sampleEntry()
 	noAge.LoadedAt = time.Time{}
-	noAgeBytes, _ := Encode(noAge)
-	v1 := append([]byte(nil), noAgeBytes...)
-	v1[1] = envelopeVersionV1
+	noAgeBytes, _ := Encode(testKey, noAge)
+	otherKey, _ := Encode("flightcache:product:43", sampleEntry())
 	f.Add(good, int64(0), int64(0), int64(0), int64(0), false)
 	f.Add(tombBytes, int64(1), int64(2), int64(3), int64(1), true)
 	f.Add(noAgeBytes, int64(5), int64(0), int64(0), int64(-1), false)
-	f.Add(reseal(v1), int64(5), int64(1), int64(0), int64(6), false)
+	f.Add(otherKey, int64(5), int64(1), int64(0), int64(6), false)
+	f.Add(reseal(append([]byte{envelopeMagic, 0x02}, noAgeBytes[2+keyHashSize:]...)), int64(5), int64(1), int64(0), int64(6), false)
 	f.Add([]byte{}, int64(1700000000000000000), int64(60e9), int64(1e6), int64(61e9), false)
 	f.Add([]byte(`{"a":1}`), int64(-5), int64(-5), int64(-5), int64(-5), true)
 
 	// loadedBefore < 0 means LoadedAt unknown (zero).
 	f.Fuzz(func(t *testing.T, payload []byte, staleNanos, freshBefore, load, loadedBefore int64, notFound bool) {
-		if e, err := Decode(payload); err == nil {
-			again, err := Encode(e)
+		if e, err := Decode(testKey, payload); err == nil {
+			again, err := Encode(testKey, e)
 			if err != nil {
 				t.Fatalf("Decode accepted %x but Encode refuses its entry: %v", payload, err)
 			}
-			if payload[1] == envelopeVersionV1 {
-				if back, err := Decode(again); err != nil || !sameEntry(back, e) {
-					t.Fatalf("v1 entry %+v does not survive re-encoding: %+v, %v", e, back, err)
-				}
-			} else if !bytes.Equal(again, payload) {
+			if !bytes.Equal(again, payload) {
 				t.Fatalf("re-encoding differs:\n in %x\nout %x", payload, again)
 			}
 		} else if !errors.Is(err, ErrCorrupt) {
@@ -267,16 +279,16 @@ func FuzzDecode(f *testing.F) {
 		if loadedBefore >= 0 {
 			e.LoadedAt = time.Unix(0, staleNanos-loadedBefore)
 		}
-		b, err := Encode(e)
+		b, err := Encode(testKey, e)
 		if err != nil {
 			if !errors.Is(err, ErrInvalidEntry) {
 				t.Fatalf("Encode error %v does not match ErrInvalidEntry", err)
 			}
 			return
 		}
-		got, err := Decode(b)
+		got, err := Decode(testKey, b)
 		if err != nil {
-			t.Fatalf("Decode(Encode(%+v)): %v", e, err)
+			t.Fatalf("Decode(testKey, Encode(testKey, %+v)): %v", e, err)
 		}
 		if notFound {
 			e.Value = nil

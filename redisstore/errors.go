@@ -8,42 +8,60 @@ import (
 // ErrCorrupt is matched (errors.Is) by every *CorruptError.
 var ErrCorrupt = errors.New("redisstore: corrupt payload")
 
+// ErrKeyMismatch is matched (errors.Is) by the *CorruptError of a
+// well-formed entry found under a key it was not written for: copied or
+// renamed in Redis, by mistake or by someone with write access to it. It is
+// never returned as a value.
+var ErrKeyMismatch = errors.New("redisstore: entry belongs to another key")
+
 // ErrPayloadTooLarge is matched (errors.Is) by every *PayloadTooLargeError.
 var ErrPayloadTooLarge = errors.New("redisstore: payload too large")
 
 // ErrInvalidEntry is matched (errors.Is) by every *EntryError.
 var ErrInvalidEntry = errors.New("redisstore: invalid entry")
 
-// CorruptError reports a stored payload that is not a valid envelope:
-// truncated, written by something else, or from a newer format version.
+// Errors never contain keys: keys can carry tenant ids and personal data, and
+// the Cache logs these errors and puts them in events. Where an error needs
+// to name its key it carries a KeyHandle instead: the first 8 hex digits of
+// the SHA-256 of the Redis key (prefix included), which an operator can
+// compute for a key they suspect:
+//
+//	printf %s 'flightcache:user:42' | sha256sum | cut -c1-8
+
+// CorruptError reports a stored payload that is not a valid envelope for its
+// key: truncated, written by something else, from another format version, or
+// a well-formed entry of another key (then it also matches ErrKeyMismatch).
 type CorruptError struct {
-	// Key is the cache key (without prefix) the payload was read from; empty
-	// when the error comes from Decode directly.
-	Key string
+	// KeyHandle names the key the payload was read under; see above.
+	KeyHandle string
 	// Reason names the first check that failed.
 	Reason string
+	// Err is ErrKeyMismatch for an entry of another key, nil otherwise.
+	Err error
 }
 
 func (e *CorruptError) Error() string {
-	if e.Key == "" {
-		return "redisstore: corrupt payload: " + e.Reason
-	}
-	return fmt.Sprintf("redisstore: corrupt payload under key %q: %s", e.Key, e.Reason)
+	return fmt.Sprintf("redisstore: corrupt payload under key #%s: %s", e.KeyHandle, e.Reason)
 }
 
-// Unwrap returns ErrCorrupt.
-func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+// Unwrap returns ErrCorrupt, and Err when it is set.
+func (e *CorruptError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrCorrupt, e.Err}
+	}
+	return []error{ErrCorrupt}
+}
 
 // PayloadTooLargeError reports a Set refused because its envelope is larger
 // than Options.MaxPayload. Nothing was sent to Redis.
 type PayloadTooLargeError struct {
-	Key  string // cache key, without prefix
-	Size int    // envelope size in bytes
-	Max  int    // Options.MaxPayload
+	KeyHandle string // names the key; see above
+	Size      int    // envelope size in bytes
+	Max       int    // Options.MaxPayload
 }
 
 func (e *PayloadTooLargeError) Error() string {
-	return fmt.Sprintf("redisstore: payload for key %q is %d bytes, more than the maximum %d", e.Key, e.Size, e.Max)
+	return fmt.Sprintf("redisstore: payload for key #%s is %d bytes, more than the maximum %d", e.KeyHandle, e.Size, e.Max)
 }
 
 // Unwrap returns ErrPayloadTooLarge.

@@ -34,7 +34,7 @@ type Options struct {
 	// since an unprefixed cache could overwrite other data in the database.
 	Prefix string
 	// MaxPayload bounds the size in bytes of a stored envelope (value plus
-	// about 30 bytes of metadata). Zero means DefaultMaxPayload; at most
+	// about 40 bytes of metadata). Zero means DefaultMaxPayload; at most
 	// 512 MiB, Redis' own limit.
 	MaxPayload int
 	// Timeout, when positive, bounds each operation on top of the caller's
@@ -83,6 +83,13 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 // Prefix returns the prefix in use, so operators can find the store's keys.
 func (s *Store) Prefix() string { return s.prefix }
 
+var _ flightcache.KeyLimiter = (*Store)(nil)
+
+// MaxKeyLen is the longest key, in bytes, the Store accepts: MaxKeyLen less
+// the prefix. It makes the Store a flightcache.KeyLimiter, so a Cache refuses
+// at New a MaxKeyLen this tier could not store.
+func (s *Store) MaxKeyLen() int { return MaxKeyLen - len(s.prefix) }
+
 // redisKey validates key and returns it with the prefix.
 func (s *Store) redisKey(key string) (string, error) {
 	if key == "" {
@@ -103,9 +110,11 @@ func (s *Store) withTimeout(ctx context.Context) (context.Context, context.Cance
 }
 
 // Get returns the entry stored under key with a single GET. A missing key,
-// or an entry already past its StaleUntil, is (Entry{}, false, nil). A
-// payload that is not a valid envelope is a *CorruptError; a Redis failure
-// is returned wrapped.
+// an entry already past its StaleUntil, or an entry written by a version of
+// this package whose envelopes carry no key hash (so cannot be verified), is
+// (Entry{}, false, nil). A payload that is not a valid envelope for key,
+// including a valid entry of another key, is a *CorruptError; a Redis
+// failure is returned wrapped.
 func (s *Store) Get(ctx context.Context, key string) (flightcache.Entry, bool, error) {
 	rk, err := s.redisKey(key)
 	if err != nil {
@@ -121,12 +130,11 @@ func (s *Store) Get(ctx context.Context, key string) (flightcache.Entry, bool, e
 	if err != nil {
 		return flightcache.Entry{}, false, fmt.Errorf("redisstore: GET: %w", err)
 	}
-	e, err := Decode(payload)
+	if isUnverifiable(payload) {
+		return flightcache.Entry{}, false, nil
+	}
+	e, err := Decode(rk, payload)
 	if err != nil {
-		var ce *CorruptError
-		if errors.As(err, &ce) {
-			ce.Key = key
-		}
 		return flightcache.Entry{}, false, err
 	}
 	if !e.StaleUntil.After(time.Now()) {
@@ -135,7 +143,9 @@ func (s *Store) Get(ctx context.Context, key string) (flightcache.Entry, bool, e
 	return e, true, nil
 }
 
-// Set stores e under key until e.StaleUntil with a single SET … PX. When
+// Set stores e under key until e.StaleUntil with a single SET … PX. The
+// times in e.Meta are wall-clock instants (see "Times are wall-clock" in the
+// package documentation); the PX is measured on this host's wall clock. When
 // StaleUntil is less than a millisecond away the key is deleted instead:
 // Set means "this is the current value", and it is already gone. An
 // envelope larger than MaxPayload, an invalid key or invalid Meta sends
@@ -145,12 +155,12 @@ func (s *Store) Set(ctx context.Context, key string, e flightcache.Entry) error 
 	if err != nil {
 		return err
 	}
-	payload, err := Encode(e)
+	payload, err := Encode(rk, e)
 	if err != nil {
 		return err
 	}
 	if len(payload) > s.maxPayload {
-		return &PayloadTooLargeError{Key: key, Size: len(payload), Max: s.maxPayload}
+		return &PayloadTooLargeError{KeyHandle: keyHandle(rk), Size: len(payload), Max: s.maxPayload}
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
@@ -182,4 +192,13 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return fmt.Errorf("redisstore: DEL: %w", err)
 	}
 	return nil
+}
+
+// isUnverifiable reports an envelope of a version before the key hash. Such an
+// entry may be served under a key it does not belong to, so it must not be
+// used; but it is not damage either (an upgrade leaves every key like this),
+// so Get reads it as a miss rather than as a failure.
+func isUnverifiable(payload []byte) bool {
+	return len(payload) >= 2 && payload[0] == envelopeMagic &&
+		payload[1] >= oldestVersion && payload[1] < envelopeVersion
 }

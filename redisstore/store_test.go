@@ -98,7 +98,7 @@ func TestGetTreatsEntryPastStaleUntilAsMiss(t *testing.T) {
 	e := liveEntry("v")
 	e.FreshUntil = time.Now().Add(-2 * time.Second)
 	e.StaleUntil = time.Now().Add(-time.Second)
-	payload, err := Encode(e)
+	payload, err := Encode(s.Prefix()+"k", e)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,8 +137,8 @@ func TestOversizedPayloadIsRejectedAndNothingIsSent(t *testing.T) {
 	if !errors.Is(err, ErrPayloadTooLarge) || !errors.As(err, &pe) {
 		t.Fatalf("Set = %v; want *PayloadTooLargeError", err)
 	}
-	if pe.Max != 128 || pe.Size <= 200 || pe.Key != "big" {
-		t.Fatalf("error = %+v; want Key big, Size > 200, Max 128", pe)
+	if pe.Max != 128 || pe.Size <= 200 || pe.KeyHandle != keyHandle(s.Prefix()+"big") {
+		t.Fatalf("error = %+v; want the handle of key big, Size > 200, Max 128", pe)
 	}
 	if cmds := counter.names(); len(cmds) != 0 {
 		t.Fatalf("oversized Set sent %v to Redis", cmds)
@@ -158,7 +158,10 @@ func TestCorruptPayloadIsReportedAsTypedError(t *testing.T) {
 	for name, raw := range map[string]string{
 		"foreign JSON": `{"name":"Ada"}`,
 		"empty string": "",
-		"truncated":    func() string { b, _ := Encode(liveEntry("value")); return string(b[:len(b)-3]) }(),
+		"truncated": func() string {
+			b, _ := Encode(s.Prefix()+"truncated", liveEntry("value"))
+			return string(b[:len(b)-3])
+		}(),
 	} {
 		t.Run(name, func(t *testing.T) {
 			key := strings.ReplaceAll(name, " ", "-")
@@ -167,8 +170,8 @@ func TestCorruptPayloadIsReportedAsTypedError(t *testing.T) {
 			}
 			got, ok, err := s.Get(ctx, key)
 			var ce *CorruptError
-			if !errors.Is(err, ErrCorrupt) || !errors.As(err, &ce) || ce.Key != key {
-				t.Fatalf("Get = %v; want *CorruptError for key %q", err, key)
+			if !errors.Is(err, ErrCorrupt) || !errors.As(err, &ce) || ce.KeyHandle != keyHandle(s.Prefix()+key) {
+				t.Fatalf("Get = %v; want *CorruptError with the handle of key %q", err, key)
 			}
 			if ok || !sameEntry(got, flightcache.Entry{}) {
 				t.Fatalf("Get returned %+v, %v with a corrupt payload", got, ok)
