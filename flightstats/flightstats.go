@@ -46,6 +46,20 @@ type Stats struct {
 	WriteFailures  uint64
 	ReadFailures   uint64
 	Throttled      uint64
+	Filtered       uint64 // Gets the Guard turned away without a load
+
+	// Breaker is the shared tier's circuit breaker state at its last change
+	// (closed until the first).
+	Breaker flightcache.BreakerState
+	// BreakerTransitions counts the breaker's changes by new state.
+	BreakerTransitions BreakerTransitions
+}
+
+// BreakerTransitions counts circuit breaker state changes by new state.
+type BreakerTransitions struct {
+	ToClosed   uint64 // recoveries: a probe succeeded
+	ToHalfOpen uint64 // cool-downs that ended with a probe
+	ToOpen     uint64 // trips, first ones and failed probes alike
 }
 
 // Rejections counts admission refusals by reason.
@@ -111,7 +125,11 @@ type Recorder struct {
 
 	gets, localHits, localMisses, sharedHits, sharedMisses atomic.Uint64
 	negativeHits, staleServed, earlyRefreshes              atomic.Uint64
-	writeFailures, readFailures, throttled                 atomic.Uint64
+	writeFailures, readFailures, throttled, filtered       atomic.Uint64
+
+	// breaker holds the last flightcache.BreakerState reported.
+	breaker        atomic.Uint32
+	breakerChanges [3]atomic.Uint64 // indexed by flightcache.BreakerState
 }
 
 var (
@@ -180,6 +198,13 @@ func (r *Recorder) ObserveCache(e flightcache.Event) {
 		r.readFailures.Add(1)
 	case flightcache.EventThrottled:
 		r.throttled.Add(1)
+	case flightcache.EventFiltered:
+		r.filtered.Add(1)
+	case flightcache.EventBreakerChanged:
+		r.breaker.Store(uint32(e.Breaker))
+		if int(e.Breaker) < len(r.breakerChanges) {
+			r.breakerChanges[e.Breaker].Add(1)
+		}
 	case flightcache.EventGet:
 		r.gets.Add(1)
 	}
@@ -227,5 +252,12 @@ func (r *Recorder) Snapshot() Stats {
 		WriteFailures:  r.writeFailures.Load(),
 		ReadFailures:   r.readFailures.Load(),
 		Throttled:      r.throttled.Load(),
+		Filtered:       r.filtered.Load(),
+		Breaker:        flightcache.BreakerState(r.breaker.Load()),
+		BreakerTransitions: BreakerTransitions{
+			ToClosed:   r.breakerChanges[flightcache.BreakerClosed].Load(),
+			ToHalfOpen: r.breakerChanges[flightcache.BreakerHalfOpen].Load(),
+			ToOpen:     r.breakerChanges[flightcache.BreakerOpen].Load(),
+		},
 	}
 }

@@ -158,3 +158,28 @@ func TestCacheEventsThroughRealCache(t *testing.T) {
 		t.Errorf("Snapshot = %+v", s)
 	}
 }
+
+func TestBreakerChangesAndFilteredGetsAreCounted(t *testing.T) {
+	r := flightstats.New()
+	if got := r.Snapshot().Breaker; got != flightcache.BreakerClosed {
+		t.Fatalf("breaker before any change = %v, want closed", got)
+	}
+	for _, to := range []flightcache.BreakerState{flightcache.BreakerOpen, flightcache.BreakerHalfOpen, flightcache.BreakerOpen, flightcache.BreakerHalfOpen} {
+		r.ObserveCache(flightcache.Event{Kind: flightcache.EventBreakerChanged, Tier: flightcache.TierShared, Breaker: to})
+		if got := r.Snapshot().Breaker; got != to {
+			t.Fatalf("breaker after a change to %v = %v", to, got)
+		}
+	}
+	r.ObserveCache(flightcache.Event{Kind: flightcache.EventBreakerChanged, Tier: flightcache.TierShared, Breaker: flightcache.BreakerClosed})
+	for range 4 {
+		r.ObserveCache(flightcache.Event{Kind: flightcache.EventFiltered})
+	}
+	s := r.Snapshot()
+	want := flightstats.BreakerTransitions{ToClosed: 1, ToHalfOpen: 2, ToOpen: 2}
+	if s.BreakerTransitions != want || s.Breaker != flightcache.BreakerClosed {
+		t.Fatalf("breaker = %v, transitions %+v; want closed, %+v", s.Breaker, s.BreakerTransitions, want)
+	}
+	if s.Filtered != 4 {
+		t.Fatalf("Filtered = %d, want 4", s.Filtered)
+	}
+}

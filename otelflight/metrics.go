@@ -6,7 +6,7 @@
 // Metric names follow the seed's set (single_flight.request.count, …); the
 // Prometheus equivalents that package promflight exports are listed in
 // docs/OBSERVABILITY.md. Attributes are bounded: the operation name given at
-// construction, result, reason, tier and outcome. No key or ID is ever an
+// construction, result, reason, tier, outcome and to. No key or ID is ever an
 // attribute; events do not even carry keys.
 package otelflight
 
@@ -110,6 +110,10 @@ type Metrics struct {
 	throttled      counter
 	gets           [metriclabels.NumOutcomes]counter
 	getDuration    histogram
+	filtered       counter
+	breakerState   metric.Int64Gauge
+	breakerOpts    []metric.RecordOption
+	breakerChanges [len(metriclabels.BreakerStateNames)]counter
 }
 
 var (
@@ -163,6 +167,18 @@ func NewMetrics(meter metric.Meter, opts ...MetricsOption) (*Metrics, error) {
 	}
 	b.counters(m.gets[:], "flightcache.get.count", "{get}", "Finished Gets, by outcome.", "outcome", outcomes)
 	b.histogram(&m.getDuration, "flightcache.get.duration", "Duration of a Get, whatever served it.")
+	b.counter(&m.filtered, "flightcache.filtered.count", "{get}", "Gets the Guard answered \"cannot exist\" without a load.")
+	b.counters(m.breakerChanges[:], "flightcache.shared_breaker.transition.count", "{transition}", "State changes of the shared tier's circuit breaker, by new state.", "to", metriclabels.BreakerStateNames[:])
+	if b.err == nil {
+		m.breakerState, b.err = meter.Int64Gauge("flightcache.shared_breaker.state", metric.WithUnit("{state}"),
+			metric.WithDescription("State of the shared tier's circuit breaker: 0 closed, 1 half-open, 2 open."))
+		m.breakerOpts = []metric.RecordOption{metric.WithAttributeSet(b.set())}
+	}
+	if b.err == nil {
+		// A breaker starts closed; recording it now gives the gauge a value
+		// before the first change, as the Prometheus gauge has.
+		m.breakerState.Record(context.Background(), int64(flightcache.BreakerClosed), m.breakerOpts...)
+	}
 	if b.err != nil {
 		return nil, fmt.Errorf("otelflight: create instruments of operation %q: %w", cfg.operation, b.err)
 	}
@@ -300,6 +316,12 @@ func (m *Metrics) ObserveCache(e flightcache.Event) {
 		m.readFailures[t].add(ctx)
 	case flightcache.EventThrottled:
 		m.throttled.add(ctx)
+	case flightcache.EventFiltered:
+		m.filtered.add(ctx)
+	case flightcache.EventBreakerChanged:
+		st := metriclabels.BreakerStateIndex(e.Breaker)
+		m.breakerState.Record(ctx, int64(st), m.breakerOpts...)
+		m.breakerChanges[st].add(ctx)
 	case flightcache.EventGet:
 		o := int(e.Outcome)
 		if o >= metriclabels.NumOutcomes {

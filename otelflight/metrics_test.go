@@ -396,6 +396,56 @@ func TestCacheEventsMapToTheirInstruments(t *testing.T) {
 	}
 }
 
+// The breaker gauge reads closed before the first change and then follows
+// each change; the transitions count every change by new state.
+func TestBreakerChangesSetTheGaugeAndCountTransitions(t *testing.T) {
+	m, reader := newMetrics(t, otelflight.WithOperation("product"))
+	const state, changes = "flightcache.shared_breaker.state", "flightcache.shared_breaker.transition.count"
+	got := collect(t, reader)
+	if got[state] == nil {
+		t.Fatalf("%s has no data point before the first change", state)
+	}
+	if v := got.value(t, state, op); v != 0 {
+		t.Fatalf("breaker state before any change = %v, want 0 (closed)", v)
+	}
+	for _, step := range []struct {
+		to    flightcache.BreakerState
+		gauge float64
+	}{
+		{flightcache.BreakerOpen, 2},
+		{flightcache.BreakerHalfOpen, 1},
+		{flightcache.BreakerOpen, 2},
+		{flightcache.BreakerHalfOpen, 1},
+		{flightcache.BreakerClosed, 0},
+	} {
+		m.ObserveCache(flightcache.Event{Kind: flightcache.EventBreakerChanged, Cache: "product", Tier: flightcache.TierShared, Breaker: step.to})
+		if v := collect(t, reader).value(t, state, op); v != step.gauge {
+			t.Fatalf("breaker state after a change to %v = %v, want %v", step.to, v, step.gauge)
+		}
+	}
+	got = collect(t, reader)
+	for to, want := range map[string]float64{"open": 2, "half_open": 2, "closed": 1} {
+		if v := got.value(t, changes, op, attribute.String("to", to)); v != want {
+			t.Errorf("%s{to=%s} = %v, want %v", changes, to, v, want)
+		}
+	}
+}
+
+func TestFilteredEventsAndOutcomeAreCounted(t *testing.T) {
+	m, reader := newMetrics(t)
+	for range 3 {
+		m.ObserveCache(flightcache.Event{Kind: flightcache.EventFiltered})
+		m.ObserveCache(flightcache.Event{Kind: flightcache.EventGet, Outcome: flightcache.OutcomeFiltered, Duration: time.Microsecond})
+	}
+	got := collect(t, reader)
+	if v := got.value(t, "flightcache.filtered.count"); v != 3 {
+		t.Errorf("flightcache.filtered.count = %v, want 3", v)
+	}
+	if v := got.value(t, "flightcache.get.count", attribute.String("outcome", "filtered")); v != 3 {
+		t.Errorf("flightcache.get.count{outcome=filtered} = %v, want 3", v)
+	}
+}
+
 func TestNewMetricsRejectsBadConfiguration(t *testing.T) {
 	if _, err := otelflight.NewMetrics(nil); !errors.Is(err, otelflight.ErrNilMeter) {
 		t.Errorf("NewMetrics(nil) = %v, want ErrNilMeter", err)

@@ -9,7 +9,7 @@
 //
 // Every label child is created in New, so observing an event is a few atomic
 // additions: no map lookup, no allocation. The only labels are bounded ones
-// (operation, result, reason, tier, outcome). No key or ID ever becomes a
+// (operation, result, reason, tier, outcome, to). No key or ID ever becomes a
 // label value; events do not even carry keys.
 //
 // See docs/OBSERVABILITY.md for the meaning of each metric, the derived
@@ -60,7 +60,7 @@ func WithNamespace(ns string) Option {
 
 // WithConstLabels adds constant labels (say, region) to every metric. They
 // must have bounded values and must not be named operation, result, reason,
-// tier or outcome.
+// tier, outcome or to.
 func WithConstLabels(l prometheus.Labels) Option {
 	return func(c *config) { c.constLabels = l }
 }
@@ -98,6 +98,9 @@ type Metrics struct {
 	throttled      prometheus.Counter
 	gets           [metriclabels.NumOutcomes]prometheus.Counter
 	getDuration    *durationCounts
+	filtered       prometheus.Counter
+	breakerState   prometheus.Gauge
+	breakerChanges [len(metriclabels.BreakerStateNames)]prometheus.Counter
 }
 
 var (
@@ -145,6 +148,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		staleServed:     b.counter("flightcache", "stale_served_total", "Gets answered with a stale value because the load failed or was slow (fail-safe)."),
 		earlyRefreshes:  b.counter("flightcache", "early_refreshes_total", "Background early refreshes started."),
 		throttled:       b.counter("flightcache", "throttled_total", "Loads answered by the failure throttle instead of the origin."),
+		filtered:        b.counter("flightcache", "filtered_total", "Gets the Guard answered \"cannot exist\" without a load."),
+		breakerState:    b.gauge("flightcache", "shared_breaker_state", "State of the shared tier's circuit breaker: 0 closed, 1 half-open, 2 open."),
 	}
 	rejections := b.counterVec("single_flight", "rejections_total", "Calls refused by admission without running the loader, by reason.", "reason")
 	for i, r := range metriclabels.ReasonNames {
@@ -166,6 +171,10 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		m.negativeHits[i] = negative.WithLabelValues(t)
 		m.writeFailures[i] = writes.WithLabelValues(t)
 		m.readFailures[i] = reads.WithLabelValues(t)
+	}
+	changes := b.counterVec("flightcache", "shared_breaker_transitions_total", "State changes of the shared tier's circuit breaker, by new state.", "to")
+	for i, st := range metriclabels.BreakerStateNames {
+		m.breakerChanges[i] = changes.WithLabelValues(st)
 	}
 	gets := b.counterVec("flightcache", "gets_total", "Finished Gets, by outcome.", "outcome")
 	for i := range m.gets {
@@ -275,6 +284,12 @@ func (m *Metrics) ObserveCache(e flightcache.Event) {
 		m.readFailures[t].Inc()
 	case flightcache.EventThrottled:
 		m.throttled.Inc()
+	case flightcache.EventFiltered:
+		m.filtered.Inc()
+	case flightcache.EventBreakerChanged:
+		st := metriclabels.BreakerStateIndex(e.Breaker)
+		m.breakerState.Set(float64(st))
+		m.breakerChanges[st].Inc()
 	case flightcache.EventGet:
 		if o := int(e.Outcome); o < metriclabels.NumOutcomes {
 			m.gets[o].Inc()

@@ -19,6 +19,7 @@ import (
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/promflight"
+	"github.com/flightcache/flightcache/internal/metriclabels"
 	"github.com/flightcache/flightcache/singleflight"
 )
 
@@ -367,8 +368,11 @@ func TestNoLabelValueDerivesFromAKey(t *testing.T) {
 		}
 	}
 	// 70 engine keys and 20 cache keys went through; the label values stay
-	// the fixed, bounded set.
-	if len(values) > 25 {
+	// the fixed, bounded vocabulary: the operation and every value of
+	// result, reason, tier, outcome and to.
+	vocabulary := 1 + metriclabels.NumResults + metriclabels.NumReasons + len(metriclabels.TierNames) +
+		metriclabels.NumOutcomes + len(metriclabels.BreakerStateNames)
+	if len(values) > vocabulary {
 		t.Errorf("%d distinct label pairs, want a small bounded set: %v", len(values), values)
 	}
 }
@@ -486,6 +490,65 @@ func TestCacheEventsMapToTheirCounters(t *testing.T) {
 	}
 	if v := got.get(t, "flightcache_hits_total", "default", "tier=local"); v != 0 {
 		t.Errorf("local hits = %v, want 0", v)
+	}
+}
+
+// The breaker gauge follows the last change, the transitions count every
+// change by new state, and both exist (at 0 and closed) before the first
+// change, so a dashboard shows "closed" rather than no data.
+func TestBreakerChangesSetTheGaugeAndCountTransitions(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := promflight.New(reg, promflight.WithOperation("product"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const state, changes = "flightcache_shared_breaker_state", "flightcache_shared_breaker_transitions_total"
+	got := gather(t, reg)
+	if v := got.get(t, state, "product"); v != 0 {
+		t.Fatalf("breaker state before any change = %v, want 0 (closed)", v)
+	}
+	changed := func(s flightcache.BreakerState) {
+		m.ObserveCache(flightcache.Event{Kind: flightcache.EventBreakerChanged, Cache: "product", Tier: flightcache.TierShared, Breaker: s})
+	}
+	for _, step := range []struct {
+		to    flightcache.BreakerState
+		gauge float64
+	}{
+		{flightcache.BreakerOpen, 2},
+		{flightcache.BreakerHalfOpen, 1},
+		{flightcache.BreakerOpen, 2},
+		{flightcache.BreakerHalfOpen, 1},
+		{flightcache.BreakerClosed, 0},
+	} {
+		changed(step.to)
+		if v := gather(t, reg).get(t, state, "product"); v != step.gauge {
+			t.Fatalf("breaker state after a change to %v = %v, want %v", step.to, v, step.gauge)
+		}
+	}
+	got = gather(t, reg)
+	for to, want := range map[string]float64{"open": 2, "half_open": 2, "closed": 1} {
+		if v := got.get(t, changes, "product", "to="+to); v != want {
+			t.Errorf("%s{to=%s} = %v, want %v", changes, to, v, want)
+		}
+	}
+}
+
+func TestFilteredEventsAndOutcomeAreCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := promflight.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		m.ObserveCache(flightcache.Event{Kind: flightcache.EventFiltered})
+		m.ObserveCache(flightcache.Event{Kind: flightcache.EventGet, Outcome: flightcache.OutcomeFiltered, Duration: time.Microsecond})
+	}
+	got := gather(t, reg)
+	if v := got.get(t, "flightcache_filtered_total", "default"); v != 3 {
+		t.Errorf("flightcache_filtered_total = %v, want 3", v)
+	}
+	if v := got.get(t, "flightcache_gets_total", "default", "outcome=filtered"); v != 3 {
+		t.Errorf("flightcache_gets_total{outcome=filtered} = %v, want 3", v)
 	}
 }
 

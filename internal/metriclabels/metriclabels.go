@@ -47,6 +47,26 @@ var TierNames = [...]string{flightcache.TierNone: "none", flightcache.TierLocal:
 // indexed by Outcome.
 const NumOutcomes = flightcache.NumOutcomes
 
+// BreakerStateNames are the "to" label values of breaker transitions,
+// indexed by flightcache.BreakerState. The state gauge uses the index itself
+// (0 closed, 1 half-open, 2 open), so that "open" is the largest value and
+// max_over_time shows whether the breaker opened at all in a window.
+var BreakerStateNames = [...]string{
+	flightcache.BreakerClosed:   flightcache.BreakerClosed.String(),
+	flightcache.BreakerHalfOpen: flightcache.BreakerHalfOpen.String(),
+	flightcache.BreakerOpen:     flightcache.BreakerOpen.String(),
+}
+
+// BreakerStateIndex returns s's index in BreakerStateNames. An unknown state
+// is counted as open: a breaker whose state cannot be named is not letting
+// calls through as far as an operator can tell.
+func BreakerStateIndex(s flightcache.BreakerState) int {
+	if int(s) < len(BreakerStateNames) {
+		return int(s)
+	}
+	return int(flightcache.BreakerOpen)
+}
+
 // TierIndex returns t's index in TierNames, mapping unknown tiers to TierNone.
 func TierIndex(t flightcache.Tier) int {
 	if int(t) < len(TierNames) {
