@@ -17,9 +17,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/internal/metriclabels"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/promflight"
-	"github.com/flightcache/flightcache/internal/metriclabels"
 	"github.com/flightcache/flightcache/singleflight"
 )
 
