@@ -250,6 +250,9 @@ func TestDashboardHasTheIssuesPanels(t *testing.T) {
 		{"Hit ratio per tier", "flightcache_hits_total"},
 		{"Rejections", "single_flight_rejections_total"},
 		{"Stale served", "flightcache_stale_served_total"},
+		{"Shared tier breaker state", "flightcache_shared_breaker_state"},
+		{"Shared tier breaker transitions", "flightcache_shared_breaker_transitions_total"},
+		{"Filtered Gets", "flightcache_filtered_total"},
 	} {
 		p, ok := titles[want.title]
 		if !ok {
