@@ -15,10 +15,15 @@ import (
 // Example compiles but does not run under go test: it needs a Redis server.
 func Example() {
 	// Any UniversalClient works: NewClient, NewFailoverClient (Sentinel) or
-	// NewClusterClient. ContextTimeoutEnabled lets ctx bound a stuck socket.
+	// NewClusterClient. ContextTimeoutEnabled lets ctx (the Cache's
+	// SharedTimeout) bound a stuck socket; see "Timeouts and retries".
 	client := redis.NewUniversalClient(&redis.UniversalOptions{
 		Addrs:                 []string{"127.0.0.1:6379"},
 		ContextTimeoutEnabled: true,
+		DialTimeout:           500 * time.Millisecond,
+		ReadTimeout:           500 * time.Millisecond,
+		WriteTimeout:          500 * time.Millisecond,
+		MaxRetries:            -1, // no retry on the hot path: a failed read is a miss
 	})
 	defer client.Close()
 
