@@ -11,7 +11,7 @@
 //
 //	b, err := breaker.New(breaker.Options{ConsecutiveFailures: 5, CoolDown: 5 * time.Second})
 //	if err != nil { ... }
-//	c, err := flightcache.New[Product](flightcache.Options{Shared: store, SharedBreaker: b, ...})
+//	c, err := flightcache.New(flightcache.Options[Product]{Shared: store, SharedBreaker: b})
 //
 // One Breaker may serve several Caches that share one store: they then trip
 // and recover together, which is what one sick Redis deserves.

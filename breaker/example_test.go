@@ -22,7 +22,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	// c, err := flightcache.New[Product](flightcache.Options{Shared: store, SharedBreaker: b})
+	// c, err := flightcache.New(flightcache.Options[Product]{Shared: store, SharedBreaker: b})
 
 	for i := range 4 {
 		done, err := b.Allow()
