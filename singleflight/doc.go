@@ -17,6 +17,8 @@
 //   - An old execution never removes a newer one (Forget is safe).
 //   - Memory is bounded against hostile key cardinality and hot keys:
 //     WithMaxInFlight and WithMaxWaiters reject at once, before running fn.
+//     WithMaxInFlight counts every loader until it returns, even one that
+//     outlived its timeout, so a hung origin cannot pile up goroutines.
 //   - A call made from inside a loader for its own key runs directly instead
 //     of deadlocking on itself.
 //   - Close cancels running loaders (cause ErrClosed) at shutdown.

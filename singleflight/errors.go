@@ -11,9 +11,9 @@ var (
 	// which Close cancels running loaders. Waiters of an execution that Close
 	// interrupted receive it too.
 	ErrClosed = errors.New("singleflight: group closed")
-	// ErrTooManyInFlight rejects a call for a new key when WithMaxInFlight
-	// keys are already executing. Calls for keys already in flight are still
-	// admitted.
+	// ErrTooManyInFlight rejects a call that would start a new execution
+	// when WithMaxInFlight loaders are already running. Calls for keys
+	// already in flight are still admitted.
 	ErrTooManyInFlight = errors.New("singleflight: too many keys in flight")
 	// ErrTooManyWaiters rejects a call that would exceed WithMaxWaiters
 	// callers on one key.

@@ -24,7 +24,8 @@ type config struct {
 // WithLoaderTimeout bounds every execution to d. The loader's context has
 // deadline d; if the loader ignores it, waiters are still released at d with
 // an error matching context.DeadlineExceeded, and the key is free for a new
-// execution at once. The late result is dropped (EventLateResult).
+// execution at once. The late result is dropped (EventLateResult). Until it
+// returns, such a loader still counts against WithMaxInFlight.
 func WithLoaderTimeout(d time.Duration) Option {
 	if d < 0 {
 		panic(fmt.Sprintf("singleflight: WithLoaderTimeout(%v): negative timeout", d))
@@ -32,9 +33,15 @@ func WithLoaderTimeout(d time.Duration) Option {
 	return func(c *config) { c.timeout = d }
 }
 
-// WithMaxInFlight admits at most n keys executing at once; a call for a new
-// key beyond that fails with ErrTooManyInFlight without running fn. It bounds
-// memory against attacker-chosen key cardinality.
+// WithMaxInFlight is a bulkhead: at most n loaders run at once. A call that
+// would start a new execution beyond that fails with ErrTooManyInFlight
+// without running fn; a call that joins an execution in flight is still
+// admitted. A loader holds its slot from the moment it starts until fn
+// actually returns, including after its key was forgotten (Forget) and after
+// the loader timeout released its waiters: a hung origin whose loaders ignore
+// their context fills the limit and new keys are refused, instead of
+// goroutines piling up without bound. It bounds memory and goroutines against
+// attacker-chosen key cardinality.
 func WithMaxInFlight(n int) Option {
 	if n < 0 {
 		panic(fmt.Sprintf("singleflight: WithMaxInFlight(%d): negative limit", n))

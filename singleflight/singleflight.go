@@ -29,37 +29,45 @@ type Group[K comparable, V any] struct {
 	cfg config
 
 	closed atomic.Bool
-	// total counts registered keys across all shards, but only when a limit
-	// or an observer needs the total at every change (see tracksTotal);
-	// otherwise each shard's own count suffices and no global cache line is
-	// written per execution.
-	total   atomic.Int64
+	// total counts registered keys across all shards, but only when an
+	// observer needs the total at every change (EventInFlight); otherwise
+	// each shard's own count suffices and no global cache line is written
+	// per execution.
+	total atomic.Int64
+	// loaders counts loader functions that have started and not yet
+	// returned, registered or not, on time or late: the bulkhead that
+	// WithMaxInFlight bounds. Maintained only under that limit. It is
+	// incremented before an execution is registered and decremented as soon
+	// as fn returns (panics, calls runtime.Goexit), before its result is
+	// delivered, so a caller who has seen a result also sees the slot free.
+	loaders atomic.Int64
 	flights atomic.Uint64 // execution IDs; advanced only with an observer
 
 	// The fields above are read on every call; the shards below are written
 	// on every call. The padding keeps them on different cache lines (and,
 	// Group being allocated in a size class that is a multiple of 64 bytes,
-	// starts the shards on a line boundary so no two shards share one).
-	_ [56]byte
+	// starts the shards on a line boundary so no two shards share one; the
+	// fields above take 80 bytes, and TestShardsStartOnACacheLine pins it).
+	_ [48]byte
 
 	shards [shardCount]shard[K, V]
 }
 
 // shard is one lock domain. Invariants, under mu: m[k] is the current
-// execution of k; c.current holds exactly when m[c.key] == c; a call is in m
-// only while it is not finished (complete removes it in the same critical
-// section that marks it finished, unless Forget removed it first, in which
-// case it waits in forgotten until it finishes, and its completion leaves m
-// alone); n == len(m).
+// execution of k; c.current holds exactly when m[c.key] == c; every
+// unfinished call of the shard is in exactly one of m (when current) and
+// detached (otherwise), and a finished one in neither: the completion that
+// marks a call finished removes it in the same critical section; n == len(m).
 type shard[K comparable, V any] struct {
 	mu sync.Mutex
 	m  map[K]*call[K, V] // guarded by mu; allocated on first use
 	n  int               // len(m), kept for InFlight; guarded by mu
-	// forgotten holds the executions Forget removed from m that are still
-	// running, so that Close can still cancel them. Guarded by mu; allocated
-	// by the first Forget of a running execution.
-	forgotten map[*call[K, V]]struct{}
-	_         [32]byte // keep neighbouring shards' mutexes off this cache line
+	// detached holds the unfinished executions that are not in m: those
+	// Forget removed, and those whose key is not equal to itself (a NaN),
+	// which a map could never find again. Close still reaches them here.
+	// Guarded by mu; allocated on first use.
+	detached map[*call[K, V]]struct{}
+	_        [32]byte // keep neighbouring shards' mutexes off this cache line
 }
 
 // call is one execution of a loader and everything its callers share.
@@ -122,6 +130,10 @@ func shardOf[K comparable](key K) uint8 {
 //
 // A call made from inside fn with fn's context for the same key runs its own
 // function directly instead of waiting for itself (shared is false).
+// A key that is not equal to itself (a NaN, or a struct or array holding
+// one) matches no execution, as in a Go map: each such call runs its own,
+// unshared, and it is never registered (InFlight and Forget do not see it;
+// WithMaxInFlight, the loader timeout and Close still apply).
 // A nil ctx is treated as context.Background().
 func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V, error)) (v V, shared bool, err error) {
 	if ctx == nil {
@@ -156,17 +168,21 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 func (g *Group[K, V]) lead(ctx context.Context, si uint8, key K, fn func(context.Context) (V, error), start time.Duration) (v V, shared bool, err error) {
 	sh := &g.shards[si]
 	obs := g.cfg.obs
+	if max := g.cfg.maxInFlight; max > 0 && g.loaders.Add(1) > max {
+		g.loaders.Add(-1)
+		sh.mu.Unlock()
+		return v, false, g.reject(ctx, ErrTooManyInFlight)
+	}
+	// A key not equal to itself (a NaN, or a struct or array holding one)
+	// could be stored in m but never found again, not even by delete: its
+	// execution runs detached, as no caller could ever join it anyway.
+	listed := key == key
 	var n int64
-	if g.tracksTotal() {
+	if obs != nil && listed {
 		n = g.total.Add(1)
-		if max := g.cfg.maxInFlight; max > 0 && n > max {
-			g.total.Add(-1)
-			sh.mu.Unlock()
-			return v, false, g.reject(ctx, ErrTooManyInFlight)
-		}
 	}
 	inline := ctx.Done() == nil && g.cfg.timeout == 0
-	c := &call[K, V]{key: key, shard: si, waiters: 1, current: true}
+	c := &call[K, V]{key: key, shard: si, waiters: 1, current: listed}
 	if inline {
 		// ctx can never be cancelled, so it has no cancellation to hide.
 		c.lctx.parent = ctx
@@ -182,15 +198,21 @@ func (g *Group[K, V]) lead(ctx context.Context, si uint8, key K, fn func(context
 		c.lctx.extraLocked().deadline = time.Now().Add(d)
 		timer = time.AfterFunc(d, func() { g.expire(c) })
 	}
-	if sh.m == nil {
-		sh.m = make(map[K]*call[K, V])
+	if listed {
+		if sh.m == nil {
+			sh.m = make(map[K]*call[K, V])
+		}
+		sh.m[key] = c
+		sh.n++
+	} else {
+		sh.detach(c)
 	}
-	sh.m[key] = c
-	sh.n++
 	sh.mu.Unlock()
 
 	if obs != nil {
-		emitInFlight(obs, n, 1)
+		if listed {
+			emitInFlight(obs, n, 1)
+		}
 		emit(obs, EventLoaderStarted, &c.lctx, c.id)
 	}
 	if inline {
@@ -265,12 +287,19 @@ func (g *Group[K, V]) wait(ctx context.Context, c *call[K, V], leader bool, star
 		return c.val, c.shared, c.err
 	}
 	c.waiters--
-	abandon := c.waiters == 0 && g.cfg.cancelAbandoned
-	sh.mu.Unlock()
-	if abandon && g.complete(c, *new(V), ErrAbandoned, ctxCanceled, ErrAbandoned) {
+	if c.waiters == 0 && g.cfg.cancelAbandoned {
+		// Abandon in the same critical section that saw the last caller
+		// leave: a caller arriving after this unlock finds the key free and
+		// starts a new execution. Completing after the unlock would let it
+		// join this one and inherit ErrAbandoned while its own ctx is alive.
+		n := g.completeLocked(sh, c, *new(V), ErrAbandoned, ctxCanceled, ErrAbandoned)
+		sh.mu.Unlock()
+		g.observeInFlight(n)
 		if obs := g.cfg.obs; obs != nil {
 			emit(obs, EventAbandoned, &c.lctx, c.id)
 		}
+	} else {
+		sh.mu.Unlock()
 	}
 	err := ctx.Err()
 	if g.cfg.obs != nil {
@@ -321,6 +350,9 @@ func (g *Group[K, V]) run(c *call[K, V], fn func(context.Context) (V, error), ti
 // loaderDone delivers fn's outcome, unless a timeout, Close or abandonment
 // completed c first, in which case the result is late and dropped.
 func (g *Group[K, V]) loaderDone(c *call[K, V], timer *time.Timer, v V, err error, panicked bool, startedAt time.Duration) {
+	if g.cfg.maxInFlight > 0 {
+		g.loaders.Add(-1) // fn has returned; see Group.loaders
+	}
 	if timer != nil {
 		timer.Stop()
 	}
@@ -371,6 +403,16 @@ func (g *Group[K, V]) complete(c *call[K, V], v V, err error, cancel uint32, cau
 		sh.mu.Unlock()
 		return false
 	}
+	n := g.completeLocked(sh, c, v, err, cancel, cause)
+	sh.mu.Unlock()
+	g.observeInFlight(n)
+	return true
+}
+
+// completeLocked is complete for an unfinished c with sh.mu, c's shard's
+// mutex, held. It returns the in-flight count to report (observeInFlight)
+// once the lock is released.
+func (g *Group[K, V]) completeLocked(sh *shard[K, V], c *call[K, V], v V, err error, cancel uint32, cause error) int64 {
 	if cancel != ctxLive {
 		c.lctx.cancel(cancel, cause)
 	}
@@ -381,14 +423,12 @@ func (g *Group[K, V]) complete(c *call[K, V], v V, err error, cancel uint32, cau
 		c.current = false
 		n = g.unregister(sh, c.key)
 	} else {
-		delete(sh.forgotten, c) // a no-op unless Forget moved c there
+		delete(sh.detached, c)
 	}
 	if c.done != nil {
 		close(c.done)
 	}
-	sh.mu.Unlock()
-	g.observeInFlight(n)
-	return true
+	return n
 }
 
 // unregister removes key from sh and from the in-flight count, in the same
@@ -398,16 +438,19 @@ func (g *Group[K, V]) complete(c *call[K, V], v V, err error, cancel uint32, cau
 func (g *Group[K, V]) unregister(sh *shard[K, V], key K) int64 {
 	delete(sh.m, key)
 	sh.n--
-	if g.tracksTotal() {
+	if g.cfg.obs != nil {
 		return g.total.Add(-1)
 	}
 	return -1
 }
 
-// tracksTotal reports whether the Group keeps the global count of registered
-// keys: WithMaxInFlight checks it, and observers receive it.
-func (g *Group[K, V]) tracksTotal() bool {
-	return g.cfg.maxInFlight > 0 || g.cfg.obs != nil
+// detach records c, which is not in sh.m, as running, so that Close can
+// still cancel it. sh.mu must be held.
+func (sh *shard[K, V]) detach(c *call[K, V]) {
+	if sh.detached == nil {
+		sh.detached = make(map[*call[K, V]]struct{})
+	}
+	sh.detached[c] = struct{}{}
 }
 
 // observeInFlight reports a count returned by unregister (n < 0: none).
@@ -473,8 +516,9 @@ func (g *Group[K, V]) DoChan(ctx context.Context, key K, fn func(context.Context
 }
 
 // Forget makes later calls for key start a new execution. The running one is
-// not disturbed: its callers still get its result, and its completion will
-// not remove the newer execution.
+// not disturbed: its callers still get its result, its completion will not
+// remove the newer execution, and its loader counts against WithMaxInFlight
+// until it returns.
 func (g *Group[K, V]) Forget(key K) {
 	si := shardOf(key)
 	sh := &g.shards[si]
@@ -483,16 +527,17 @@ func (g *Group[K, V]) Forget(key K) {
 	if c, ok := sh.m[key]; ok {
 		c.current = false
 		n = g.unregister(sh, key)
-		if sh.forgotten == nil {
-			sh.forgotten = make(map[*call[K, V]]struct{})
-		}
-		sh.forgotten[c] = struct{}{}
+		sh.detach(c)
 	}
 	sh.mu.Unlock()
 	g.observeInFlight(n)
 }
 
-// InFlight returns the number of keys whose execution is still registered.
+// InFlight returns the number of keys whose execution is still registered,
+// that is, that a new caller would join. It is not what WithMaxInFlight
+// bounds: a loader that outlived its timeout, or whose key was forgotten,
+// still holds its slot until it returns, but its key is no longer counted
+// here.
 func (g *Group[K, V]) InFlight() int {
 	n := 0
 	for i := range g.shards {
@@ -521,7 +566,7 @@ func (g *Group[K, V]) Close() error {
 		for _, c := range sh.m {
 			running = append(running, c)
 		}
-		for c := range sh.forgotten {
+		for c := range sh.detached {
 			running = append(running, c)
 		}
 		sh.mu.Unlock()
