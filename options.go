@@ -78,8 +78,10 @@ type Options[V any] struct {
 	// calling the origin again. Default 0 (off); at most 1m.
 	FailureThrottle time.Duration
 
-	// MaxInFlight bounds the keys loading at once; beyond it a Get for a new
-	// key fails with singleflight.ErrTooManyInFlight. Default 0 (unlimited).
+	// MaxInFlight bounds the loaders running at once, a bulkhead: a load
+	// holds its slot until the load returns, even past LoaderTimeout or a
+	// Set/Delete of its key; beyond it a Get that would start a load fails
+	// with singleflight.ErrTooManyInFlight. Default 0 (unlimited).
 	MaxInFlight int
 	// MaxWaiters bounds the callers waiting on one key; beyond it a Get fails
 	// with singleflight.ErrTooManyWaiters. Default 0 (unlimited).
