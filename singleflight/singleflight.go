@@ -38,7 +38,7 @@ type Group[K comparable, V any] struct {
 	// returned, registered or not, on time or late: the bulkhead that
 	// WithMaxInFlight bounds. Maintained only under that limit. It is
 	// incremented before an execution is registered and decremented as soon
-	// as fn returns (panics, calls runtime.Goexit), before its result is
+	// as fn returns (or panics, or calls runtime.Goexit), before its result is
 	// delivered, so a caller who has seen a result also sees the slot free.
 	loaders atomic.Int64
 	flights atomic.Uint64 // execution IDs; advanced only with an observer
