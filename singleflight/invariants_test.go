@@ -12,63 +12,102 @@ import (
 	"github.com/flightcache/flightcache/singleflight"
 )
 
-// TestAbandonmentNeverReachesALiveCaller races callers whose context has
-// already ended (each starts an execution and abandons it at once) against a
-// caller whose context stays alive, on one key. Abandonment must be atomic
-// with removing the execution from the key: the live caller either joins an
-// execution nobody will abandon, or starts a new one. It must never be handed
-// ErrAbandoned (or any error) because it arrived as the last caller left.
+// TestAbandonmentNeverReachesALiveCaller: the last caller of an execution
+// leaves (WithCancelWhenAbandoned) just as a caller whose context is alive
+// arrives for the same key. Abandonment must be atomic with removing the
+// execution from its key: the newcomer either joins before the last caller
+// left (and gets the loader's value) or starts a new execution (and gets its
+// own). It must never inherit ErrAbandoned, or any error.
+//
+// The gap it must not fall into is a few instructions wide, so the test aims
+// at it. Each round, a leaving caller whose context has already ended starts
+// an execution and leaves it at once; the live caller waits until the leaving
+// one has entered Do, spins for a while and calls. When it joined (came too
+// early) it spins longer next round; when it found the key free (too late),
+// shorter. The arrivals thus dither around the moment the last caller leaves.
 func TestAbandonmentNeverReachesALiveCaller(t *testing.T) {
 	const (
-		killers   = 2
-		liveCalls = 50_000
-		budget    = time.Second
+		rounds = 200_000
+		budget = time.Second // keeps -race -count=20 cheap
 	)
-	g := singleflight.New[string, int](singleflight.WithCancelWhenAbandoned())
-	dead, cancel := context.WithCancel(context.Background())
-	cancel()
-	live := context.Background()
-
-	var done atomic.Bool
-	var wg sync.WaitGroup
-	for range killers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !done.Load() {
-				// The loader returns on its own too, so that an execution the
-				// live caller joined ends without anybody cancelling it.
-				g.Do(dead, "k", func(context.Context) (int, error) { return 1, nil })
-			}
-		}()
-	}
-	var got error
-	// The race needs an unlucky interleaving (about one live call in ten
-	// thousand hit it before the fix), so the loop runs many calls, but
-	// within a budget that keeps the test cheap under -race.
-	end := time.Now().Add(budget)
-	calls := 0
-	for ; calls < liveCalls && got == nil; calls++ {
-		if calls%1024 == 0 && time.Now().After(end) {
-			break
+	// The leaving caller's execution announces its registration (before it
+	// can be left) through EventLoaderStarted, which tells a live caller that
+	// came too early from one that came too late.
+	type leaverKey struct{}
+	var registered atomic.Bool
+	obs := observerFunc(func(e singleflight.Event) {
+		if e.Kind == singleflight.EventLoaderStarted && e.Ctx.Value(leaverKey{}) != nil {
+			registered.Store(true)
 		}
-		v, _, err := g.Do(live, "k", func(context.Context) (int, error) { return 2, nil })
+	})
+	g := singleflight.New[string, int](singleflight.WithCancelWhenAbandoned(), singleflight.WithObserver(obs))
+	dead, cancel := context.WithCancel(context.WithValue(context.Background(), leaverKey{}, true))
+	cancel()
+	type round struct {
+		release chan struct{} // lets the loader return 1 once the leaver is gone
+		entered atomic.Bool   // the leaving caller is about to call Do
+	}
+	next := make(chan *round)
+	// left is buffered so that a failed round does not strand the leaver.
+	left := make(chan struct{}, 1)
+	go func() { // the leaving caller
+		for r := range next {
+			r.entered.Store(true)
+			g.Do(dead, "k", func(ctx context.Context) (int, error) {
+				select {
+				case <-ctx.Done():
+					return 0, ctx.Err()
+				case <-r.release:
+					return 1, nil
+				}
+			})
+			close(r.release)
+			left <- struct{}{}
+		}
+	}()
+	defer close(next)
+
+	spin, early, late := 0, 0, 0
+	end := time.Now().Add(budget)
+	for n := 0; n < rounds && (n%256 != 0 || time.Now().Before(end)); n++ {
+		r := &round{release: make(chan struct{})}
+		registered.Store(false)
+		next <- r
+		for !r.entered.Load() {
+		}
+		for i := 0; i < spin; i++ {
+			spinSink.Add(1)
+		}
+		var afterLeaver bool
+		v, _, err := g.Do(context.Background(), "k", func(context.Context) (int, error) {
+			afterLeaver = registered.Load()
+			return 2, nil
+		})
 		switch {
 		case err != nil:
-			got = err
-		case v != 1 && v != 2:
-			t.Errorf("live caller got %d, want 1 or 2", v)
+			t.Fatalf("round %d (spin %d, %d early, %d late): a caller whose context is alive got %v (ErrAbandoned: %v), want a value",
+				n, spin, early, late, err, errors.Is(err, singleflight.ErrAbandoned))
+		case v == 1, v == 2 && !afterLeaver: // joined, or ran before the leaver came
+			early++
+			spin++
+		case v == 2: // the leaver had come and gone: the key was free
+			late++
+			spin = max(0, spin-1)
+		default:
+			t.Fatalf("live caller got %d, want 1 or 2", v)
 		}
-	}
-	done.Store(true)
-	wg.Wait()
-	if got != nil {
-		t.Fatalf("call %d: a caller whose context is alive got %v (ErrAbandoned: %v), want a value", calls, got, errors.Is(got, singleflight.ErrAbandoned))
+		<-left
 	}
 	if n := g.InFlight(); n != 0 {
 		t.Fatalf("InFlight() = %d after every call returned, want 0", n)
 	}
 }
+
+var spinSink atomic.Int64
+
+type observerFunc func(singleflight.Event)
+
+func (f observerFunc) ObserveFlight(e singleflight.Event) { f(e) }
 
 // TestMaxInFlightCountsForgottenLoaders: Forget (which every Cache.Set and
 // Cache.Delete calls) frees the key for a new execution, but the forgotten
