@@ -40,24 +40,27 @@ type Result[V any] struct {
 // concurrent use; build it with New.
 type Cache[V any] struct {
 	// Configuration, read-only after New.
-	name         string
-	local        LocalStore[V] // nil when the Cache has no local tier
-	shared       SharedStore   // nil when the Cache has no shared tier
-	codec        Codec[V]
-	ttl          time.Duration
-	negativeTTL  time.Duration
-	jitter       float64
-	staleFor     time.Duration
-	softTimeout  time.Duration
-	earlyRefresh bool
-	beta         float64
-	maxKeyLen    int
-	clone        func(V) V
-	obs          Observer // nil: no events, one nil check per site
-	tracer       Tracer   // nil: no spans
-	instrumented bool     // obs != nil || tracer != nil
-	log          *slog.Logger
-	now          func() time.Time
+	name          string
+	local         LocalStore[V] // nil when the Cache has no local tier
+	shared        SharedStore   // nil when the Cache has no shared tier
+	codec         Codec[V]
+	breaker       SharedBreaker // nil: every shared call is made
+	sharedTimeout time.Duration
+	loaderTimeout time.Duration
+	ttl           time.Duration
+	negativeTTL   time.Duration
+	jitter        float64
+	staleFor      time.Duration
+	softTimeout   time.Duration
+	earlyRefresh  bool
+	beta          float64
+	maxKeyLen     int
+	clone         func(V) V
+	obs           Observer // nil: no events, one nil check per site
+	tracer        Tracer   // nil: no spans
+	instrumented  bool     // obs != nil || tracer != nil
+	log           *slog.Logger
+	now           func() time.Time
 	// preciseLoadTime: Options.Now was left to its default, which may be a
 	// coarse clock, so load durations are measured with time.Now instead.
 	preciseLoadTime bool
@@ -66,14 +69,18 @@ type Cache[V any] struct {
 	guard    writeGuard
 	throttle *throttle // nil unless Options.FailureThrottle is set
 
-	readLog, writeLog logLimiter
+	// breakerState is the last BreakerState the Cache saw, so that each
+	// change is reported once.
+	breakerState atomic.Uint32
+
+	readLog, writeLog, observerLog logLimiter
 
 	closed atomic.Bool
 	// mu orders background work against Close: a refresh is registered in
 	// refreshing and counted in bg only under mu and only while !closed, so
 	// once Close has passed mu, bg.Wait sees every refresh there will be.
 	mu           sync.Mutex
-	refreshing   map[string]*loadCall[V] // the background refresh running per key; guarded by mu
+	refreshing   map[string]*miss[V] // the background refresh running per key; guarded by mu
 	maxRefreshes int
 	bg           sync.WaitGroup
 }
@@ -82,6 +89,10 @@ type Cache[V any] struct {
 // Options.MaxInFlight does not.
 const defaultMaxRefreshes = 4096
 
+// engineMargin is how long after the last moment a flight can legitimately
+// end that the engine's hard timeout releases its callers.
+const engineMargin = 10 * time.Millisecond
+
 // New builds a Cache from opts, filling in defaults. It returns a
 // *ConfigError (matching ErrInvalidConfig) for an out-of-range option.
 func New[V any](opts Options[V]) (*Cache[V], error) {
@@ -89,19 +100,14 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 	if err != nil {
 		return nil, err
 	}
-	sfOpts := []singleflight.Option{
-		singleflight.WithLoaderTimeout(o.LoaderTimeout),
-		singleflight.WithMaxInFlight(o.MaxInFlight),
-		singleflight.WithMaxWaiters(o.MaxWaiters),
-	}
-	if so, ok := o.Observer.(singleflight.Observer); ok {
-		sfOpts = append(sfOpts, singleflight.WithObserver(so))
-	}
 	c := &Cache[V]{
 		name:            o.Name,
 		local:           o.Local,
 		shared:          o.Shared,
 		codec:           o.Codec,
+		breaker:         o.SharedBreaker,
+		sharedTimeout:   o.SharedTimeout,
+		loaderTimeout:   o.LoaderTimeout,
 		ttl:             o.TTL,
 		negativeTTL:     o.NegativeTTL,
 		jitter:          o.Jitter,
@@ -117,14 +123,34 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 		log:             o.Logger,
 		now:             o.Now,
 		preciseLoadTime: opts.Now == nil,
-		group:           singleflight.New[string, *flight[V]](sfOpts...),
 		throttle:        newThrottle(o.FailureThrottle),
-		refreshing:      make(map[string]*loadCall[V]),
+		refreshing:      make(map[string]*miss[V]),
 		maxRefreshes:    defaultMaxRefreshes,
 	}
 	if o.MaxInFlight > 0 {
 		c.maxRefreshes = o.MaxInFlight
 	}
+	if c.breaker != nil {
+		c.breakerState.Store(uint32(c.breaker.State()))
+	}
+	// The engine's timeout is the flight's, not the loader's: the loader
+	// runs under its own LoaderTimeout inside the flight (see miss.run), and
+	// the engine's only releases the callers of a loader or store that
+	// ignores its context. A flight is at most a shared read, the load and
+	// a shared write.
+	flightTimeout := o.LoaderTimeout + engineMargin
+	if o.Shared != nil {
+		flightTimeout += 2 * o.SharedTimeout
+	}
+	sfOpts := []singleflight.Option{
+		singleflight.WithLoaderTimeout(flightTimeout),
+		singleflight.WithMaxInFlight(o.MaxInFlight),
+		singleflight.WithMaxWaiters(o.MaxWaiters),
+	}
+	if so, ok := o.Observer.(singleflight.Observer); ok {
+		sfOpts = append(sfOpts, singleflight.WithObserver(flightObserver[V]{c: c, obs: so}))
+	}
+	c.group = singleflight.New[string, *flight[V]](sfOpts...)
 	return c, nil
 }
 
@@ -132,7 +158,7 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 // one-liner; use Fetch to learn the Outcome.
 func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V]) (V, error) {
 	// Fetch's body, not a call to it: one frame less on the path of every
-	// goroutine that waits for a load (see fetch).
+	// goroutine that waits for a load (see hitLocal).
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -143,19 +169,22 @@ func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V]) (V, er
 	if r, ok, err := c.hitLocal(ctx, key, load); ok {
 		return r.Value, err
 	}
-	r, _, err := c.fetchSlow(ctx, key, load)
+	r, _, err := c.fetch(ctx, key, load)
 	return r.Value, err
 }
 
 // Fetch is Get that also reports how the value was served. The Result's
 // Outcome is set on every return, errors included.
 //
-// The read path, in order: the local tier (a fresh hit returns at once); the
-// shared tier (a read error counts as a miss; a hit fills the local tier);
-// then, on a miss, one flight per key in which the tiers are checked again,
-// the origin is called under the loader timeout, and the value is written
-// back best-effort. With StaleFor, a value past its TTL stands in when the
-// load fails or outlasts SoftTimeout.
+// The read path is the package documentation's, in order: the local tier
+// (a fresh hit returns at once); the shared tier (a failure counts as a
+// miss; a hit fills the local tier); then, on a miss, one flight per key in
+// which the tiers are checked again, the origin is called under the loader
+// timeout, and the value is written back best-effort. With StaleFor, a value
+// past its TTL stands in when the load fails or outlasts SoftTimeout.
+//
+// A caller whose ctx has ended gets ctx.Err() and starts nothing (a fresh
+// local hit, which costs nothing, may still be served).
 func (c *Cache[V]) Fetch(ctx context.Context, key string, load LoadFunc[V]) (Result[V], error) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -166,16 +195,11 @@ func (c *Cache[V]) Fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	if r, ok, err := c.hitLocal(ctx, key, load); ok {
 		return r, err
 	}
-	r, _, err := c.fetchSlow(ctx, key, load)
+	r, _, err := c.fetch(ctx, key, load)
 	return r, err
 }
 
-// loadInfo is what the Tracer learns about a Get's load.
-type loadInfo struct {
-	led     bool
-	loadCtx context.Context
-}
-
+// fetchInstrumented is the read path with the Get event and span around it.
 func (c *Cache[V]) fetchInstrumented(ctx context.Context, key string, load LoadFunc[V]) (Result[V], error) {
 	var endSpan func(GetSpanInfo)
 	if c.tracer != nil {
@@ -185,31 +209,31 @@ func (c *Cache[V]) fetchInstrumented(ctx context.Context, key string, load LoadF
 	if c.obs != nil {
 		start = time.Now() // real time: a latency metric, whatever Options.Now says
 	}
-	r, info, err := c.fetch(ctx, key, load)
+	r, ok, err := c.hitLocal(ctx, key, load)
+	var m *miss[V]
+	if !ok {
+		r, m, err = c.fetch(ctx, key, load)
+	}
 	if c.obs != nil {
-		c.obs.ObserveCache(Event{Kind: EventGet, Ctx: ctx, Cache: c.name, Outcome: r.Outcome, Duration: time.Since(start), Err: err})
+		c.observe(Event{Kind: EventGet, Ctx: ctx, Cache: c.name, Outcome: r.Outcome, Duration: time.Since(start), Err: err})
 	}
 	if endSpan != nil {
-		endSpan(GetSpanInfo{Outcome: r.Outcome, Led: info.led, LoadCtx: info.loadCtx, Err: err})
+		info := GetSpanInfo{Outcome: r.Outcome, Err: err}
+		if m != nil {
+			info.Led, info.LoadCtx = m.led.Load(), m.loadCtx
+		}
+		endSpan(info)
 	}
 	return r, err
 }
 
-// fetch is the read path: the fast local hit, then everything else.
-func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Result[V], loadInfo, error) {
-	if r, ok, err := c.hitLocal(ctx, key, load); ok {
-		return r, loadInfo{}, err
-	}
-	return c.fetchSlow(ctx, key, load)
-}
-
 // hitLocal is the local fresh hit (ok true), kept to one store lookup, one
 // read of the (coarse, by default) clock and no allocation for pointer V;
-// everything else is in fetchSlow. Callers call fetchSlow after hitLocal
-// returned, not from inside it, so that hitLocal's frame (which holds an
-// Item) is gone from the stack of the goroutines that wait for a load:
-// thousands of fresh goroutines may wait on one key, and each has to grow
-// its stack for every frame it stacks up before blocking.
+// everything else is in fetch. Callers call fetch after hitLocal returned,
+// not from inside it, so that hitLocal's frame (which holds an Item) is gone
+// from the stack of the goroutines that wait for a load: thousands of fresh
+// goroutines may wait on one key, and each has to grow its stack for every
+// frame it stacks up before blocking (docs/PERFORMANCE.md measures both).
 //
 // The hit skips the UTF-8 check of admit: only a key that was stored can
 // hit, and every key is checked before anything is stored under it. The
@@ -228,63 +252,196 @@ func (c *Cache[V]) hitLocal(ctx context.Context, key string, load LoadFunc[V]) (
 		return r, false, nil
 	}
 	if it.NotFound || c.obs != nil || c.clone != nil || (c.earlyRefresh && load != nil) {
-		r, _, err = c.serveFresh(ctx, key, load, it, now, TierLocal)
+		r, err = c.serveFresh(ctx, key, load, it, now, TierLocal)
 		return r, true, err
 	}
 	// serveFresh's common case, inline: the call and its wide result
 	// were a third of a hit.
-	r.Value, r.Outcome = it.Value, OutcomeHitLocal
-	if !it.LoadedAt.IsZero() {
-		r.Age = max(time.Duration(now.UnixNano()-it.LoadedAt.UnixNano()), 0)
-	}
+	r.Value, r.Outcome, r.Age = it.Value, OutcomeHitLocal, age(it, now)
 	return r, true, nil
 }
 
-// fetchSlow is the read path after the fast local hit failed: it checks the
-// key fully, looks in the local tier again for a fresh item (one that
-// arrived meanwhile) or a stale one to fall back on, and goes on to the
-// shared tier and the flight.
-func (c *Cache[V]) fetchSlow(ctx context.Context, key string, load LoadFunc[V]) (Result[V], loadInfo, error) {
-	if err := c.admit(key); err != nil {
-		return Result[V]{Outcome: OutcomeLoadFailed}, loadInfo{}, err
+// fetch is the read path after the fast local hit failed, top to bottom.
+// It returns the caller's miss when it went to the flight (for the Tracer).
+func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Result[V], *miss[V], error) {
+	if err := c.admit(ctx, key); err != nil {
+		return Result[V]{Outcome: OutcomeLoadFailed}, nil, err
 	}
 	now := c.now()
+
+	// 1. The local tier, again: a fresh item may have arrived since
+	// hitLocal looked, and a stale one is the fallback if the load fails.
+	// stale points to the store's shared, read-only Item: a pointer keeps
+	// the frames of the callers that wait for a load small.
 	var stale *Item[V]
 	if c.local != nil {
-		it, fresh := c.localCandidate(key, now)
-		if fresh {
-			return c.serveFresh(ctx, key, load, it, now, TierLocal)
+		if it, ok := c.local.Get(key); ok {
+			if now.Before(it.FreshUntil) {
+				r, err := c.serveFresh(ctx, key, load, it, now, TierLocal)
+				return r, nil, err
+			}
+			if !it.NotFound && now.Before(it.StaleUntil) {
+				stale = it
+			}
 		}
-		stale = it
 		if c.obs != nil {
 			c.emit(ctx, EventMiss, TierLocal, nil)
 		}
 	}
-	return c.fetchMiss(ctx, key, load, now, stale)
+
+	// 2. The shared tier. A failure is a miss; a newer stale item than the
+	// local one becomes the fallback.
+	var sharedDown error
+	if c.shared != nil {
+		it, err := c.readSharedGuarded(ctx, key, now)
+		sharedDown = timedOut(ctx, err)
+		if it != nil && now.Before(it.FreshUntil) {
+			r, err := c.serveFresh(ctx, key, load, it, now, TierShared)
+			return r, nil, err
+		}
+		if c.obs != nil {
+			c.emit(ctx, EventMiss, TierShared, nil)
+		}
+		if it != nil && !it.NotFound && (stale == nil || it.FreshUntil.After(stale.FreshUntil)) {
+			stale = it
+		}
+	}
+	if load == nil {
+		return Result[V]{Outcome: OutcomeLoadFailed}, nil, fmt.Errorf("flightcache: nil LoadFunc on a miss: %w", singleflight.ErrNilFunc)
+	}
+
+	// 3. The flight: one per key, led by whichever caller comes first
+	// (see miss.run for what the leader does). With a stale fallback and a
+	// soft timeout, the caller waits only so long.
+	if err := ctx.Err(); err != nil { // the caller left while the shared tier answered
+		return Result[V]{Outcome: OutcomeLoadFailed}, nil, err
+	}
+	m := &miss[V]{c: c, key: key, load: load, sharedDown: sharedDown}
+	if stale != nil && c.softTimeout > 0 {
+		fl, err, late := c.doWithSoftTimeout(ctx, m)
+		if late {
+			return c.serveStale(ctx, stale, now, ErrSoftTimeout), m, nil
+		}
+		return c.settle(ctx, m, fl, err, stale, now)
+	}
+	fl, _, err := c.group.Do(ctx, key, m.run)
+	return c.settle(ctx, m, fl, err, stale, now)
 }
 
-// localCandidate returns the local item under key when it is fresh (fresh
-// true) or servable as stale, else nil. It is the store's shared Item
-// (read-only); holding it by pointer keeps the frames of callers that wait
-// for a load small.
-func (c *Cache[V]) localCandidate(key string, now time.Time) (*Item[V], bool) {
-	it, ok := c.local.Get(key)
-	if !ok {
-		return nil, false
-	}
-	if now.Before(it.FreshUntil) {
-		return it, true
-	}
-	if !it.NotFound && now.Before(it.StaleUntil) {
-		return it, false
-	}
-	return nil, false
+// readSharedGuarded is readShared under a write-guard ticket of its own,
+// for the read before the flight.
+func (c *Cache[V]) readSharedGuarded(ctx context.Context, key string, now time.Time) (*Item[V], error) {
+	t := c.guard.begin(key)
+	defer c.guard.end(key, t)
+	return c.readShared(ctx, key, now, t)
 }
 
-// admit refuses keys the Cache must not handle, and every call after Close.
-func (c *Cache[V]) admit(key string) error {
+// settle turns the flight's answer into this caller's Result.
+func (c *Cache[V]) settle(ctx context.Context, m *miss[V], fl *flight[V], err error, stale *Item[V], now time.Time) (Result[V], *miss[V], error) {
+	if fl != nil {
+		m.loadCtx = fl.loadCtx
+	}
+	if err != nil || fl == nil {
+		if err == nil { // cannot happen: run returns a flight or an error
+			err = errors.New("flightcache: internal error: flight without result")
+		}
+		if errors.Is(err, singleflight.ErrClosed) {
+			err = ErrClosed
+		}
+		if stale != nil && canServeStale(ctx, err) {
+			return c.serveStale(ctx, stale, now, err), m, nil
+		}
+		return Result[V]{Outcome: OutcomeLoadFailed}, m, err
+	}
+	var o Outcome
+	led := m.led.Load()
+	switch {
+	case fl.found && fl.item.NotFound:
+		o = OutcomeNegativeHit
+	case fl.found || !led:
+		o = OutcomeCoalesced
+	case fl.writeErr != nil:
+		o = OutcomeLoadedWriteFailed
+	default:
+		o = OutcomeLoaded
+	}
+	r, err := c.answer(&fl.item, o, now, fl.notFound)
+	if o == OutcomeLoadedWriteFailed {
+		r.WriteErr = fl.writeErr
+	}
+	return r, m, err
+}
+
+// serveFresh answers with a fresh item found in tier, starting an early
+// refresh when XFetch says so.
+func (c *Cache[V]) serveFresh(ctx context.Context, key string, load LoadFunc[V], it *Item[V], now time.Time, tier Tier) (Result[V], error) {
+	if it.NotFound {
+		if c.obs != nil {
+			c.emit(ctx, EventNegativeHit, tier, nil)
+		}
+		return c.answer(it, OutcomeNegativeHit, now, nil)
+	}
+	if c.obs != nil {
+		c.emit(ctx, EventHit, tier, nil)
+	}
+	o := OutcomeHitLocal
+	if tier == TierShared {
+		o = OutcomeHitShared
+	}
+	if c.earlyRefresh && load != nil && c.refreshDue(&it.Meta, now) && c.startRefresh(ctx, key, load, it.FreshUntil) {
+		o = OutcomeRefreshed
+	}
+	return c.answer(it, o, now, nil)
+}
+
+// serveStale answers with a value past its TTL (fail-safe); why is the
+// reason the fresh value did not arrive.
+func (c *Cache[V]) serveStale(ctx context.Context, it *Item[V], now time.Time, why error) Result[V] {
+	if c.obs != nil {
+		c.emit(ctx, EventStaleServed, TierNone, why)
+	}
+	r, _ := c.answer(it, OutcomeStale, now, nil)
+	return r
+}
+
+// answer is the one place a Result is made from an item (but for hitLocal's
+// inline copy of its common case): Age, Clone, and ErrNotFound (or the
+// loader's own not-found error, notFound) for a tombstone.
+func (c *Cache[V]) answer(it *Item[V], o Outcome, now time.Time, notFound error) (Result[V], error) {
+	r := Result[V]{Outcome: o, Age: age(it, now)}
+	if it.NotFound {
+		if notFound == nil {
+			notFound = ErrNotFound
+		}
+		return r, notFound
+	}
+	r.Value = it.Value
+	if c.clone != nil {
+		r.Value = c.clone(r.Value)
+	}
+	return r, nil
+}
+
+// age is Result.Age: how long before now it was loaded, 0 when unknown. A
+// value loaded by the caller's own flight was loaded after now, hence 0.
+// UnixNano, not Sub: Sub's overflow checks cost ~20 ns on the hit path, and
+// times of cached values are well inside UnixNano's range. max: another
+// instance's clock (shared tier) may be ahead.
+func age[V any](it *Item[V], now time.Time) time.Duration {
+	if it.LoadedAt.IsZero() {
+		return 0
+	}
+	return max(time.Duration(now.UnixNano()-it.LoadedAt.UnixNano()), 0)
+}
+
+// admit refuses keys the Cache must not handle, every call after Close and
+// every call whose ctx has ended.
+func (c *Cache[V]) admit(ctx context.Context, key string) error {
 	if c.closed.Load() {
-		return singleflight.ErrClosed
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	if len(key) == 0 || len(key) > c.maxKeyLen || !utf8.ValidString(key) {
 		return c.keyError(key)
@@ -305,174 +462,21 @@ func (c *Cache[V]) keyError(key string) error {
 	}
 }
 
-// serveFresh answers with a fresh item found in tier, starting an early
-// refresh when XFetch says so.
-func (c *Cache[V]) serveFresh(ctx context.Context, key string, load LoadFunc[V], it *Item[V], now time.Time, tier Tier) (Result[V], loadInfo, error) {
-	var age time.Duration
-	if !it.LoadedAt.IsZero() {
-		// UnixNano, not Sub: Sub's overflow checks cost ~20 ns on the hit
-		// path, and times of cached values are well inside UnixNano's
-		// range. max: another instance's clock (shared tier) may be ahead.
-		age = max(time.Duration(now.UnixNano()-it.LoadedAt.UnixNano()), 0)
-	}
-	if it.NotFound {
-		if c.obs != nil {
-			c.emit(ctx, EventNegativeHit, tier, nil)
-		}
-		return Result[V]{Outcome: OutcomeNegativeHit, Age: age}, loadInfo{}, ErrNotFound
-	}
-	if c.obs != nil {
-		c.emit(ctx, EventHit, tier, nil)
-	}
-	outcome := OutcomeHitLocal
-	if tier == TierShared {
-		outcome = OutcomeHitShared
-	}
-	if c.earlyRefresh && load != nil && c.refreshDue(&it.Meta, now) && c.startRefresh(ctx, key, load, it.FreshUntil) {
-		outcome = OutcomeRefreshed
-	}
-	v := it.Value
-	if c.clone != nil {
-		v = c.clone(v)
-	}
-	return Result[V]{Value: v, Outcome: outcome, Age: age}, loadInfo{}, nil
-}
-
-// fetchMiss continues the read path after the local tier had no fresh item;
-// stale is the local fallback, if any.
-func (c *Cache[V]) fetchMiss(ctx context.Context, key string, load LoadFunc[V], now time.Time, stale *Item[V]) (Result[V], loadInfo, error) {
-	if c.shared != nil {
-		it := c.sharedCandidate(ctx, key, now)
-		if it != nil && now.Before(it.FreshUntil) {
-			return c.serveFresh(ctx, key, load, it, now, TierShared)
-		}
-		if c.obs != nil {
-			c.emit(ctx, EventMiss, TierShared, nil)
-		}
-		if it != nil && !it.NotFound && now.Before(it.StaleUntil) && (stale == nil || it.FreshUntil.After(stale.FreshUntil)) {
-			stale = it
-		}
-	}
-	if load == nil {
-		return Result[V]{Outcome: OutcomeLoadFailed}, loadInfo{}, fmt.Errorf("flightcache: nil LoadFunc on a miss: %w", singleflight.ErrNilFunc)
-	}
-
-	lc := &loadCall[V]{c: c, key: key, load: load}
-	var (
-		fl  *flight[V]
-		err error
-	)
-	if stale != nil && c.softTimeout > 0 {
-		var late bool
-		if fl, err, late = c.doWithSoftTimeout(ctx, lc); late {
-			return c.serveStale(ctx, stale, now, ErrSoftTimeout, loadInfo{led: lc.led.Load()})
-		}
-	} else {
-		fl, _, err = c.group.Do(ctx, key, lc.run)
-	}
-	return c.settle(ctx, lc, fl, err, stale, now)
-}
-
-// sharedCandidate reads key from the shared tier under a write-guard
-// ticket (see readShared) and returns the item found, or nil. Like
-// localCandidate it returns the item on the heap (the decode allocates
-// anyway) to keep fetchMiss's frame small.
-func (c *Cache[V]) sharedCandidate(ctx context.Context, key string, now time.Time) *Item[V] {
-	t := c.guard.begin(key)
-	it, ok := c.readShared(ctx, key, now, t)
-	c.guard.end(key, t)
-	if !ok {
-		return nil
-	}
-	return &it
-}
-
-// readShared reads key from the shared tier and, when it finds an item that
-// is still servable (fresh or stale), copies it into the local tier under
-// ticket t. Read and decode errors count as misses.
-func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t ticket) (Item[V], bool) {
-	e, ok, err := c.shared.Get(ctx, key)
-	if err != nil {
-		if ctx.Err() == nil { // the caller leaving is not a store failure
-			c.readFailed(ctx, err)
-		}
-		return Item[V]{}, false
-	}
-	if !ok || !now.Before(e.StaleUntil) {
-		return Item[V]{}, false
-	}
-	it := Item[V]{Meta: e.Meta}
-	if !e.NotFound {
-		v, err := c.codec.Unmarshal(e.Value)
-		if err != nil {
-			c.readFailed(ctx, fmt.Errorf("flightcache: decode shared entry: %w", err))
-			return Item[V]{}, false
-		}
-		it.Value = v
-	}
-	if c.local != nil {
-		t.writeIf(func() { c.local.Set(key, it) })
-	}
-	return it, true
-}
-
-// settle turns the flight's answer into this caller's Result.
-func (c *Cache[V]) settle(ctx context.Context, lc *loadCall[V], fl *flight[V], err error, stale *Item[V], now time.Time) (Result[V], loadInfo, error) {
-	info := loadInfo{led: lc.led.Load()}
-	if err != nil || fl == nil {
-		if err == nil { // cannot happen: run returns a flight or an error
-			err = errors.New("flightcache: internal error: flight without result")
-		}
-		if le, ok := err.(*loadError); ok {
-			err, info.loadCtx = le.err, le.ctx
-		}
-		if stale != nil && canServeStale(ctx, err) {
-			return c.serveStale(ctx, stale, now, err, info)
-		}
-		return Result[V]{Outcome: OutcomeLoadFailed}, info, err
-	}
-	info.loadCtx = fl.loadCtx
-	r := Result[V]{Value: fl.item.Value}
-	switch {
-	case fl.found && fl.item.NotFound:
-		r.Outcome = OutcomeNegativeHit
-	case fl.found:
-		r.Outcome = OutcomeCoalesced
-	case info.led && fl.writeErr != nil:
-		r.Outcome, r.WriteErr = OutcomeLoadedWriteFailed, fl.writeErr
-	case info.led:
-		r.Outcome = OutcomeLoaded
-	default:
-		r.Outcome = OutcomeCoalesced
-	}
-	if fl.found && !fl.item.LoadedAt.IsZero() {
-		r.Age = max(now.Sub(fl.item.LoadedAt), 0)
-	}
-	if fl.item.NotFound {
-		var zero V
-		r.Value = zero
-		if fl.notFound != nil {
-			return r, info, fl.notFound
-		}
-		return r, info, ErrNotFound
-	}
-	if c.clone != nil {
-		r.Value = c.clone(r.Value)
-	}
-	return r, info, nil
-}
-
 // Set stores v under key in every tier, with the Cache's TTL. It wins over a
 // load of key in flight: that load's write-back is skipped, and later Gets
-// never share that load. A shared-tier
-// failure is returned (the local tier has v by then); a value the codec
-// cannot encode is removed from the shared tier rather than left stale
-// there.
+// never share that load. A shared-tier failure is returned (the local tier
+// has v by then); a value the codec cannot encode is removed from the
+// shared tier rather than left stale there. A caller whose ctx has ended
+// gets ctx.Err() and nothing is written; once started, the shared write is
+// bounded by SharedTimeout, not by ctx.
+//
+// A panic in a store or the codec goes on to the caller, and leaves the key
+// as usable as before.
 func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if err := c.admit(key); err != nil {
+	if err := c.admit(ctx, key); err != nil {
 		return err
 	}
 	if c.clone != nil {
@@ -482,13 +486,12 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	it := Item[V]{Value: v, Meta: Meta{LoadedAt: now}}
 	it.FreshUntil = now.Add(c.jittered(c.ttl))
 	it.StaleUntil = it.FreshUntil.Add(c.staleFor)
-	var data []byte
-	var encErr error
+	var (
+		e      Entry
+		encErr error
+	)
 	if c.shared != nil {
-		data, encErr = c.codec.Marshal(v)
-		if encErr != nil {
-			encErr = fmt.Errorf("flightcache: encode value: %w", encErr)
-		}
+		e, encErr = c.encode(&it)
 	}
 	err := c.explicit(key, func() error {
 		if c.local != nil {
@@ -498,12 +501,12 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 			return nil
 		}
 		if encErr != nil {
-			if err := c.shared.Delete(ctx, key); err != nil {
+			if err := c.deleteShared(ctx, key); err != nil {
 				return fmt.Errorf("%w (and removing the old shared entry failed: %w)", encErr, err)
 			}
 			return encErr
 		}
-		return c.shared.Set(ctx, key, Entry{Value: data, Meta: it.Meta})
+		return c.setShared(ctx, key, e)
 	})
 	if err != nil {
 		c.writeFailed(ctx, TierShared, err)
@@ -516,21 +519,20 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 // Get that starts after the write returns does not join a load that started
 // before it, since that load read the origin before the caller's change.
 func (c *Cache[V]) explicit(key string, write func() error) error {
-	err := c.guard.explicit(key, write)
-	c.group.Forget(key)
-	return err
+	defer c.group.Forget(key)
+	return c.guard.explicit(key, write)
 }
 
 // Delete removes key from every tier. It wins over a load of key in flight:
 // that load's write-back is skipped, and a Get that starts after Delete
 // returns starts a new load instead of sharing that one (its callers, who
 // asked before Delete, still get its value). A shared-tier failure is
-// returned.
+// returned. Like Set, it does nothing for a caller whose ctx has ended.
 func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if err := c.admit(key); err != nil {
+	if err := c.admit(ctx, key); err != nil {
 		return err
 	}
 	err := c.explicit(key, func() error {
@@ -538,7 +540,7 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 			c.local.Delete(key)
 		}
 		if c.shared != nil {
-			return c.shared.Delete(ctx, key)
+			return c.deleteShared(ctx, key)
 		}
 		return nil
 	})
@@ -549,10 +551,10 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 }
 
 // Close stops background refreshes and the engine: running loads have their
-// context cancelled (cause singleflight.ErrClosed) and Close waits for the
-// background refreshes to return. Later calls fail with
-// singleflight.ErrClosed. Close does not close the stores, which the caller
-// owns. It is idempotent.
+// context cancelled (cause singleflight.ErrClosed), their callers get
+// ErrClosed, and a load that finishes anyway writes nothing. Close waits for
+// the background refreshes to return. Later calls fail with ErrClosed.
+// Close does not close the stores, which the caller owns. It is idempotent.
 func (c *Cache[V]) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
@@ -567,6 +569,17 @@ func (c *Cache[V]) Close() error {
 	return err
 }
 
+// writeIf is the read path's write under ticket t: it runs write unless an
+// explicit write of the key finished since t was taken or the Cache is
+// closed (a load that outlives Close must not fill the stores).
+func (c *Cache[V]) writeIf(t ticket, write func()) bool {
+	return t.writeIf(func() {
+		if !c.closed.Load() {
+			write()
+		}
+	})
+}
+
 // jittered shortens d by a random fraction of at most c.jitter, so values
 // loaded together do not all expire together.
 func (c *Cache[V]) jittered(d time.Duration) time.Duration {
@@ -576,14 +589,51 @@ func (c *Cache[V]) jittered(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (1 - c.jitter*rand.Float64()))
 }
 
+// emit reports an event; c.obs is not nil.
 func (c *Cache[V]) emit(ctx context.Context, kind EventKind, tier Tier, err error) {
-	c.obs.ObserveCache(Event{Kind: kind, Ctx: ctx, Cache: c.name, Tier: tier, Err: err})
+	c.observe(Event{Kind: kind, Ctx: ctx, Cache: c.name, Tier: tier, Err: err})
 }
 
-// readFailed reports a shared-tier read that counted as a miss.
+// observe hands e to the Observer. A panicking Observer loses its event and
+// is logged (rate-limited), never re-raised: events are also reported from
+// flight and refresh goroutines, where a panic would end the process.
+func (c *Cache[V]) observe(e Event) {
+	defer c.recoverObserver()
+	c.obs.ObserveCache(e)
+}
+
+// recoverObserver is deferred around every call into the Observer.
+func (c *Cache[V]) recoverObserver() {
+	p := recover()
+	if p == nil {
+		return
+	}
+	if ok, suppressed := c.observerLog.allow(); ok {
+		c.log.LogAttrs(context.Background(), slog.LevelError, "flightcache: Observer panicked; event dropped",
+			slog.String("cache", c.name), slog.Any("panic", p), slog.Int64("suppressed", suppressed))
+	}
+}
+
+// flightObserver is the Cache's Observer as its engine's, with the same
+// protection against panics.
+type flightObserver[V any] struct {
+	c   *Cache[V]
+	obs singleflight.Observer
+}
+
+func (f flightObserver[V]) ObserveFlight(e singleflight.Event) {
+	defer f.c.recoverObserver()
+	f.obs.ObserveFlight(e)
+}
+
+// readFailed reports a shared-tier read that counted as a miss. A read the
+// breaker skipped is reported but not logged: the breaker's opening was.
 func (c *Cache[V]) readFailed(ctx context.Context, err error) {
 	if c.obs != nil {
 		c.emit(ctx, EventReadFailed, TierShared, err)
+	}
+	if errors.Is(err, ErrBreakerOpen) {
+		return
 	}
 	if ok, suppressed := c.readLog.allow(); ok {
 		c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: shared tier read failed; served as a miss",
@@ -591,10 +641,14 @@ func (c *Cache[V]) readFailed(ctx context.Context, err error) {
 	}
 }
 
-// writeFailed reports a failed tier write.
+// writeFailed reports a failed tier write. Like readFailed, it does not log
+// a write the breaker skipped.
 func (c *Cache[V]) writeFailed(ctx context.Context, tier Tier, err error) {
 	if c.obs != nil {
 		c.emit(ctx, EventWriteFailed, tier, err)
+	}
+	if errors.Is(err, ErrBreakerOpen) {
+		return
 	}
 	if ok, suppressed := c.writeLog.allow(); ok {
 		c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: tier write failed",

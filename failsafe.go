@@ -13,12 +13,12 @@ import (
 // goes on in the background and refreshes the entry when it finishes.
 var ErrSoftTimeout = errors.New("flightcache: load exceeded the soft timeout")
 
-// doWithSoftTimeout runs lc's flight but gives up waiting after the soft
+// doWithSoftTimeout runs m's flight but gives up waiting after the soft
 // timeout (late is then true). The flight is not cancelled: the engine keeps
 // running it for its other callers and for the write-back, bounded by the
 // loader timeout and by Close.
-func (c *Cache[V]) doWithSoftTimeout(ctx context.Context, lc *loadCall[V]) (fl *flight[V], err error, late bool) {
-	ch := c.group.DoChan(ctx, lc.key, lc.run)
+func (c *Cache[V]) doWithSoftTimeout(ctx context.Context, m *miss[V]) (fl *flight[V], err error, late bool) {
+	ch := c.group.DoChan(ctx, m.key, m.run)
 	timer := time.NewTimer(c.softTimeout)
 	select {
 	case r := <-ch:
@@ -34,20 +34,4 @@ func (c *Cache[V]) doWithSoftTimeout(ctx context.Context, lc *loadCall[V]) (fl *
 // answer) or the Cache is closing.
 func canServeStale(ctx context.Context, err error) bool {
 	return ctx.Err() == nil && !errors.Is(err, singleflight.ErrClosed)
-}
-
-// serveStale answers with a value past its TTL (fail-safe); why is the
-// reason the fresh value did not arrive.
-func (c *Cache[V]) serveStale(ctx context.Context, it *Item[V], now time.Time, why error, info loadInfo) (Result[V], loadInfo, error) {
-	if c.obs != nil {
-		c.emit(ctx, EventStaleServed, TierNone, why)
-	}
-	r := Result[V]{Value: it.Value, Outcome: OutcomeStale}
-	if !it.LoadedAt.IsZero() {
-		r.Age = max(now.Sub(it.LoadedAt), 0)
-	}
-	if c.clone != nil {
-		r.Value = c.clone(r.Value)
-	}
-	return r, info, nil
 }

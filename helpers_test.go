@@ -91,11 +91,11 @@ func newCache[V any](t testing.TB, opts flightcache.Options[V]) *flightcache.Cac
 
 // mapShared is an in-memory SharedStore with fault hooks, for tests of the
 // shared-tier logic that do not need Redis (Redis itself is exercised in
-// redis_test.go).
+// redis_test.go). Like Redis, it expires entries on the wall clock: the
+// Cache writes wall-clock times whatever its own clock.
 type mapShared struct {
-	now func() time.Time
-	mu  sync.Mutex
-	m   map[string]flightcache.Entry
+	mu sync.Mutex
+	m  map[string]flightcache.Entry
 
 	gets, sets atomic.Int64
 	readErr    error                   // returned by Get when set
@@ -104,8 +104,11 @@ type mapShared struct {
 	onSet      func(flightcache.Entry) // called after each successful Set
 }
 
-func newMapShared(now func() time.Time) *mapShared {
-	return &mapShared{now: now, m: make(map[string]flightcache.Entry)}
+// newMapShared returns an empty mapShared. The Cache's clock is not its
+// business (see mapShared); the argument documents which clock the test's
+// Cache runs on.
+func newMapShared(cacheClock func() time.Time) *mapShared {
+	return &mapShared{m: make(map[string]flightcache.Entry)}
 }
 
 func (s *mapShared) Get(ctx context.Context, key string) (flightcache.Entry, bool, error) {
@@ -119,7 +122,7 @@ func (s *mapShared) Get(ctx context.Context, key string) (flightcache.Entry, boo
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.m[key]
-	if ok && !s.now().Before(e.StaleUntil) {
+	if ok && !time.Now().Before(e.StaleUntil) {
 		return flightcache.Entry{}, false, nil
 	}
 	return e, ok, nil

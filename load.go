@@ -8,11 +8,38 @@ import (
 	"time"
 )
 
-// flight is what one execution of the read path's flight hands to every
-// caller that shared it. The engine carries it by pointer: one allocation
-// per load, and small stack frames for the thousands of goroutines that
-// may wait on one key (a large result type made each of them grow its
-// stack, which dominated the stampede profile).
+// miss is one caller's way into the flight of its key. Every caller that
+// missed makes one; only the leader's run executes, the others wait for its
+// result.
+type miss[V any] struct {
+	c    *Cache[V]
+	key  string
+	load LoadFunc[V]
+	// newerThan, set for an early refresh, makes the double-check accept
+	// only a value fresher than the one whose expiry prompted the refresh:
+	// the current value is still fresh, and finding it is no reason to skip
+	// the refresh.
+	newerThan time.Time
+	// sharedDown is the error of this caller's shared read when it timed
+	// out. A leader that has it does not call the tier again (no
+	// double-check there, no write-back): a Get pays at most one shared
+	// timeout. Faster errors do not count: calling again costs little, and
+	// a write-back may repair an entry the read could not decode.
+	sharedDown error
+	// led is set when this miss's run executed, so the caller knows it led
+	// the flight. Atomic because a caller that leaves early reads it while
+	// run may still be going.
+	led atomic.Bool
+	// loadCtx is the flight's loader context, for the Tracer. Written and
+	// read by the caller only, after the flight answered.
+	loadCtx context.Context
+}
+
+// flight is what one execution of a key's flight hands to every caller
+// that shared it, with the loader's error if the load failed. The engine
+// carries it by pointer: one allocation per load, and small stack frames for
+// the thousands of goroutines that may wait on one key (a large result type
+// made each of them grow its stack, which dominated the stampede profile).
 type flight[V any] struct {
 	item Item[V]
 	// found: the double-check found item in a tier; nothing was loaded.
@@ -24,87 +51,83 @@ type flight[V any] struct {
 	// writeErr is the write-back's error; the value is good regardless.
 	writeErr error
 	// loadCtx is the context the Tracer's StartLoad returned (nil without a
-	// Tracer), so that waiters can link to the load's span.
+	// Tracer), so that waiters can link to the load's span, also when the
+	// load failed.
 	loadCtx context.Context
 }
 
-// loadError carries a failed load's context back to the callers beside the
-// loader's error; the Cache unwraps it before returning, so callers see the
-// loader's error itself.
-type loadError struct {
-	err error
-	ctx context.Context
-}
-
-func (e *loadError) Error() string { return e.err.Error() }
-func (e *loadError) Unwrap() error { return e.err }
-
-// loadCall is one caller's request for a flight. Only the leader's loadCall
-// runs; the others' just wait for its result.
-type loadCall[V any] struct {
-	c    *Cache[V]
-	key  string
-	load LoadFunc[V]
-	// newerThan, set for an early refresh, makes the double-check accept
-	// only a value fresher than the one whose expiry prompted the refresh:
-	// the current value is still fresh, and finding it is no reason to skip
-	// the refresh.
-	newerThan time.Time
-	// led is set when this call's run executed, so the caller knows it led
-	// the flight. Atomic because a caller that leaves early reads it while
-	// run may still be going.
-	led atomic.Bool
-}
-
-// run is the flight: double-check the tiers, respect the failure throttle,
-// load, write back.
-func (lc *loadCall[V]) run(ctx context.Context) (*flight[V], error) {
-	lc.led.Store(true)
-	c := lc.c
-	// The ticket is taken before anything is read, so a Set or Delete that
-	// finishes after this point wins over whatever this flight would write.
-	t := c.guard.begin(lc.key)
-	defer c.guard.end(lc.key, t)
+// run is the flight, executed by the leader:
+//
+//  1. take a write-guard ticket, before reading anything, so that a Set or
+//     Delete that finishes after this point wins over whatever is written;
+//  2. double-check both tiers;
+//  3. respect the failure throttle;
+//  4. load, under LoaderTimeout: the origin's own deadline;
+//  5. write back, best-effort, each shared call under SharedTimeout.
+//
+// Encoding for the shared tier is CPU work without a deadline.
+func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
+	m.led.Store(true)
+	c := m.c
+	t := c.guard.begin(m.key)
+	defer c.guard.end(m.key, t)
 
 	now := c.now()
-	if it, ok := c.recheck(ctx, lc.key, now, t, lc.newerThan); ok {
+	if it, ok := m.recheck(ctx, now, t); ok {
 		return &flight[V]{item: it, found: true}, nil
 	}
 	if c.throttle != nil {
-		if err := c.throttle.check(lc.key, now); err != nil {
+		if err := c.throttle.check(m.key, now); err != nil {
 			if c.obs != nil {
 				c.emit(ctx, EventThrottled, TierNone, err)
 			}
 			return nil, err
 		}
 	}
-	return lc.loadAndStore(ctx, t)
+	fl, pol, err := m.loadOrigin(ctx)
+	if err != nil {
+		return fl, err
+	}
+	if !pol.noStore.Load() {
+		fl.writeErr = m.writeBack(ctx, t, &fl.item)
+	}
+	if !m.newerThan.IsZero() {
+		c.refreshDone(m)
+	}
+	return fl, nil
 }
 
 // recheck looks for a usable fresh item in the tiers again, inside the
 // flight: another instance may have filled the shared tier, or an earlier
 // flight the local one, since this caller missed.
-func (c *Cache[V]) recheck(ctx context.Context, key string, now time.Time, t ticket, newerThan time.Time) (Item[V], bool) {
+func (m *miss[V]) recheck(ctx context.Context, now time.Time, t ticket) (Item[V], bool) {
+	c := m.c
 	usable := func(it *Item[V]) bool {
-		return now.Before(it.FreshUntil) && it.FreshUntil.After(newerThan)
+		return now.Before(it.FreshUntil) && it.FreshUntil.After(m.newerThan)
 	}
 	if c.local != nil {
-		if it, ok := c.local.Get(key); ok && usable(it) {
+		if it, ok := c.local.Get(m.key); ok && usable(it) {
 			return *it, true
 		}
 	}
-	if c.shared != nil {
-		if it, ok := c.readShared(ctx, key, now, t); ok && usable(&it) {
-			return it, true
+	if c.shared != nil && m.sharedDown == nil {
+		it, err := c.readShared(ctx, m.key, now, t)
+		m.sharedDown = timedOut(ctx, err)
+		if it != nil && usable(it) {
+			return *it, true
 		}
 	}
 	return Item[V]{}, false
 }
 
-func (lc *loadCall[V]) loadAndStore(ctx context.Context, t ticket) (*flight[V], error) {
-	c := lc.c
-	pol := new(loadPolicy)
-	lctx := context.WithValue(ctx, policyKey{}, pol)
+// loadOrigin calls the loader under LoaderTimeout and makes the item to
+// store from its answer, with the policy the loader set. A failed load
+// returns a flight that carries only the loader context, for the Tracer.
+func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, error) {
+	c := m.c
+	pol := new(storePolicy)
+	lctx, cancel := context.WithTimeout(context.WithValue(ctx, policyKey{}, pol), c.loaderTimeout)
+	defer cancel()
 	var endSpan func(error)
 	if c.tracer != nil {
 		lctx, endSpan = c.tracer.StartLoad(lctx, c.name)
@@ -122,7 +145,7 @@ func (lc *loadCall[V]) loadAndStore(ctx context.Context, t ticket) (*flight[V], 
 				endSpan(errLoaderAborted)
 			}
 			if c.throttle != nil {
-				c.throttle.fail(lc.key, errLoaderAborted, c.now())
+				c.throttle.fail(m.key, errLoaderAborted, c.now())
 			}
 		}()
 	}
@@ -132,7 +155,7 @@ func (lc *loadCall[V]) loadAndStore(ctx context.Context, t ticket) (*flight[V], 
 	if c.preciseLoadTime {
 		realStart = time.Now()
 	}
-	v, err := lc.load(lctx)
+	v, err := m.load(lctx)
 	returned = true
 	end := c.now()
 	took := end.Sub(start)
@@ -160,50 +183,60 @@ func (lc *loadCall[V]) loadAndStore(ctx context.Context, t ticket) (*flight[V], 
 		}
 	default:
 		if c.throttle != nil {
-			c.throttle.fail(lc.key, err, end)
+			c.throttle.fail(m.key, err, end)
 		}
-		return nil, &loadError{err: err, ctx: fl.loadCtx}
+		return fl, pol, err
 	}
 	if c.throttle != nil {
-		c.throttle.succeed(lc.key)
+		c.throttle.succeed(m.key)
 	}
-
 	fl.item = Item[V]{Value: v, Meta: Meta{LoadDuration: took, LoadedAt: end, NotFound: fl.notFound != nil}}
 	fl.item.FreshUntil = end.Add(ttl)
 	fl.item.StaleUntil = fl.item.FreshUntil
 	if !fl.item.NotFound {
 		fl.item.StaleUntil = fl.item.StaleUntil.Add(c.staleFor)
 	}
-	if !pol.noStore.Load() {
-		fl.writeErr = c.writeBack(ctx, lc.key, t, &fl.item)
-	}
-	if !lc.newerThan.IsZero() {
-		c.refreshDone(lc)
-	}
-	return fl, nil
+	return fl, pol, nil
 }
 
 // writeBack stores a loaded item in both tiers, best-effort, unless an
-// explicit write of the key finished since t was taken. It runs on the
-// flight's context, so the loader timeout bounds it too.
-func (c *Cache[V]) writeBack(ctx context.Context, key string, t ticket, it *Item[V]) error {
-	var data []byte
-	var err error
-	if c.shared != nil && !it.NotFound {
-		if data, err = c.codec.Marshal(it.Value); err != nil {
-			err = fmt.Errorf("flightcache: encode value: %w", err)
+// explicit write of the key finished since t was taken or the Cache closed.
+// The shared write has its own SharedTimeout, not the loader's, and is
+// skipped when this Get already had a shared call time out. A panic in a
+// store or the codec becomes the returned error: the value was loaded and
+// is still returned, and the key stays usable.
+func (m *miss[V]) writeBack(ctx context.Context, t ticket, it *Item[V]) (err error) {
+	c := m.c
+	defer func() {
+		if p := recover(); p != nil {
+			// The panic value is not in the error: it may hold the key.
+			err = fmt.Errorf("flightcache: write-back panicked (%T)", p)
 		}
+		if err != nil {
+			c.writeFailed(ctx, TierShared, err)
+		}
+	}()
+	var (
+		e      Entry
+		encErr error
+	)
+	writeShared := c.shared != nil && m.sharedDown == nil
+	if writeShared {
+		e, encErr = c.encode(it)
 	}
-	t.writeIf(func() {
+	c.writeIf(t, func() {
 		if c.local != nil {
-			c.local.Set(key, *it)
+			c.local.Set(m.key, *it)
 		}
-		if c.shared != nil && err == nil {
-			err = c.shared.Set(ctx, key, Entry{Value: data, Meta: it.Meta})
+		switch {
+		case c.shared == nil:
+		case !writeShared:
+			err = fmt.Errorf("flightcache: shared write-back skipped after a shared read timed out: %w", m.sharedDown)
+		case encErr != nil:
+			err = encErr
+		default:
+			err = c.setShared(ctx, m.key, e)
 		}
 	})
-	if err != nil {
-		c.writeFailed(ctx, TierShared, err)
-	}
 	return err
 }

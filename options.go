@@ -1,9 +1,11 @@
 package flightcache
 
 import (
-	"github.com/flightcache/flightcache/clock"
+	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/flightcache/flightcache/clock"
 )
 
 // Options configures a Cache. The zero value of every field means "use the
@@ -39,18 +41,42 @@ type Options[V any] struct {
 	// ErrNotFound) is cached. Must be in [1s, TTL]. Default 30s, capped at TTL.
 	NegativeTTL time.Duration
 
-	// LoaderTimeout is the hard timeout of one load, write-back included: the
-	// loader's context ends then, and waiters are released with an error
-	// matching context.DeadlineExceeded. Must be in [1ms, 10m]. Default 10s.
+	// LoaderTimeout bounds the origin call: the loader's context ends
+	// LoaderTimeout after the load started, and a loader that returns then
+	// fails its callers with its error (which should match
+	// context.DeadlineExceeded). The write-back is not counted: a value
+	// loaded in time is returned even when storing it is slow (then with
+	// OutcomeLoadedWriteFailed), each shared call being bounded by
+	// SharedTimeout instead. Encoding the value for the shared tier is CPU
+	// work without a deadline. A loader that ignores its context has its
+	// callers released, with an error matching context.DeadlineExceeded,
+	// at the flight's hard timeout: LoaderTimeout + 2×SharedTimeout (a
+	// shared read and a shared write; nothing without a shared tier) +
+	// 10ms. Must be in [1ms, 10m]. Default 10s.
 	LoaderTimeout time.Duration
 	// SharedTimeout bounds each call to the shared tier (a read, the
 	// double-check's read, a write-back, Set, Delete) on its own deadline,
 	// independent of the caller's context and of LoaderTimeout: a Redis
-	// that hangs costs a Get at most this much per call. Must be in
-	// [1ms, 10s]. Default DefaultSharedTimeout.
+	// that hangs costs a Get at most this much, since a Get whose shared
+	// read failed does not call the tier again (no double-check there, and
+	// no write-back: Result.WriteErr says so). Reads also end when the
+	// caller leaves; writes do not (once started, a write completes or
+	// times out). Must be in [1ms, 10s]. Default DefaultSharedTimeout.
+	//
+	// It is the outer bound; the store's client has its own. With
+	// redisstore, go-redis's ReadTimeout, WriteTimeout and retries
+	// (MaxRetries, default 3) apply inside it: set them at or below
+	// SharedTimeout (or leave go-redis's ContextTimeoutEnabled on, so that
+	// it honours the deadline) and keep retries few, or a single call
+	// spends its whole budget on the first attempt's timeout.
 	SharedTimeout time.Duration
 	// SharedBreaker, when set, is consulted before every shared-tier call;
-	// see SharedBreaker. Default none (package breaker provides one).
+	// see SharedBreaker. While it is open, a shared read is a miss that
+	// costs nothing (reported as EventReadFailed with ErrBreakerOpen, not
+	// logged), a write-back is skipped (OutcomeLoadedWriteFailed) and Set
+	// and Delete return an error matching ErrBreakerOpen. Each state
+	// change is reported as EventBreakerChanged and logged. Default none
+	// (package breaker provides one).
 	SharedBreaker SharedBreaker
 	// Guard, when set, turns away keys that cannot exist after a local
 	// miss; see Guard. Default none.
@@ -87,7 +113,9 @@ type Options[V any] struct {
 	// with singleflight.ErrTooManyWaiters. Default 0 (unlimited).
 	MaxWaiters int
 	// MaxKeyLen bounds the length of a key in bytes. Must be in [1, 65536].
-	// Default 1024.
+	// Default 1024, or less when Local or Shared implements KeyLimiter:
+	// the smallest of their limits. A MaxKeyLen above a tier's limit is a
+	// *ConfigError, so that every key the Cache admits fits every tier.
 	MaxKeyLen int
 
 	// Clone, when set, gives every caller its own copy of a value (and the
@@ -102,8 +130,11 @@ type Options[V any] struct {
 	// Logger logs store failures (rate-limited). Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. It decides freshness and, when set, measures load
-	// durations (XFetch's Δ); timers (SoftTimeout, LoaderTimeout) always run
-	// on real time. Set it in tests to move time by hand.
+	// durations (XFetch's Δ); timers (SoftTimeout, LoaderTimeout,
+	// SharedTimeout) always run on real time. Set it in tests to move time
+	// by hand. Times written to the shared tier are converted to the wall
+	// clock (time.Now) on the way out and back on the way in, so other
+	// processes can compare them whatever clock this one uses.
 	//
 	// Default: the Local store's clock when Local has a method
 	// Now() time.Time (memstore.Store has: with ClockResolution, a coarse
@@ -144,6 +175,8 @@ const (
 	defaultLoaderTimeout = 10 * time.Second
 	minLoaderTimeout     = time.Millisecond
 	maxLoaderTimeout     = 10 * time.Minute
+	minSharedTimeout     = time.Millisecond
+	maxSharedTimeout     = 10 * time.Second
 	maxStaleFor          = 7 * 24 * time.Hour
 	defaultBeta          = 1.0
 	maxBeta              = 10.0
@@ -196,6 +229,12 @@ func (o Options[V]) withDefaults() (Options[V], error) {
 	if o.LoaderTimeout < minLoaderTimeout || o.LoaderTimeout > maxLoaderTimeout {
 		return bad("LoaderTimeout", "must be between 1ms and 10m, got "+o.LoaderTimeout.String())
 	}
+	if o.SharedTimeout == 0 {
+		o.SharedTimeout = DefaultSharedTimeout
+	}
+	if o.SharedTimeout < minSharedTimeout || o.SharedTimeout > maxSharedTimeout {
+		return bad("SharedTimeout", "must be between 1ms and 10s, got "+o.SharedTimeout.String())
+	}
 	if o.SoftTimeout < 0 || o.SoftTimeout >= o.LoaderTimeout {
 		return bad("SoftTimeout", "must be 0 (off) or below LoaderTimeout, got "+o.SoftTimeout.String())
 	}
@@ -219,11 +258,29 @@ func (o Options[V]) withDefaults() (Options[V], error) {
 	if o.MaxWaiters < 0 {
 		return bad("MaxWaiters", "must not be negative")
 	}
-	if o.MaxKeyLen == 0 {
-		o.MaxKeyLen = defaultMaxKeyLen
-	}
 	if o.MaxKeyLen < 0 || o.MaxKeyLen > maxMaxKeyLen {
 		return bad("MaxKeyLen", "must be between 1 and 65536")
+	}
+	limit := defaultMaxKeyLen
+	for _, tier := range [...]struct {
+		name  string
+		store any
+	}{{"Local", o.Local}, {"Shared", o.Shared}} {
+		kl, ok := tier.store.(KeyLimiter)
+		if !ok {
+			continue
+		}
+		n := kl.MaxKeyLen()
+		if n < 1 {
+			return bad("MaxKeyLen", fmt.Sprintf("the %s store accepts no key (its MaxKeyLen is %d)", tier.name, n))
+		}
+		if o.MaxKeyLen > n {
+			return bad("MaxKeyLen", fmt.Sprintf("%d is above the %s store's limit of %d", o.MaxKeyLen, tier.name, n))
+		}
+		limit = min(limit, n)
+	}
+	if o.MaxKeyLen == 0 {
+		o.MaxKeyLen = limit
 	}
 
 	if o.Logger == nil {

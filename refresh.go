@@ -45,8 +45,8 @@ func (c *Cache[V]) startRefresh(ctx context.Context, key string, load LoadFunc[V
 		c.mu.Unlock()
 		return false
 	}
-	lc := &loadCall[V]{c: c, key: key, load: load, newerThan: freshUntil}
-	c.refreshing[key] = lc
+	m := &miss[V]{c: c, key: key, load: load, newerThan: freshUntil}
+	c.refreshing[key] = m
 	c.bg.Add(1)
 	c.mu.Unlock()
 	if c.obs != nil {
@@ -54,16 +54,16 @@ func (c *Cache[V]) startRefresh(ctx context.Context, key string, load LoadFunc[V
 	}
 	// The refresh keeps the triggering request's values (trace IDs) but
 	// not its cancellation: the request is answered already.
-	go c.refresh(context.WithoutCancel(ctx), lc)
+	go c.refresh(context.WithoutCancel(ctx), m)
 	return true
 }
 
-func (c *Cache[V]) refresh(ctx context.Context, lc *loadCall[V]) {
+func (c *Cache[V]) refresh(ctx context.Context, m *miss[V]) {
 	defer c.bg.Done()
-	_, _, err := c.group.Do(ctx, lc.key, lc.run)
+	_, _, err := c.group.Do(ctx, m.key, m.run)
 	// run released the slot as soon as the new value was written; this
 	// covers a refresh that joined another flight, or failed before that.
-	c.refreshDone(lc)
+	c.refreshDone(m)
 	if err != nil && !errors.Is(err, singleflight.ErrClosed) {
 		// The current value stays until it expires; the next miss retries.
 		c.log.LogAttrs(ctx, slog.LevelDebug, "flightcache: early refresh failed",
@@ -71,14 +71,14 @@ func (c *Cache[V]) refresh(ctx context.Context, lc *loadCall[V]) {
 	}
 }
 
-// refreshDone frees lc's refresh slot of its key, if lc still holds it. It
+// refreshDone frees m's refresh slot of its key, if m still holds it. It
 // runs as soon as the refreshed value is written, not when the goroutine
 // gets round to it: until then, hits near expiry could not start the next
 // refresh.
-func (c *Cache[V]) refreshDone(lc *loadCall[V]) {
+func (c *Cache[V]) refreshDone(m *miss[V]) {
 	c.mu.Lock()
-	if c.refreshing[lc.key] == lc {
-		delete(c.refreshing, lc.key)
+	if c.refreshing[m.key] == m {
+		delete(c.refreshing, m.key)
 	}
 	c.mu.Unlock()
 }

@@ -58,7 +58,15 @@ type LocalStore[V any] interface {
 // SharedStore is the tier shared by every instance of a service (Redis in
 // package redisstore). Errors are expected: the Cache treats a failed read as
 // a miss and a failed write as a best-effort failure, never as a failed Get.
-// Implementations must be safe for concurrent use.
+// Implementations must be safe for concurrent use, and must return when
+// ctx ends: the Cache bounds every call with Options.SharedTimeout through
+// ctx and has no other way to stop a call.
+//
+// The times in an Entry's Meta are wall-clock times (time.Now), whatever
+// clock the Cache runs on (Options.Now), so that every process sharing the
+// tier reads them the same way. The Cache caps what it reads back: an entry
+// is never fresh beyond MaxTTL from now, nor stale beyond the Cache's
+// StaleFor after that.
 type SharedStore interface {
 	// Get returns the entry stored under key. A missing key is (Entry{}, false, nil).
 	Get(ctx context.Context, key string) (Entry, bool, error)

@@ -22,6 +22,10 @@ import (
 // interleaving, a tier ends up holding the explicit write's result or
 // nothing, never the older copy.
 //
+// Panics: every release (entry lock, reference count) is deferred, so a
+// write that panics (a store's Cost function, a codec, a store's Set) leaves
+// the key as usable as before; the panic goes on to the caller.
+//
 // Memory: an entry exists only while some operation on its key is between
 // begin and end, so the registry is bounded by the number of loads, shared
 // reads and explicit writes in progress, not by the key space.
@@ -82,36 +86,37 @@ func (w *writeGuard) begin(key string) ticket {
 }
 
 // end releases t, dropping the key's entry when nothing else uses it.
+// Callers defer it.
 func (w *writeGuard) end(key string, t ticket) {
 	sh := w.shard(key)
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	if t.e.refs--; t.e.refs == 0 {
 		delete(sh.m, key)
 	}
-	sh.mu.Unlock()
 }
 
 // writeIf runs write unless an explicit write of the key finished after t
 // was taken, and reports whether it ran.
 func (t ticket) writeIf(write func()) bool {
 	t.e.mu.Lock()
-	ok := t.e.gen.Load() == t.gen
-	if ok {
-		write()
+	defer t.e.mu.Unlock()
+	if t.e.gen.Load() != t.gen {
+		return false
 	}
-	t.e.mu.Unlock()
-	return ok
+	write()
+	return true
 }
 
 // explicit runs an explicit write (Set, Delete) of key: it excludes
 // read-path writes of key while it runs, and invalidates every ticket taken
-// before it finished.
+// before it finished. A write that panics counts as finished: it may have
+// changed a tier already.
 func (w *writeGuard) explicit(key string, write func() error) error {
 	t := w.begin(key)
+	defer w.end(key, t)
 	t.e.mu.Lock()
-	err := write()
-	t.e.gen.Add(1)
-	t.e.mu.Unlock()
-	w.end(key, t)
-	return err
+	defer t.e.mu.Unlock()
+	defer t.e.gen.Add(1)
+	return write()
 }

@@ -6,23 +6,23 @@ import (
 	"time"
 )
 
-// loadPolicy is how one loaded value is to be stored. The Cache puts a fresh
-// one on every loader's context; the loader changes it through SetTTL and
-// NoStore, and the Cache reads it once the loader has returned. Its fields
-// are atomic so that a loader that fans out to goroutines may call SetTTL
-// from any of them (calls made after the loader returned are ignored).
-type loadPolicy struct {
+// storePolicy is how one loaded value is to be stored. The Cache puts a
+// fresh one on every loader's context; the loader changes it through SetTTL
+// and NoStore, and the Cache reads it once the loader has returned. Its
+// fields are atomic so that a loader that fans out to goroutines may call
+// SetTTL from any of them (calls made after the loader returned are ignored).
+type storePolicy struct {
 	ttl     atomic.Int64 // time.Duration; 0 means the Cache's TTL
 	noStore atomic.Bool
 }
 
 type policyKey struct{}
 
-func policyFrom(ctx context.Context) *loadPolicy {
+func policyFrom(ctx context.Context) *storePolicy {
 	if ctx == nil {
 		return nil
 	}
-	p, _ := ctx.Value(policyKey{}).(*loadPolicy)
+	p, _ := ctx.Value(policyKey{}).(*storePolicy)
 	return p
 }
 

@@ -1,0 +1,201 @@
+package flightcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// This file is every call the Cache makes to the shared tier. Each one
+//   - asks the SharedBreaker first, and is skipped (ErrBreakerOpen) while
+//     it is open;
+//   - runs on its own deadline, SharedTimeout from the call, whatever the
+//     caller's deadline and the loader timeout: reads keep the caller's
+//     cancellation (a caller that left need not wait), writes do not (a
+//     write once started completes or times out);
+//   - reports its outcome to the breaker: a failure for an error or a
+//     timeout, a success for a hit or a miss, and nothing but a success
+//     when the caller's own context ended (the caller leaving says nothing
+//     about the tier);
+//   - converts times between the Cache's clock (Options.Now) and the wall
+//     clock the shared tier holds (see toWall).
+
+// sharedCall runs call against the shared tier under the breaker and
+// SharedTimeout. keepCancel keeps ctx's cancellation (reads).
+func (c *Cache[V]) sharedCall(ctx context.Context, keepCancel bool, call func(context.Context) error) error {
+	failed := true // until call returns: a panicking store is a failure
+	if c.breaker != nil {
+		done, err := c.breaker.Allow()
+		c.noteBreaker(ctx)
+		if err != nil {
+			if !errors.Is(err, ErrBreakerOpen) {
+				err = fmt.Errorf("%w: %w", ErrBreakerOpen, err)
+			}
+			return err
+		}
+		// Deferred, so that a store that panics still reports and a
+		// half-open breaker does not wait for it forever.
+		defer func() {
+			done(failed)
+			c.noteBreaker(ctx)
+		}()
+	}
+	parent := ctx
+	if !keepCancel {
+		parent = context.WithoutCancel(ctx)
+	}
+	cctx, cancel := context.WithTimeout(parent, c.sharedTimeout)
+	defer cancel()
+	err := call(cctx)
+	failed = err != nil && ctx.Err() == nil
+	return err
+}
+
+// timedOut returns err when it is a shared call's own timeout (not the
+// caller's), else nil.
+func timedOut(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// noteBreaker reports a change of the breaker's state, once per change
+// whichever goroutine sees it first.
+func (c *Cache[V]) noteBreaker(ctx context.Context) {
+	s := c.breaker.State()
+	old := BreakerState(c.breakerState.Load())
+	if s == old || !c.breakerState.CompareAndSwap(uint32(old), uint32(s)) {
+		return
+	}
+	level := slog.LevelInfo
+	if s == BreakerOpen {
+		level = slog.LevelWarn
+	}
+	c.log.LogAttrs(ctx, level, "flightcache: shared tier circuit breaker changed state",
+		slog.String("cache", c.name), slog.String("from", old.String()), slog.String("to", s.String()))
+	if c.obs != nil {
+		c.observe(Event{Kind: EventBreakerChanged, Ctx: ctx, Cache: c.name, Tier: TierShared, Breaker: s})
+	}
+}
+
+// readShared reads key from the shared tier. It returns the item when it is
+// still servable (fresh or stale) and, then, copies it into the local tier
+// under ticket t. Every failure is a miss: storeErr is the error of the
+// call itself (a failing, hung or skipped tier), nil for an entry that was
+// missing, expired or undecodable.
+func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t ticket) (it *Item[V], storeErr error) {
+	var (
+		e  Entry
+		ok bool
+	)
+	err := c.sharedCall(ctx, true, func(ctx context.Context) (err error) {
+		e, ok, err = c.shared.Get(ctx, key)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() == nil { // the caller leaving is not a store failure
+			c.readFailed(ctx, err)
+		}
+		return nil, err
+	}
+	if !ok {
+		return nil, nil
+	}
+	m := c.fromWall(e.Meta)
+	if !now.Before(m.StaleUntil) {
+		return nil, nil
+	}
+	it = &Item[V]{Meta: m}
+	if !m.NotFound {
+		v, err := c.codec.Unmarshal(e.Value)
+		if err != nil {
+			c.readFailed(ctx, fmt.Errorf("flightcache: decode shared entry: %w", err))
+			return nil, nil
+		}
+		it.Value = v
+	}
+	if c.local != nil {
+		c.writeIf(t, func() { c.local.Set(key, *it) })
+	}
+	return it, nil
+}
+
+// encode turns it into the entry the shared tier stores: its value through
+// the codec, its times on the wall clock. Encoding is CPU work in the calling goroutine and has no deadline; only
+// the store call is bounded by SharedTimeout.
+func (c *Cache[V]) encode(it *Item[V]) (Entry, error) {
+	e := Entry{Meta: c.toWall(it.Meta)}
+	if it.NotFound {
+		return e, nil
+	}
+	data, err := c.codec.Marshal(it.Value)
+	if err != nil {
+		return e, fmt.Errorf("flightcache: encode value: %w", err)
+	}
+	e.Value = data
+	return e, nil
+}
+
+// setShared stores e under key in the shared tier.
+func (c *Cache[V]) setShared(ctx context.Context, key string, e Entry) error {
+	return c.sharedCall(ctx, false, func(ctx context.Context) error { return c.shared.Set(ctx, key, e) })
+}
+
+// deleteShared removes key from the shared tier.
+func (c *Cache[V]) deleteShared(ctx context.Context, key string) error {
+	return c.sharedCall(ctx, false, func(ctx context.Context) error { return c.shared.Delete(ctx, key) })
+}
+
+// toWall converts the times in m from the Cache's clock to the wall clock,
+// for the shared tier: other processes compare them with their own clocks,
+// so they must be real times whatever Options.Now is (a fake clock in
+// tests, a coarse one on the hot path).
+func (c *Cache[V]) toWall(m Meta) Meta {
+	off := time.Duration(time.Now().UnixNano() - c.now().UnixNano())
+	m.FreshUntil = shiftTime(m.FreshUntil, off)
+	m.StaleUntil = shiftTime(m.StaleUntil, off)
+	m.LoadedAt = shiftTime(m.LoadedAt, off)
+	return m
+}
+
+// fromWall converts the wall-clock times of an entry read from the shared
+// tier to the Cache's clock, and caps them: the entry was written by another
+// process, possibly with other options, possibly corrupt or hostile, and
+// must not outlive what this Cache would have stored. FreshUntil is at most
+// now + MaxTTL, StaleUntil at most FreshUntil + StaleFor (FreshUntil for a
+// tombstone) and never before FreshUntil, LoadDuration at most the loader
+// timeout (XFetch would otherwise refresh on every hit).
+func (c *Cache[V]) fromWall(m Meta) Meta {
+	now := c.now()
+	off := time.Duration(now.UnixNano() - time.Now().UnixNano())
+	m.FreshUntil = shiftTime(m.FreshUntil, off)
+	m.StaleUntil = shiftTime(m.StaleUntil, off)
+	m.LoadedAt = shiftTime(m.LoadedAt, off)
+	if limit := now.Add(MaxTTL); m.FreshUntil.After(limit) {
+		m.FreshUntil = limit
+	}
+	staleLimit := m.FreshUntil
+	if !m.NotFound {
+		staleLimit = staleLimit.Add(c.staleFor)
+	}
+	if m.StaleUntil.After(staleLimit) {
+		m.StaleUntil = staleLimit
+	}
+	if m.StaleUntil.Before(m.FreshUntil) {
+		m.StaleUntil = m.FreshUntil
+	}
+	m.LoadDuration = min(max(m.LoadDuration, 0), c.loaderTimeout)
+	return m
+}
+
+// shiftTime moves t by off, leaving the zero time (unknown) as it is. The
+// result carries no monotonic reading: it is compared with other clocks.
+func shiftTime(t time.Time, off time.Duration) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.Add(off).Round(0)
+}
