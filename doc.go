@@ -8,22 +8,33 @@
 //  1. Local tier. A fresh hit in the in-process LocalStore returns at once
 //     (one lookup, one clock read, no allocation for pointer V). With
 //     EarlyRefresh, a hit close to expiry may also start one background
-//     refresh (XFetch), so a hot key never misses.
+//     refresh (XFetch), so a hot key never misses. A stale item is kept as
+//     the fallback.
 //  2. Shared tier. A fresh hit in the SharedStore (Redis) is decoded with the
-//     Codec and copied into the local tier. A read error counts as a miss:
-//     it is logged (rate-limited) and reported, never returned.
+//     Codec and copied into the local tier. Every shared call runs on its own
+//     deadline (SharedTimeout) and, with a SharedBreaker, only while the
+//     breaker lets it. A failure, a timeout, an open breaker or an
+//     undecodable entry counts as a miss: it is reported (and, but for the
+//     breaker, logged rate-limited), never returned.
 //  3. Single-flight on the key. Concurrent misses of one key share one
 //     flight (package singleflight); each caller can still leave on its own
 //     context without disturbing the others.
 //  4. Double-check. Inside the flight both tiers are read again: another
 //     instance, or a flight that just ended, may have filled them.
-//  5. Load. The LoadFunc runs under the loader timeout (the hard timeout),
-//     with a context that keeps the caller's values but not its
-//     cancellation. A recent failure of the same key may answer instead
-//     (FailureThrottle), protecting a sick origin from retry waves.
-//  6. Write-back, best-effort. A failed tier write never fails the Get: the
-//     value is returned with OutcomeLoadedWriteFailed and Result.WriteErr.
+//  5. Load. The LoadFunc runs under the loader timeout, with a context that
+//     keeps the caller's values but not its cancellation. A recent failure
+//     of the same key may answer instead (FailureThrottle), protecting a
+//     sick origin from retry waves.
+//  6. Write-back, best-effort, outside the loader timeout. A failed or slow
+//     tier write never fails the Get: the value is returned with
+//     OutcomeLoadedWriteFailed and Result.WriteErr.
 //  7. Return, with the Outcome saying which path was taken.
+//
+// A shared tier that misbehaves costs a Get at most one SharedTimeout: a Get
+// whose shared read timed out calls the tier no more (no double-check there,
+// no write-back), and a breaker that has opened makes every shared call free
+// until it probes again. Times in the shared tier are wall-clock times, so
+// that instances agree on them whatever clock each Cache runs on.
 //
 // With StaleFor, values outlive their TTL so that a failed load, or one that
 // outlasts SoftTimeout, can be answered with the previous value
@@ -32,13 +43,20 @@
 // the same key: its late write-back is dropped, so it cannot resurrect an
 // older value.
 //
+// A caller whose context has already ended gets its error and starts
+// nothing; after Close every call gets ErrClosed, and a load still running
+// writes nothing. Panics in user code (a codec, a store, an Observer) never
+// leave a key unusable, and never end the process from a goroutine the
+// caller cannot recover in.
+//
 // # Keys
 //
 // The key is the identity of the result: it must include every input that
 // changes the value (tenant, locale, permission scope, ...), or one caller
 // gets another's data. Package key builds canonical, injective keys. The
 // Cache itself only checks that a key is non-empty, valid UTF-8 and at most
-// MaxKeyLen bytes, and never logs keys or puts them in events.
+// MaxKeyLen bytes (which fits every tier), and never puts keys in its
+// errors, logs or events.
 //
 // # Shared values
 //

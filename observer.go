@@ -44,9 +44,13 @@ const (
 	EventStaleServed
 	// EventEarlyRefresh: a background early refresh started.
 	EventEarlyRefresh
-	// EventWriteFailed: writing to Tier failed (Err). The Get still succeeded.
+	// EventWriteFailed: writing to Tier failed (Err). The Get still
+	// succeeded. Err matches ErrBreakerOpen for a write the SharedBreaker
+	// skipped, and context.DeadlineExceeded for one that outlasted
+	// SharedTimeout (or was skipped after this Get's read did).
 	EventWriteFailed
-	// EventReadFailed: reading Tier failed (Err); it counted as a miss.
+	// EventReadFailed: reading Tier failed (Err); it counted as a miss. Err
+	// matches ErrBreakerOpen for a read the SharedBreaker skipped.
 	EventReadFailed
 	// EventThrottled: the failure throttle answered with a recent error
 	// instead of calling the origin.
@@ -98,8 +102,10 @@ type Event struct {
 }
 
 // Observer receives a Cache's events. It is called synchronously on the hot
-// path, from many goroutines: it must be fast, safe for concurrent use, and
-// must not call back into the Cache.
+// path, from many goroutines (callers', flights', refreshes'): it must be
+// fast, safe for concurrent use, and must not call back into the Cache. A
+// panic in it loses that event and is logged (rate-limited); it is never
+// re-raised, since it may happen in a goroutine no caller can recover in.
 //
 // If the Observer also implements singleflight.Observer, the Cache wires it
 // into its engine too, so one adapter sees both layers.
