@@ -297,7 +297,7 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	var sharedDown error
 	if c.shared != nil {
 		it, err := c.readSharedGuarded(ctx, key, now)
-		sharedDown = timedOut(ctx, err)
+		sharedDown = unavailable(ctx, err)
 		if it != nil && now.Before(it.FreshUntil) {
 			r, err := c.serveFresh(ctx, key, load, it, now, TierShared)
 			return r, nil, err

@@ -21,10 +21,11 @@ type miss[V any] struct {
 	// the refresh.
 	newerThan time.Time
 	// sharedDown is the error of this caller's shared read when it timed
-	// out. A leader that has it does not call the tier again (no
-	// double-check there, no write-back): a Get pays at most one shared
-	// timeout. Faster errors do not count: calling again costs little, and
-	// a write-back may repair an entry the read could not decode.
+	// out or the breaker refused it. A leader that has it does not call the
+	// tier again (no double-check there, no write-back): a Get pays at most
+	// one shared timeout. Faster errors do not count: calling again costs
+	// little, and a write-back may repair an entry the read could not
+	// decode.
 	sharedDown error
 	// led is set when this miss's run executed, so the caller knows it led
 	// the flight. Atomic because a caller that leaves early reads it while
@@ -112,7 +113,7 @@ func (m *miss[V]) recheck(ctx context.Context, now time.Time, t ticket) (Item[V]
 	}
 	if c.shared != nil && m.sharedDown == nil {
 		it, err := c.readShared(ctx, m.key, now, t)
-		m.sharedDown = timedOut(ctx, err)
+		m.sharedDown = unavailable(ctx, err)
 		if it != nil && usable(it) {
 			return *it, true
 		}
@@ -202,9 +203,9 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 // writeBack stores a loaded item in both tiers, best-effort, unless an
 // explicit write of the key finished since t was taken or the Cache closed.
 // The shared write has its own SharedTimeout, not the loader's, and is
-// skipped when this Get already had a shared call time out. A panic in a
-// store or the codec becomes the returned error: the value was loaded and
-// is still returned, and the key stays usable.
+// skipped when this Get already found the tier unavailable (sharedDown). A
+// panic in a store or the codec becomes the returned error: the value was
+// loaded and is still returned, and the key stays usable.
 func (m *miss[V]) writeBack(ctx context.Context, t ticket, it *Item[V]) (err error) {
 	c := m.c
 	defer func() {
@@ -231,7 +232,7 @@ func (m *miss[V]) writeBack(ctx context.Context, t ticket, it *Item[V]) (err err
 		switch {
 		case c.shared == nil:
 		case !writeShared:
-			err = fmt.Errorf("flightcache: shared write-back skipped after a shared read timed out: %w", m.sharedDown)
+			err = fmt.Errorf("flightcache: shared write-back skipped, the shared tier is unavailable: %w", m.sharedDown)
 		case encErr != nil:
 			err = encErr
 		default:

@@ -58,8 +58,9 @@ type Options[V any] struct {
 	// double-check's read, a write-back, Set, Delete) on its own deadline,
 	// independent of the caller's context and of LoaderTimeout: a Redis
 	// that hangs costs a Get at most this much, since a Get whose shared
-	// read failed does not call the tier again (no double-check there, and
-	// no write-back: Result.WriteErr says so). Reads also end when the
+	// read timed out (or was refused by the breaker) does not call the tier
+	// again (no double-check there, and no write-back: Result.WriteErr says
+	// so). Reads also end when the
 	// caller leaves; writes do not (once started, a write completes or
 	// times out). Must be in [1ms, 10s]. Default DefaultSharedTimeout.
 	//

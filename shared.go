@@ -53,10 +53,11 @@ func (c *Cache[V]) sharedCall(ctx context.Context, keepCancel bool, call func(co
 	return err
 }
 
-// timedOut returns err when it is a shared call's own timeout (not the
-// caller's), else nil.
-func timedOut(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+// unavailable returns err when it says the shared tier cannot be used for
+// now: the call's own timeout (not the caller's) or an open breaker. Other
+// errors are cheap to meet again, and nil is returned for them.
+func unavailable(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrBreakerOpen)) {
 		return err
 	}
 	return nil
