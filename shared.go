@@ -49,7 +49,9 @@ func (c *Cache[V]) sharedCall(ctx context.Context, keepCancel bool, call func(co
 	cctx, cancel := context.WithTimeout(parent, c.sharedTimeout)
 	defer cancel()
 	err := call(cctx)
-	failed = err != nil && ctx.Err() == nil
+	// A read the caller abandoned says nothing about the tier; a write
+	// ignores the caller's cancellation, so its error always counts.
+	failed = err != nil && !(keepCancel && ctx.Err() != nil)
 	return err
 }
 
