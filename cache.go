@@ -294,7 +294,7 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 
 	// 2. The shared tier. A failure is a miss; a newer stale item than the
 	// local one becomes the fallback.
-	var sharedDown error
+	var sharedDown sharedSkip
 	if c.shared != nil {
 		it, err := c.readSharedGuarded(ctx, key, now)
 		sharedDown = unavailable(ctx, err)

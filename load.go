@@ -10,27 +10,29 @@ import (
 
 // miss is one caller's way into the flight of its key. Every caller that
 // missed makes one; only the leader's run executes, the others wait for its
-// result.
+// result. It is 64 bytes, one size class, and kept there (see
+// TestMissFitsOneSixtyFourByteSizeClass): a stampede allocates one per
+// caller.
 type miss[V any] struct {
 	c    *Cache[V]
 	key  string
 	load LoadFunc[V]
-	// newerThan, set for an early refresh, makes the double-check accept
-	// only a value fresher than the one whose expiry prompted the refresh:
-	// the current value is still fresh, and finding it is no reason to skip
-	// the refresh.
-	newerThan time.Time
-	// sharedDown is the error of this caller's shared read when it timed
-	// out or the breaker refused it. A leader that has it does not call the
-	// tier again (no double-check there, no write-back): a Get pays at most
-	// one shared timeout. Faster errors do not count: calling again costs
-	// little, and a write-back may repair an entry the read could not
-	// decode.
-	sharedDown error
+	// newerThan, set for an early refresh (the UnixNano of the FreshUntil
+	// that prompted it; 0 for a miss), makes the double-check accept only a
+	// value fresher than that one: the current value is still fresh, and
+	// finding it is no reason to skip the refresh.
+	newerThan int64
 	// led is set when this miss's run executed, so the caller knows it led
 	// the flight. Atomic because a caller that leaves early reads it while
 	// run may still be going.
 	led atomic.Bool
+	// sharedDown is set when this caller's shared read timed out or the
+	// breaker refused it. A leader that has it does not call the tier again
+	// (no double-check there, no write-back): a Get pays at most one shared
+	// timeout. Other errors do not count: calling again costs little, and a
+	// write-back may repair an entry the read could not decode. Written by
+	// the caller before the flight, then by run only.
+	sharedDown sharedSkip
 	// loadCtx is the flight's loader context, for the Tracer. Written and
 	// read by the caller only, after the flight answered.
 	loadCtx context.Context
@@ -92,7 +94,7 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 	if !pol.noStore.Load() {
 		fl.writeErr = m.writeBack(ctx, t, &fl.item)
 	}
-	if !m.newerThan.IsZero() {
+	if m.newerThan != 0 {
 		c.refreshDone(m)
 	}
 	return fl, nil
@@ -104,14 +106,14 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 func (m *miss[V]) recheck(ctx context.Context, now time.Time, t ticket) (Item[V], bool) {
 	c := m.c
 	usable := func(it *Item[V]) bool {
-		return now.Before(it.FreshUntil) && it.FreshUntil.After(m.newerThan)
+		return now.Before(it.FreshUntil) && it.FreshUntil.UnixNano() > m.newerThan
 	}
 	if c.local != nil {
 		if it, ok := c.local.Get(m.key); ok && usable(it) {
 			return *it, true
 		}
 	}
-	if c.shared != nil && m.sharedDown == nil {
+	if c.shared != nil && m.sharedDown == sharedUsable {
 		it, err := c.readShared(ctx, m.key, now, t)
 		m.sharedDown = unavailable(ctx, err)
 		if it != nil && usable(it) {
@@ -221,7 +223,7 @@ func (m *miss[V]) writeBack(ctx context.Context, t ticket, it *Item[V]) (err err
 		e      Entry
 		encErr error
 	)
-	writeShared := c.shared != nil && m.sharedDown == nil
+	writeShared := c.shared != nil && m.sharedDown == sharedUsable
 	if writeShared {
 		e, encErr = c.encode(it)
 	}
@@ -232,7 +234,7 @@ func (m *miss[V]) writeBack(ctx context.Context, t ticket, it *Item[V]) (err err
 		switch {
 		case c.shared == nil:
 		case !writeShared:
-			err = fmt.Errorf("flightcache: shared write-back skipped, the shared tier is unavailable: %w", m.sharedDown)
+			err = m.sharedDown.err()
 		case encErr != nil:
 			err = encErr
 		default:

@@ -45,7 +45,7 @@ func (c *Cache[V]) startRefresh(ctx context.Context, key string, load LoadFunc[V
 		c.mu.Unlock()
 		return false
 	}
-	m := &miss[V]{c: c, key: key, load: load, newerThan: freshUntil}
+	m := &miss[V]{c: c, key: key, load: load, newerThan: freshUntil.UnixNano()}
 	c.refreshing[key] = m
 	c.bg.Add(1)
 	c.mu.Unlock()

@@ -55,14 +55,43 @@ func (c *Cache[V]) sharedCall(ctx context.Context, keepCancel bool, call func(co
 	return err
 }
 
-// unavailable returns err when it says the shared tier cannot be used for
-// now: the call's own timeout (not the caller's) or an open breaker. Other
-// errors are cheap to meet again, and nil is returned for them.
-func unavailable(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrBreakerOpen)) {
-		return err
+// sharedSkip says why a Get stopped calling the shared tier; see
+// miss.sharedDown. One byte, beside miss.led: every caller of a stampede
+// allocates a miss.
+type sharedSkip uint8
+
+const (
+	sharedUsable   sharedSkip = iota
+	sharedTimedOut            // a shared call of this Get outlasted SharedTimeout
+	sharedRefused             // the breaker refused a shared call of this Get
+)
+
+var (
+	errSkippedTimedOut = fmt.Errorf("flightcache: shared write-back skipped after a shared read timed out: %w", context.DeadlineExceeded)
+	errSkippedRefused  = fmt.Errorf("flightcache: shared write-back skipped: %w", ErrBreakerOpen)
+)
+
+// err is the write-back error of a Get that skipped the tier.
+func (s sharedSkip) err() error {
+	if s == sharedRefused {
+		return errSkippedRefused
 	}
-	return nil
+	return errSkippedTimedOut
+}
+
+// unavailable tells from a shared call's error whether the tier cannot be
+// used for now: the call's own timeout (not the caller's) or an open
+// breaker. Other errors are cheap to meet again and leave it usable.
+func unavailable(ctx context.Context, err error) sharedSkip {
+	switch {
+	case err == nil || ctx.Err() != nil:
+		return sharedUsable
+	case errors.Is(err, ErrBreakerOpen):
+		return sharedRefused
+	case errors.Is(err, context.DeadlineExceeded):
+		return sharedTimedOut
+	}
+	return sharedUsable
 }
 
 // noteBreaker reports a change of the breaker's state, once per change
