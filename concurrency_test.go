@@ -55,6 +55,18 @@ func TestStampedeOnColdKeyLoadsOnce(t *testing.T) {
 	}
 }
 
+// flightsEnded is an Observer that signals each time the engine has no
+// flight registered any more.
+type flightsEnded struct{ ch chan struct{} }
+
+func (flightsEnded) ObserveCache(flightcache.Event) {}
+
+func (f flightsEnded) ObserveFlight(e singleflight.Event) {
+	if e.Kind == singleflight.EventInFlight && e.InFlight == 0 {
+		f.ch <- struct{}{}
+	}
+}
+
 // TestHotKeyNeverMissesWithEarlyRefresh drives traffic on one key across
 // ten TTL periods on a fake clock (a request every 1 ms, each load taking
 // 50 ms of clock time). With EarlyRefresh no request after warm-up ever
@@ -71,7 +83,12 @@ func TestHotKeyNeverMissesWithEarlyRefresh(t *testing.T) {
 	)
 	clock := newFakeClock()
 	local := &notifyLocal[*product]{LocalStore: newLocal[*product](t, clock), sets: make(chan flightcache.Item[*product], 1)}
-	c := clocked(t, clock, flightcache.Options[*product]{Local: local, TTL: ttl, Jitter: flightcache.DisableJitter, EarlyRefresh: true})
+	// The fake clock runs far ahead of real time, so a refresh's flight
+	// may still be registered (its write done, its goroutine not yet
+	// scheduled to finish) when the next one is due: each refresh is waited
+	// for until its flight has ended, as real time would have allowed.
+	idle := flightsEnded{ch: make(chan struct{}, 64)}
+	c := clocked(t, clock, flightcache.Options[*product]{Local: local, TTL: ttl, Jitter: flightcache.DisableJitter, EarlyRefresh: true, Observer: idle})
 	var calls atomic.Int64
 	load := func(ctx context.Context) (*product, error) {
 		n := calls.Add(1)
@@ -80,6 +97,7 @@ func TestHotKeyNeverMissesWithEarlyRefresh(t *testing.T) {
 	}
 	wantOutcome(t, mustFetch(t, c, "hot", load).Outcome, flightcache.OutcomeLoaded)
 	<-local.sets
+	<-idle.ch
 
 	end := clock.Now().Add(periods * ttl)
 	refreshes := 0
@@ -90,6 +108,7 @@ func TestHotKeyNeverMissesWithEarlyRefresh(t *testing.T) {
 		case flightcache.OutcomeRefreshed:
 			refreshes++
 			<-local.sets // the background refresh wrote back
+			<-idle.ch    // and its flight is over
 		default:
 			t.Fatalf("request at +%v was served %v: a hot key missed", end.Sub(clock.Now()), r.Outcome)
 		}
