@@ -2,7 +2,6 @@ package product
 
 import (
 	"context"
-	"sort"
 	"sync"
 )
 
@@ -46,18 +45,18 @@ func (m *MemoryRepository) Get(ctx context.Context, ref Ref) (Product, error) {
 }
 
 // Update implements Repository.
-func (m *MemoryRepository) Update(ctx context.Context, ref Ref, patch Patch) (Product, []Variant, error) {
+func (m *MemoryRepository) Update(ctx context.Context, ref Ref, patch Patch) (Product, error) {
 	if err := patch.Validate(); err != nil {
-		return Product{}, nil, err
+		return Product{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return Product{}, nil, err
+		return Product{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p, ok := m.rows[ref]
 	if !ok {
-		return Product{}, nil, ErrNotFound
+		return Product{}, ErrNotFound
 	}
 	if patch.DisplayName != nil {
 		p.DisplayName = *patch.DisplayName
@@ -65,20 +64,9 @@ func (m *MemoryRepository) Update(ctx context.Context, ref Ref, patch Patch) (Pr
 	if patch.PriceCents != nil {
 		p.PriceCents = *patch.PriceCents
 	}
+	p.Revision++
 	m.rows[ref] = p
-	var vs []Variant
-	for r := range m.rows {
-		if r.Tenant == ref.Tenant && r.ID == ref.ID {
-			vs = append(vs, Variant{Locale: r.Locale, Currency: r.Currency})
-		}
-	}
-	sort.Slice(vs, func(i, j int) bool {
-		if vs[i].Locale != vs[j].Locale {
-			return vs[i].Locale < vs[j].Locale
-		}
-		return vs[i].Currency < vs[j].Currency
-	})
-	return p, vs, nil
+	return p, nil
 }
 
 // Ping implements Repository; the map is always reachable.

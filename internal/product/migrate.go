@@ -82,6 +82,7 @@ var schema = []string{
 		currency     TEXT   NOT NULL,
 		display_name TEXT   NOT NULL,
 		price_cents  BIGINT NOT NULL,
+		revision     BIGINT NOT NULL DEFAULT 0,
 		PRIMARY KEY (tenant_id, product_id, locale, currency)
 	)`,
 	`CREATE TABLE IF NOT EXISTS productd_meta (
@@ -89,6 +90,17 @@ var schema = []string{
 		value TEXT NOT NULL
 	)`,
 }
+
+// addRevision brings a products table created by an older productd (no
+// revision column) to the current schema; existing rows get revision 0.
+// PostgreSQL says IF NOT EXISTS itself; SQLite has no such clause, so
+// Migrate asks pragma_table_info first. Both run inside Migrate's
+// serialised transaction, so two instances never add the column twice.
+const (
+	addRevisionPostgres = `ALTER TABLE products ADD COLUMN IF NOT EXISTS revision BIGINT NOT NULL DEFAULT 0`
+	addRevisionSQLite   = `ALTER TABLE products ADD COLUMN revision BIGINT NOT NULL DEFAULT 0`
+	hasRevisionSQLite   = `SELECT COUNT(*) FROM pragma_table_info('products') WHERE name = 'revision'`
+)
 
 // migrationLock is the PostgreSQL advisory lock key that serialises
 // Migrate across instances: the bytes of "productd" as an int64.
@@ -130,6 +142,9 @@ func Migrate(ctx context.Context, r *SQLRepository, seed *Catalog) (seeded bool,
 			return false, fmt.Errorf("product: migrate: %w", err)
 		}
 	}
+	if err := r.addRevision(ctx, tx); err != nil {
+		return false, err
+	}
 	if seed != nil {
 		var v string
 		err := tx.QueryRowContext(ctx, r.bind(`SELECT value FROM productd_meta WHERE name = ?`), seededMarker).Scan(&v)
@@ -151,6 +166,26 @@ func Migrate(ctx context.Context, r *SQLRepository, seed *Catalog) (seeded bool,
 		return false, fmt.Errorf("product: migrate: commit: %w", err)
 	}
 	return seeded, nil
+}
+
+func (r *SQLRepository) addRevision(ctx context.Context, tx *sql.Tx) error {
+	if r.dialect == Postgres {
+		if _, err := tx.ExecContext(ctx, addRevisionPostgres); err != nil {
+			return fmt.Errorf("product: migrate: add revision: %w", err)
+		}
+		return nil
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, hasRevisionSQLite).Scan(&n); err != nil {
+		return fmt.Errorf("product: migrate: inspect products: %w", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, addRevisionSQLite); err != nil {
+		return fmt.Errorf("product: migrate: add revision: %w", err)
+	}
+	return nil
 }
 
 func (r *SQLRepository) seed(ctx context.Context, tx *sql.Tx, c Catalog) error {

@@ -20,6 +20,11 @@ type Product struct {
 	PriceCents  int64  `json:"priceCents"`
 	Currency    string `json:"currency"`
 	Locale      string `json:"locale"`
+	// Revision is the row's version in the origin: 0 as seeded, bumped by
+	// one in the transaction of every update. It lives with the data, so
+	// every process, before and after a restart, agrees on which data a
+	// revision names.
+	Revision int64 `json:"revision"`
 }
 
 // Ref identifies one row of the catalog: the primary key of the products
@@ -28,12 +33,6 @@ type Product struct {
 type Ref struct {
 	Tenant   string
 	ID       string
-	Locale   string
-	Currency string
-}
-
-// Variant is one (locale, currency) pair a product exists in.
-type Variant struct {
 	Locale   string
 	Currency string
 }
@@ -74,10 +73,10 @@ type Repository interface {
 	// Get returns the product row ref names, or an error matching
 	// ErrNotFound.
 	Get(ctx context.Context, ref Ref) (Product, error)
-	// Update applies p to the row ref names and returns the updated row and
-	// every variant of the same tenant and product (so the caller can
-	// invalidate them all). A missing row is an error matching ErrNotFound.
-	Update(ctx context.Context, ref Ref, p Patch) (Product, []Variant, error)
+	// Update applies p to the row ref names and bumps its Revision in the
+	// same transaction; it returns the row as committed. A missing row is
+	// an error matching ErrNotFound.
+	Update(ctx context.Context, ref Ref, p Patch) (Product, error)
 	// Ping reports whether the origin is reachable.
 	Ping(ctx context.Context) error
 }

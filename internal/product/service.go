@@ -78,33 +78,49 @@ type ServiceOptions struct {
 	// own).
 	LoaderTimeout time.Duration
 	// PolicyVersion goes into every key; bump it when Entry or the caching
-	// policy changes so old and new instances never share entries.
+	// policy changes so old and new instances never share entries. Default
+	// DefaultPolicyVersion.
 	PolicyVersion string
-	Logger        *slog.Logger
+	// InvalidateTimeout bounds the cache deletes that follow a committed
+	// Update, all of them together; default 1s. An Update never waits
+	// longer than this for its cleanup.
+	InvalidateTimeout time.Duration
+	// OnInvalidateFailed, if set, is called once per cache delete that
+	// failed after an Update (productd counts them in a metric).
+	OnInvalidateFailed func()
+	Logger             *slog.Logger
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
 
+// DefaultPolicyVersion is ServiceOptions.PolicyVersion's default. It was
+// "1" while the revision in keys was a per-process counter; "2" keys carry
+// the origin's revision floor, so the two never read each other's entries.
+const DefaultPolicyVersion = "2"
+
 // QueryService reads products through a cache and updates them in the
 // origin, invalidating what it cached. It is safe for concurrent use.
 //
-// Invalidation: every key carries the product's revision, a counter kept
-// in this process and bumped by Update after the origin has committed. A
-// Get that starts after Update returned builds a key of the new revision,
-// so it can neither hit a value cached before the update nor join a load
-// that began before it: a GET after a PUT never returns the old data (in
-// this process; a second instance sharing Redis sees the update once its
-// local entry expires, see docs/productd.md). Update also deletes the
-// superseded keys of every variant so they do not linger in memory or in
-// Redis.
+// Read-your-writes: every cache key carries a revision floor, the highest
+// revision of the row that an Update in this process has committed (0 when
+// none has). Revisions are assigned by the origin, one per committed update
+// of a row, so exactly one process ever learns a given floor above 0, and
+// only after the origin committed it. A value cached under key (row, f)
+// was therefore loaded either by a process whose floor was 0 (f = 0) or by
+// this process after it committed revision f: its revision is at least f.
+// So once Update has returned revision r, every later Get in this process
+// returns revision r or newer, whatever other processes (or an earlier
+// run of this one) wrote into a shared tier. Other processes keep serving
+// what they cached until it expires; see docs/productd.md for the bound.
 type QueryService struct {
 	repo Repository
 	opts ServiceOptions
 	keys key.Builder
-	// revs maps tenant+"/"+id to *atomic.Uint64, the revision of a product
-	// that was updated at least once since start; absent means 0. It grows
-	// by one entry per distinct product updated, bounded by the catalog.
-	revs sync.Map
+	// floors maps a row (Ref) to *atomic.Int64, the highest revision an
+	// Update of this process committed for it; absent means 0. It only
+	// grows, and by at most one entry per distinct row updated, bounded by
+	// the catalog.
+	floors sync.Map
 }
 
 // NewQueryService returns a service over repo.
@@ -137,10 +153,13 @@ func NewQueryService(repo Repository, opts ServiceOptions) (*QueryService, error
 		opts.LoaderTimeout = 10 * time.Second
 	}
 	if opts.PolicyVersion == "" {
-		opts.PolicyVersion = "1"
+		opts.PolicyVersion = DefaultPolicyVersion
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.InvalidateTimeout <= 0 {
+		opts.InvalidateTimeout = time.Second
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -171,16 +190,32 @@ func (notFound) Is(target error) bool {
 // it matches ErrNotFound and flightcache.ErrNotFound.
 var ErrNotFoundCached error = notFound{}
 
-func (s *QueryService) revision(ref Ref) uint64 {
-	if v, ok := s.revs.Load(ref.Tenant + "/" + ref.ID); ok {
-		return v.(*atomic.Uint64).Load()
+// floor is the highest revision of ref that an Update in this process
+// committed, 0 if none.
+func (s *QueryService) floor(ref Ref) int64 {
+	if v, ok := s.floors.Load(ref); ok {
+		return v.(*atomic.Int64).Load()
 	}
 	return 0
 }
 
-func (s *QueryService) key(ref Ref, rev uint64) (string, error) {
+// raiseFloor makes ref's floor at least rev and returns the floor it
+// replaced. Concurrent Updates of one row may return out of order; the
+// floor keeps the highest.
+func (s *QueryService) raiseFloor(ref Ref, rev int64) (old int64) {
+	v, _ := s.floors.LoadOrStore(ref, new(atomic.Int64))
+	f := v.(*atomic.Int64)
+	for {
+		old = f.Load()
+		if old >= rev || f.CompareAndSwap(old, rev) {
+			return old
+		}
+	}
+}
+
+func (s *QueryService) key(ref Ref, floor int64) (string, error) {
 	return s.keys.Tenant(ref.Tenant).ID(ref.ID).Locale(ref.Locale).Currency(ref.Currency).
-		Dim("rev", strconv.FormatUint(rev, 10)).Build()
+		Dim("rev", strconv.FormatInt(floor, 10)).Build()
 }
 
 func (s *QueryService) jitteredTTL() time.Duration {
@@ -193,7 +228,7 @@ func (s *QueryService) jitteredTTL() time.Duration {
 // Get returns the product ref names. A product that does not exist is an
 // error matching ErrNotFound (cached for NegativeTTL in flightcache mode).
 func (s *QueryService) Get(ctx context.Context, ref Ref) (Served, error) {
-	k, err := s.key(ref, s.revision(ref))
+	k, err := s.key(ref, s.floor(ref))
 	if err != nil {
 		return Served{}, fmt.Errorf("product: build cache key: %w", err)
 	}
@@ -255,32 +290,50 @@ func (s *QueryService) getNaive(ctx context.Context, ref Ref, k string) (Served,
 	return Served{Product: p, Outcome: flightcache.OutcomeLoaded, TTL: ttl, TTLKnown: true}, nil
 }
 
-// Update applies p to the origin row, then invalidates every cached variant
-// of the product. When it returns nil, every later Get in this process sees
-// the update.
+// Update applies p to the origin row, raises the row's revision floor in
+// this process to the committed revision, then deletes the keys that
+// superseded floors may have filled. When it returns nil, every later Get
+// in this process returns the update or a newer revision.
+//
+// The deletes are cleanup, bounded and best-effort: correctness in this
+// process does not depend on them (the floor already moved). They shorten
+// how long other processes see the old value: the floor-0 key is the one
+// every process that never updated the row reads, and the key of the
+// previous revision's floor is the one the process that wrote it reads.
+// A failed delete is logged and counted by the cache's observer, never
+// returned: the update is committed and must be reported as such.
 func (s *QueryService) Update(ctx context.Context, ref Ref, p Patch) (Product, error) {
-	out, variants, err := s.repo.Update(ctx, ref, p)
+	out, err := s.repo.Update(ctx, ref, p)
 	if err != nil {
 		return Product{}, err
 	}
-	v, _ := s.revs.LoadOrStore(ref.Tenant+"/"+ref.ID, new(atomic.Uint64))
-	old := v.(*atomic.Uint64).Add(1) - 1
-	// Cleanup of the superseded keys. Correctness does not depend on it
-	// (the revision already moved), so a failure is logged, not returned:
-	// the update is committed and must be reported as such.
-	for _, vr := range variants {
-		vref := Ref{Tenant: ref.Tenant, ID: ref.ID, Locale: vr.Locale, Currency: vr.Currency}
-		k, err := s.key(vref, old)
+	old := s.raiseFloor(ref, out.Revision)
+	stale := []int64{0}
+	if old > 0 {
+		stale = append(stale, old)
+	}
+	if prev := out.Revision - 1; prev > 0 && prev != old {
+		stale = append(stale, prev)
+	}
+	// The request may end as soon as the update is committed; the cleanup
+	// runs on its own deadline.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.InvalidateTimeout)
+	defer cancel()
+	for _, f := range stale {
+		k, err := s.key(ref, f)
 		if err != nil {
-			continue // a variant stored with a value no Get could ask for
+			continue // unreachable: ref was validated and f is a number
 		}
 		if s.opts.Mode == ModeNaive {
 			s.opts.Naive.Delete(k)
 			continue
 		}
-		if err := s.opts.Cache.Delete(context.WithoutCancel(ctx), k); err != nil {
-			s.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "product: deleting a superseded cache entry failed",
-				slog.String("tenant", ref.Tenant), slog.Any("error", err))
+		if err := s.opts.Cache.Delete(dctx, k); err != nil {
+			if s.opts.OnInvalidateFailed != nil {
+				s.opts.OnInvalidateFailed()
+			}
+			s.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "product: invalidating a superseded cache entry failed",
+				slog.Any("error", err))
 		}
 	}
 	return out, nil

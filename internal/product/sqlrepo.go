@@ -47,7 +47,7 @@ type SQLRepository struct {
 	dialect Dialect
 	latency time.Duration
 
-	getSQL, updateSQL, variantsSQL string
+	getSQL, updateSQL string
 }
 
 var _ Repository = (*SQLRepository)(nil)
@@ -115,14 +115,16 @@ func sqliteDSN(path string) string {
 
 func newSQLRepository(db *sql.DB, d Dialect, latency time.Duration) *SQLRepository {
 	r := &SQLRepository{db: db, dialect: d, latency: latency}
-	r.getSQL = r.bind(`SELECT display_name, price_cents FROM products
+	r.getSQL = r.bind(`SELECT display_name, price_cents, revision FROM products
 		WHERE tenant_id = ? AND product_id = ? AND locale = ? AND currency = ?`)
+	// One statement, so one transaction: the row lock the UPDATE takes
+	// serialises concurrent updates of a row, and each gets its own
+	// revision.
 	r.updateSQL = r.bind(`UPDATE products
-		SET display_name = COALESCE(?, display_name), price_cents = COALESCE(?, price_cents)
+		SET display_name = COALESCE(?, display_name), price_cents = COALESCE(?, price_cents),
+		    revision = revision + 1
 		WHERE tenant_id = ? AND product_id = ? AND locale = ? AND currency = ?
-		RETURNING display_name, price_cents`)
-	r.variantsSQL = r.bind(`SELECT locale, currency FROM products
-		WHERE tenant_id = ? AND product_id = ? ORDER BY locale, currency`)
+		RETURNING display_name, price_cents, revision`)
 	return r
 }
 
@@ -168,7 +170,7 @@ func (r *SQLRepository) Get(ctx context.Context, ref Ref) (Product, error) {
 		}
 	}
 	p := Product{ProductID: ref.ID, TenantID: ref.Tenant, Locale: ref.Locale, Currency: ref.Currency}
-	err = conn.QueryRowContext(ctx, r.getSQL, ref.Tenant, ref.ID, ref.Locale, ref.Currency).Scan(&p.DisplayName, &p.PriceCents)
+	err = conn.QueryRowContext(ctx, r.getSQL, ref.Tenant, ref.ID, ref.Locale, ref.Currency).Scan(&p.DisplayName, &p.PriceCents, &p.Revision)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Product{}, ErrNotFound
 	}
@@ -178,18 +180,12 @@ func (r *SQLRepository) Get(ctx context.Context, ref Ref) (Product, error) {
 	return p, nil
 }
 
-// Update implements Repository. The update and the read of the variants
-// run in one transaction.
-func (r *SQLRepository) Update(ctx context.Context, ref Ref, p Patch) (Product, []Variant, error) {
+// Update implements Repository: one UPDATE ... RETURNING, which changes
+// the row and bumps its revision atomically (an implicit transaction).
+func (r *SQLRepository) Update(ctx context.Context, ref Ref, p Patch) (Product, error) {
 	if err := p.Validate(); err != nil {
-		return Product{}, nil, err
+		return Product{}, err
 	}
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
-		return Product{}, nil, fmt.Errorf("product: begin update: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-
 	var name sql.NullString
 	var price sql.NullInt64
 	if p.DisplayName != nil {
@@ -199,34 +195,15 @@ func (r *SQLRepository) Update(ctx context.Context, ref Ref, p Patch) (Product, 
 		price = sql.NullInt64{Int64: *p.PriceCents, Valid: true}
 	}
 	out := Product{ProductID: ref.ID, TenantID: ref.Tenant, Locale: ref.Locale, Currency: ref.Currency}
-	err = tx.QueryRowContext(ctx, r.updateSQL, name, price, ref.Tenant, ref.ID, ref.Locale, ref.Currency).Scan(&out.DisplayName, &out.PriceCents)
+	err := r.db.QueryRowContext(ctx, r.updateSQL, name, price, ref.Tenant, ref.ID, ref.Locale, ref.Currency).
+		Scan(&out.DisplayName, &out.PriceCents, &out.Revision)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Product{}, nil, ErrNotFound
+		return Product{}, ErrNotFound
 	}
 	if err != nil {
-		return Product{}, nil, fmt.Errorf("product: update: %w", err)
+		return Product{}, fmt.Errorf("product: update: %w", err)
 	}
-	rows, err := tx.QueryContext(ctx, r.variantsSQL, ref.Tenant, ref.ID)
-	if err != nil {
-		return Product{}, nil, fmt.Errorf("product: read variants: %w", err)
-	}
-	var vs []Variant
-	for rows.Next() {
-		var v Variant
-		if err := rows.Scan(&v.Locale, &v.Currency); err != nil {
-			rows.Close()
-			return Product{}, nil, fmt.Errorf("product: read variants: %w", err)
-		}
-		vs = append(vs, v)
-	}
-	if err := rows.Err(); err != nil {
-		return Product{}, nil, fmt.Errorf("product: read variants: %w", err)
-	}
-	rows.Close()
-	if err := tx.Commit(); err != nil {
-		return Product{}, nil, fmt.Errorf("product: commit update: %w", err)
-	}
-	return out, vs, nil
+	return out, nil
 }
 
 // Ping implements Repository.

@@ -75,26 +75,23 @@ func TestSQLRepositoryReadsAndUpdatesTheSeededCatalog(t *testing.T) {
 		}
 
 		name, price := "Renamed", int64(1234)
-		up, vs, err := r.Update(ctx, ref, Patch{DisplayName: &name})
+		up, err := r.Update(ctx, ref, Patch{DisplayName: &name})
 		if err != nil {
 			t.Fatalf("Update: %v", err)
 		}
-		if up.DisplayName != name || up.PriceCents != got.PriceCents {
-			t.Fatalf("Update = %+v: want the new name and the old price", up)
+		if up.DisplayName != name || up.PriceCents != got.PriceCents || up.Revision != 1 {
+			t.Fatalf("Update = %+v: want the new name, the old price and revision 1", up)
 		}
-		if len(vs) != len(smallCatalog.Locales)*len(smallCatalog.Currencies) {
-			t.Fatalf("Update returned %d variants, want %d", len(vs), len(smallCatalog.Locales)*len(smallCatalog.Currencies))
-		}
-		if up, _, err = r.Update(ctx, ref, Patch{PriceCents: &price}); err != nil || up.PriceCents != price || up.DisplayName != name {
-			t.Fatalf("Update(price) = %+v, %v", up, err)
+		if up, err = r.Update(ctx, ref, Patch{PriceCents: &price}); err != nil || up.PriceCents != price || up.DisplayName != name || up.Revision != 2 {
+			t.Fatalf("Update(price) = %+v, %v; want revision 2", up, err)
 		}
 		if again, err := r.Get(ctx, ref); err != nil || again != up {
 			t.Fatalf("Get after Update = %+v, %v; want %+v", again, err, up)
 		}
-		if _, _, err := r.Update(ctx, Ref{Tenant: "acme", ID: "nope", Locale: "en-US", Currency: "USD"}, Patch{PriceCents: &price}); !errors.Is(err, ErrNotFound) {
+		if _, err := r.Update(ctx, Ref{Tenant: "acme", ID: "nope", Locale: "en-US", Currency: "USD"}, Patch{PriceCents: &price}); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("Update(missing) = %v, want ErrNotFound", err)
 		}
-		if _, _, err := r.Update(ctx, ref, Patch{}); !errors.Is(err, ErrInvalid) {
+		if _, err := r.Update(ctx, ref, Patch{}); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("Update(empty patch) = %v, want ErrInvalid", err)
 		}
 
@@ -183,4 +180,101 @@ func TestCountingRepositoryCountsEveryGet(t *testing.T) {
 	if c.Queries() != 4 || hooked != 4 {
 		t.Fatalf("Queries() = %d, hook called %d times; want 4 and 4", c.Queries(), hooked)
 	}
+}
+
+// oldSchema is the products table as productd created it before rows had
+// a revision.
+const oldSchema = `CREATE TABLE products (
+	tenant_id    TEXT   NOT NULL,
+	product_id   TEXT   NOT NULL,
+	locale       TEXT   NOT NULL,
+	currency     TEXT   NOT NULL,
+	display_name TEXT   NOT NULL,
+	price_cents  BIGINT NOT NULL,
+	PRIMARY KEY (tenant_id, product_id, locale, currency)
+)`
+
+// A database created by an older productd gains the revision column when
+// several new instances start on it at once: its rows are kept, start at
+// revision 0, and updates bump them.
+func TestMigrateAddsRevisionToAnOlderDatabaseWhenInstancesStartAtOnce(t *testing.T) {
+	dialects(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		old := openRepo(t, dsn, Options{})
+		if _, err := old.DB().ExecContext(ctx, oldSchema); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := old.DB().ExecContext(ctx, old.bind(`INSERT INTO products VALUES (?, ?, ?, ?, ?, ?)`),
+			"acme", ProductID(1), "en-US", "USD", "Kept", 4200); err != nil {
+			t.Fatal(err)
+		}
+		const instances = 4
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make([]error, instances)
+		for i := range instances {
+			r := openRepo(t, dsn, Options{})
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, errs[i] = Migrate(ctx, r, nil)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("instance %d: Migrate: %v", i, err)
+			}
+		}
+		r := openRepo(t, dsn, Options{})
+		ref := Ref{Tenant: "acme", ID: ProductID(1), Locale: "en-US", Currency: "USD"}
+		got, err := r.Get(ctx, ref)
+		if err != nil || got.DisplayName != "Kept" || got.PriceCents != 4200 || got.Revision != 0 {
+			t.Fatalf("Get after migrating = %+v, %v; want the old row at revision 0", got, err)
+		}
+		price := int64(1)
+		if up, err := r.Update(ctx, ref, Patch{PriceCents: &price}); err != nil || up.Revision != 1 {
+			t.Fatalf("Update after migrating = %+v, %v; want revision 1", up, err)
+		}
+	})
+}
+
+// Concurrent updates of one row each commit their own revision: no two
+// return the same one, and the last is the count.
+func TestConcurrentUpdatesGetDistinctRevisions(t *testing.T) {
+	dialects(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		r := openRepo(t, dsn, Options{})
+		if _, err := Migrate(ctx, r, &smallCatalog); err != nil {
+			t.Fatal(err)
+		}
+		ref := Ref{Tenant: "acme", ID: ProductID(2), Locale: "en-US", Currency: "USD"}
+		const n = 16
+		var wg sync.WaitGroup
+		revs := make([]int64, n)
+		errs := make([]error, n)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				price := int64(i)
+				var up Product
+				up, errs[i] = r.Update(ctx, ref, Patch{PriceCents: &price})
+				revs[i] = up.Revision
+			}()
+		}
+		wg.Wait()
+		seen := map[int64]bool{}
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatalf("Update %d: %v", i, errs[i])
+			}
+			if seen[revs[i]] || revs[i] < 1 || revs[i] > n {
+				t.Fatalf("revisions %v: want each of 1..%d once", revs, n)
+			}
+			seen[revs[i]] = true
+		}
+	})
 }

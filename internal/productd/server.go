@@ -29,6 +29,10 @@ import (
 // stampede demo and the end-to-end tests read it from /metrics.
 const OriginQueriesMetric = "productd_origin_queries_total"
 
+// InvalidationFailuresMetric counts cache deletes after a committed PUT that
+// failed or timed out.
+const InvalidationFailuresMetric = "productd_invalidation_failures_total"
+
 // Server is a productd instance: the origin, the cache tiers, the service
 // and its HTTP handler. Build it with New, then Serve; or just call Run.
 type Server struct {
@@ -102,9 +106,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	if err != nil {
 		return nil, err
 	}
+	invalidateFailed := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: InvalidationFailuresMetric,
+		Help: "Cache deletes after a committed PUT that failed or timed out (the PUT still succeeded).",
+	})
+	reg.MustRegister(invalidateFailed)
 	svcOpts := product.ServiceOptions{
 		Mode: cfg.Mode, TTL: cfg.TTL, NegativeTTL: cfg.NegativeTTL, Jitter: cfg.Jitter,
-		LoaderTimeout: cfg.LoaderTimeout, Logger: log,
+		LoaderTimeout: cfg.LoaderTimeout, Logger: log, OnInvalidateFailed: invalidateFailed.Inc,
 	}
 	if cfg.Mode == product.ModeNaive {
 		svcOpts.Naive = s.local
