@@ -46,21 +46,17 @@ type SQLRepository struct {
 	db      *sql.DB
 	dialect Dialect
 	latency time.Duration
+	name    string // the SQLite path or the redacted URL, for errors and logs
 
 	getSQL, updateSQL string
 }
 
 var _ Repository = (*SQLRepository)(nil)
 
-// IsPostgresDSN reports whether dsn names a PostgreSQL database
-// (postgres:// or postgresql:// URL); anything else is a SQLite file.
-func IsPostgresDSN(dsn string) bool {
-	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
-}
-
-// Open connects to the origin named by dsn: a postgres:// URL, or else the
-// path of a SQLite file (created if missing; "sqlite:" or "file:" prefixes
-// are accepted). It does not migrate; call Migrate.
+// Open connects to the origin named by dsn, one of AcceptedDSNForms (see
+// ParseDSN; a SQLite file is created if missing). It does not migrate;
+// call Migrate. Its errors never hold a password; those about a SQLite
+// file name its path.
 func Open(ctx context.Context, dsn string, opts Options) (*SQLRepository, error) {
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = DefaultMaxConns
@@ -68,20 +64,18 @@ func Open(ctx context.Context, dsn string, opts Options) (*SQLRepository, error)
 	if opts.OriginLatency < 0 {
 		return nil, fmt.Errorf("product: negative origin latency %v", opts.OriginLatency)
 	}
-	var (
-		db      *sql.DB
-		err     error
-		dialect Dialect
-	)
-	if IsPostgresDSN(dsn) {
-		dialect = Postgres
+	d, err := ParseDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	var db *sql.DB
+	if d.Dialect == Postgres {
 		db, err = sql.Open("pgx", dsn)
 	} else {
-		dialect = SQLite
-		db, err = sql.Open("sqlite", sqliteDSN(dsn))
+		db, err = sql.Open("sqlite", sqliteDSN(d.Path))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("product: open %s: %w", dialect, err)
+		return nil, fmt.Errorf("product: open %s %s: %w", d.Dialect, d, err)
 	}
 	db.SetMaxOpenConns(opts.MaxConns)
 	db.SetMaxIdleConns(opts.MaxConns)
@@ -90,9 +84,11 @@ func Open(ctx context.Context, dsn string, opts Options) (*SQLRepository, error)
 	defer cancel()
 	if err := db.PingContext(pctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("product: connect to %s: %w", dialect, err)
+		return nil, fmt.Errorf("product: connect to %s %s: %w", d.Dialect, d, err)
 	}
-	return newSQLRepository(db, dialect, opts.OriginLatency), nil
+	r := newSQLRepository(db, d.Dialect, opts.OriginLatency)
+	r.name = d.String()
+	return r, nil
 }
 
 // sqliteDSN turns a file path into a modernc DSN. Every connection waits up
@@ -101,10 +97,6 @@ func Open(ctx context.Context, dsn string, opts Options) (*SQLRepository, error)
 // instances migrating at once serialise instead of deadlocking on a lock
 // upgrade.
 func sqliteDSN(path string) string {
-	path = strings.TrimPrefix(strings.TrimPrefix(path, "sqlite:"), "file:")
-	if i := strings.IndexByte(path, '?'); i >= 0 {
-		path = path[:i]
-	}
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(10000)")
 	q.Add("_pragma", "journal_mode(WAL)")
@@ -149,6 +141,10 @@ func (r *SQLRepository) bind(q string) string {
 
 // Dialect reports which database the repository talks to.
 func (r *SQLRepository) Dialect() Dialect { return r.dialect }
+
+// Name is the SQLite file's path or the PostgreSQL URL with its
+// credentials redacted: safe for logs and errors.
+func (r *SQLRepository) Name() string { return r.name }
 
 // DB returns the underlying pool, for Migrate and for tests.
 func (r *SQLRepository) DB() *sql.DB { return r.db }

@@ -102,6 +102,9 @@ func (c Config) Validate() error {
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return bad("-log-format must be text or json")
 	}
+	if _, err := product.ParseDSN(c.DB); err != nil {
+		return fmt.Errorf("productd: -db: %w", err)
+	}
 	if _, err := product.ParseMode(string(c.Mode)); err != nil {
 		return err
 	}
@@ -203,13 +206,24 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 			fs.Float64Var(p, name, *p, usage)
 		})
 	}
+	// secret registers a string flag whose value may hold a password:
+	// the usage text (and so -h and every flag error) shows its default
+	// redacted.
+	secret := func(p *string, name, usage string) {
+		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
+			if v := getenv(env); v != "" {
+				*p = v
+			}
+			fs.Var((*secretValue)(p), name, usage)
+		})
+	}
 	mode := string(c.Mode)
 
 	str(&c.Addr, "addr", "HTTP listen address")
-	str(&c.DB, "db", "origin database: a SQLite file path (created and seeded if missing) or a postgres:// URL")
+	secret(&c.DB, "db", "origin database: "+product.AcceptedDSNForms+" (a SQLite file is created and seeded if missing)")
 	num(&c.DBMaxConns, "db-max-conns", "origin connection pool size")
 	boolean(&c.Seed, "seed", "seed the demo catalog (3 tenants x 2,000 products x 3 locales x 3 currencies) on first start")
-	str(&c.Redis, "redis", "redis:// URL of the shared cache tier; empty keeps the cache in memory only")
+	secret(&c.Redis, "redis", "redis:// URL of the shared cache tier; empty keeps the cache in memory only")
 	str(&c.RedisPrefix, "redis-prefix", "prefix of productd's keys in Redis")
 	dur(&c.OriginLatency, "origin-latency", "artificial delay added to each origin lookup (demos, tests), e.g. 200ms")
 	str(&mode, "mode", "read path: flightcache (coalesced) or naive (uncoordinated cache-aside, to show the herd)")
@@ -243,6 +257,19 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	c.Mode = product.Mode(mode)
 	return c, c.Validate()
 }
+
+// secretValue is a string flag.Value that prints redacted: flag's usage
+// text shows a flag's default through String.
+type secretValue string
+
+func (v *secretValue) String() string {
+	if v == nil {
+		return ""
+	}
+	return product.Redact(string(*v))
+}
+
+func (v *secretValue) Set(s string) error { *v = secretValue(s); return nil }
 
 // FromEnvironment is ParseFlags(os.Args[1:], os.Getenv, os.Stderr).
 func FromEnvironment() (Config, error) {

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"io"
+	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -68,5 +71,63 @@ func TestInvalidSettingsAreRejected(t *testing.T) {
 		if _, err := ParseFlags(tc.args, env(tc.env), &bytes.Buffer{}); err == nil {
 			t.Errorf("ParseFlags(%q, %v) accepted an invalid setting", tc.args, tc.env)
 		}
+	}
+}
+
+// Neither -h nor a mistyped flag prints a credential that came from the
+// environment: the usage text shows -db and -redis redacted.
+func TestUsageAndFlagErrorsNeverPrintCredentials(t *testing.T) {
+	vars := env(map[string]string{
+		"PRODUCTD_DB":    "postgres://app:hunter2@db.internal:5432/products?sslmode=disable",
+		"PRODUCTD_REDIS": "redis://default:s3cret@cache.internal:6379/0",
+	})
+	for _, args := range [][]string{{"-h"}, {"-no-such-flag"}, {"-db-max-conns", "many"}} {
+		var out bytes.Buffer
+		_, err := ParseFlags(args, vars, &out)
+		if err == nil {
+			t.Fatalf("ParseFlags(%q) succeeded", args)
+		}
+		text := out.String() + err.Error()
+		if strings.Contains(text, "hunter2") || strings.Contains(text, "s3cret") {
+			t.Fatalf("ParseFlags(%q) printed a credential:\n%s", args, text)
+		}
+		if args[0] == "-h" && !strings.Contains(text, "postgres://app:xxxxx@db.internal:5432/products") {
+			t.Fatalf("-h does not show the redacted -db default:\n%s", text)
+		}
+	}
+}
+
+// A -db that is none of the accepted forms is refused before anything is
+// opened or created, with an error that lists the forms and hides the
+// password.
+func TestAmbiguousDatabaseNameIsRefused(t *testing.T) {
+	for _, db := range []string{
+		"host=db.internal user=app password=hunter2 dbname=products",
+		"mysql://app:hunter2@db.internal/products",
+		"products",
+	} {
+		_, err := ParseFlags([]string{"-db", db}, env(nil), &bytes.Buffer{})
+		if !errors.Is(err, product.ErrUnsupportedDSN) {
+			t.Fatalf("-db %q: %v, want ErrUnsupportedDSN", db, err)
+		}
+		if strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "postgres://") {
+			t.Fatalf("-db %q: error %q leaks the password or lacks the accepted forms", db, err)
+		}
+	}
+}
+
+// An SQLite file that cannot be opened is named in the error, so the
+// operator knows which path to fix.
+func TestSQLiteErrorNamesThePath(t *testing.T) {
+	cfg := Default()
+	cfg.DB = filepath.Join(t.TempDir(), "missing-dir", "products.db")
+	cfg.Catalog = &testCatalog
+	srv, err := New(t.Context(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil {
+		srv.Close()
+		t.Fatal("New opened a SQLite file in a missing directory")
+	}
+	if !strings.Contains(err.Error(), cfg.DB) {
+		t.Fatalf("error does not name %s: %v", cfg.DB, err)
 	}
 }

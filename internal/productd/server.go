@@ -84,7 +84,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	start := time.Now()
 	seeded, err := product.Migrate(ctx, s.repo, seed)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("productd: origin %s: %w", s.repo.Name(), err)
 	}
 	if seeded {
 		log.LogAttrs(ctx, slog.LevelInfo, "seeded the demo catalog",
@@ -279,6 +279,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		slog.String("coalescing", scope),
 		slog.String("tiers", s.Tiers()),
 		slog.String("origin", string(s.repo.Dialect())),
+		slog.String("db", s.repo.Name()),
 		slog.Duration("ttl", s.cfg.TTL),
 		slog.Bool("early_refresh", s.cfg.EarlyRefresh),
 		slog.Duration("origin_latency", s.cfg.OriginLatency))

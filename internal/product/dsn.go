@@ -1,0 +1,113 @@
+package product
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// ErrUnsupportedDSN is matched by ParseDSN's error for a database name that
+// is none of the accepted forms.
+var ErrUnsupportedDSN = errors.New("product: unsupported database name")
+
+// AcceptedDSNForms lists the database names ParseDSN accepts, for error
+// messages and usage text.
+const AcceptedDSNForms = "a postgres:// or postgresql:// URL, a sqlite: or file: URL, or a file path ending in .db or .sqlite"
+
+// DSN is a parsed database name: which database, and how to reach it.
+type DSN struct {
+	Dialect Dialect
+	// Path is the SQLite file (without any sqlite: or file: prefix or
+	// query); empty for PostgreSQL.
+	Path string
+	raw  string
+}
+
+// String returns the name with every credential redacted: safe to log.
+func (d DSN) String() string {
+	if d.Dialect == SQLite {
+		return d.Path
+	}
+	return Redact(d.raw)
+}
+
+// ParseDSN classifies a database name. It accepts only unambiguous forms
+// (see AcceptedDSNForms): a libpq "key=value" string, a URL of another
+// database, or a path without a SQLite extension is refused, so that a
+// typo never creates and seeds a SQLite file named after a connection
+// string. The error never echoes the name: it may hold a password.
+func ParseDSN(s string) (DSN, error) {
+	lower := strings.ToLower(s)
+	switch {
+	case strings.HasPrefix(lower, "postgres://"), strings.HasPrefix(lower, "postgresql://"):
+		if _, err := url.Parse(s); err != nil {
+			return DSN{}, fmt.Errorf("%w: malformed postgres URL; want %s", ErrUnsupportedDSN, AcceptedDSNForms)
+		}
+		return DSN{Dialect: Postgres, raw: s}, nil
+	case strings.HasPrefix(lower, "sqlite:"), strings.HasPrefix(lower, "file:"):
+		path := s[strings.IndexByte(s, ':')+1:]
+		if strings.HasPrefix(path, "//") {
+			path = path[2:]
+		}
+		if i := strings.IndexByte(path, '?'); i >= 0 {
+			path = path[:i]
+		}
+		if path == "" {
+			return DSN{}, fmt.Errorf("%w: the sqlite: URL names no file; want %s", ErrUnsupportedDSN, AcceptedDSNForms)
+		}
+		return DSN{Dialect: SQLite, Path: path, raw: s}, nil
+	case strings.Contains(s, "://"):
+		scheme := s[:strings.Index(s, "://")]
+		if !schemeRE.MatchString(scheme) {
+			scheme = "?"
+		}
+		return DSN{}, fmt.Errorf("%w: scheme %q is not supported; want %s", ErrUnsupportedDSN, scheme, AcceptedDSNForms)
+	case keyValueRE.MatchString(s):
+		return DSN{}, fmt.Errorf("%w: key=value connection strings are not supported; want %s", ErrUnsupportedDSN, AcceptedDSNForms)
+	case strings.HasSuffix(lower, ".db"), strings.HasSuffix(lower, ".sqlite"):
+		return DSN{Dialect: SQLite, Path: s, raw: s}, nil
+	}
+	return DSN{}, fmt.Errorf("%w; want %s", ErrUnsupportedDSN, AcceptedDSNForms)
+}
+
+var (
+	schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]{0,20}$`)
+	// keyValueRE matches a libpq connection string: words followed by '='.
+	keyValueRE = regexp.MustCompile(`(^|\s)[A-Za-z_]+\s*=`)
+	// secretKVRE matches a credential in a key=value string or URL query.
+	secretKVRE = regexp.MustCompile(`(?i)((?:^|[\s?&;])(?:password|passwd|pass|pwd|sslpassword|secret|token)\s*=\s*)('[^']*'|[^\s&;]*)`)
+)
+
+// Redact returns s, a URL or connection string, with its credentials
+// replaced by "xxxxx": the password of a URL's user info and the values of
+// password-like parameters. A string it cannot parse as a URL keeps only
+// what surely holds no secret.
+func Redact(s string) string {
+	if s == "" {
+		return s
+	}
+	if strings.Contains(s, "://") {
+		u, err := url.Parse(s)
+		if err != nil {
+			return "<unparsable URL, redacted>"
+		}
+		if u.User != nil {
+			if _, has := u.User.Password(); has {
+				u.User = url.UserPassword(u.User.Username(), "xxxxx")
+			}
+		}
+		if u.RawQuery != "" {
+			q := u.Query()
+			for k := range q {
+				if secretKVRE.MatchString("?" + k + "=") {
+					q[k] = []string{"xxxxx"}
+				}
+			}
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
+	}
+	return secretKVRE.ReplaceAllString(s, "${1}xxxxx")
+}

@@ -1,0 +1,74 @@
+package product
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseDSNAcceptsOnlyUnambiguousForms(t *testing.T) {
+	tests := []struct {
+		in      string
+		dialect Dialect
+		path    string
+	}{
+		{"postgres://u:pw@127.0.0.1/db?sslmode=disable", Postgres, ""},
+		{"postgresql://127.0.0.1/db", Postgres, ""},
+		{"sqlite:products.db", SQLite, "products.db"},
+		{"sqlite:///var/lib/productd/p.db", SQLite, "/var/lib/productd/p.db"},
+		{"file:/tmp/p.sqlite?mode=rwc", SQLite, "/tmp/p.sqlite"},
+		{"products.db", SQLite, "products.db"},
+		{"/var/lib/productd/catalog.sqlite", SQLite, "/var/lib/productd/catalog.sqlite"},
+	}
+	for _, tc := range tests {
+		d, err := ParseDSN(tc.in)
+		if err != nil || d.Dialect != tc.dialect || d.Path != tc.path {
+			t.Errorf("ParseDSN(%q) = %+v, %v; want %s %q", tc.in, d, err, tc.dialect, tc.path)
+		}
+	}
+}
+
+func TestParseDSNRefusesAmbiguousNamesWithoutEchoingThem(t *testing.T) {
+	for _, in := range []string{
+		"host=db.internal user=app password=hunter2 dbname=products",
+		"host=db password=hunter2 dbname=p.db",
+		"mysql://app:hunter2@db/products",
+		"redis://:hunter2@127.0.0.1:6379",
+		"products",
+		"products.txt",
+		"sqlite:",
+	} {
+		_, err := ParseDSN(in)
+		if !errors.Is(err, ErrUnsupportedDSN) {
+			t.Errorf("ParseDSN(%q) = %v, want ErrUnsupportedDSN", in, err)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "db.internal") {
+			t.Errorf("ParseDSN(%q) error echoes the input: %v", in, err)
+		}
+		if !strings.Contains(err.Error(), AcceptedDSNForms) {
+			t.Errorf("ParseDSN(%q) error does not list the accepted forms: %v", in, err)
+		}
+	}
+}
+
+func TestRedactHidesEveryCredential(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"postgres://app:hunter2@db:5432/p?sslmode=disable", "postgres://app:xxxxx@db:5432/p?sslmode=disable"},
+		{"postgres://app@db/p?password=hunter2", "postgres://app@db/p?password=xxxxx"},
+		{"redis://:hunter2@127.0.0.1:6379/0", "redis://:xxxxx@127.0.0.1:6379/0"},
+		{"rediss://default:hunter2@cache:6380/0", "rediss://default:xxxxx@cache:6380/0"},
+		{"host=db password=hunter2 dbname=p", "host=db password=xxxxx dbname=p"},
+		{"host=db password='hunter 2' dbname=p", "host=db password=xxxxx dbname=p"},
+		{"products.db", "products.db"},
+		{"", ""},
+	}
+	for _, tc := range tests {
+		if got := Redact(tc.in); got != tc.want {
+			t.Errorf("Redact(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	if got := Redact("postgres://app:hunter2@db:99999999x/p"); strings.Contains(got, "hunter2") {
+		t.Errorf("Redact of a malformed URL leaks: %q", got)
+	}
+}
