@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"context"
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -8,64 +10,115 @@ import (
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/internal/product"
+	"github.com/flightcache/flightcache/singleflight"
 )
 
-// CacheStatus renders the RFC 9211 Cache-Status header value for one
-// product response: the cache's name, then "hit" or "fwd=miss", then
-// "stored" or "collapsed" for a miss, then "ttl" (remaining freshness in
-// whole seconds, rounded up so that a client waiting ttl seconds is sure to
-// see the entry expired; negative when a stale value was served) when
-// known, then a "detail" that names what RFC 9211 has no parameter for.
+// CacheStatus renders the RFC 9211 Cache-Status header value for a product
+// GET: the cache's name, then the parameters that apply, in the RFC's order.
+// err is the error Get returned with sv (nil on success).
+//
+//   - hit (RFC 9211 §2.1): served from the cache, nothing forwarded: a fresh
+//     hit, a cached "not found", or a stale value served because the failure
+//     throttle kept the request from the origin.
+//   - fwd (§2.2): the request went to the origin. fwd=miss: no usable value
+//     was cached; fwd=stale: only a stale value was cached, the origin was
+//     asked and did not deliver, and the stale value was served.
+//   - stored (§2.5): this request's load stored its value.
+//   - collapsed (§2.6): this request shared another request's load.
+//   - ttl (§2.4): remaining freshness in whole seconds, rounded up, so that
+//     a client waiting ttl seconds is sure to see the entry expired;
+//     negative for a stale value. Only when the value is cached.
+//   - detail (§2.8): what the RFC has no parameter for (see below).
+//
+// fwd-status (§2.3) is never sent: the origin is a database, not an HTTP
+// server, so there is no status it returned. key (§2.7) is never sent:
+// cache keys hold tenant and product IDs.
+//
+// A request turned away before anything was forwarded (overload, shutdown,
+// an origin still throttled after a failure) carries neither hit nor fwd,
+// only a detail: overloaded, shutting-down, origin-throttled.
 //
 //	flightcache; hit; ttl=42
+//	flightcache; hit; ttl=42; detail=shared
 //	flightcache; fwd=miss; stored; ttl=300
 //	flightcache; fwd=miss; collapsed; ttl=300
 //	flightcache; hit; ttl=17; detail=not-found
-//	flightcache; hit; ttl=-3; detail=stale
-func CacheStatus(cache string, sv product.Served, notFound bool) string {
+//	flightcache; fwd=stale; ttl=-3; detail=origin-error
+//	flightcache; hit; ttl=-3; detail=origin-throttled
+//	flightcache; fwd=miss; detail=origin-timeout
+//	flightcache; detail=overloaded
+func CacheStatus(cache string, sv product.Served, err error) string {
 	var sb strings.Builder
 	sb.WriteString(cache)
-	detail := ""
-	ttl := sv.TTLKnown
+	param := func(p string) { sb.WriteString("; "); sb.WriteString(p) }
+	ttl, detail := sv.TTLKnown, ""
 	switch sv.Outcome {
 	case flightcache.OutcomeHitLocal:
-		sb.WriteString("; hit")
+		param("hit")
 	case flightcache.OutcomeHitShared:
-		sb.WriteString("; hit")
+		param("hit")
 		detail = "shared"
 	case flightcache.OutcomeRefreshed:
-		sb.WriteString("; hit")
+		param("hit")
 		detail = "early-refresh"
 	case flightcache.OutcomeNegativeHit:
-		sb.WriteString("; hit")
+		param("hit")
 		detail = "not-found"
+	case flightcache.OutcomeFiltered:
+		// The cache answered "not found" from its guard: nothing was
+		// forwarded, but no stored response was reused either.
+		detail, ttl = "filtered", false
 	case flightcache.OutcomeStale:
-		sb.WriteString("; hit")
-		detail = "stale"
+		var te *flightcache.ThrottledError
+		switch {
+		case errors.As(sv.StaleCause, &te):
+			param("hit")
+			detail = "origin-throttled"
+		case errors.Is(sv.StaleCause, flightcache.ErrSoftTimeout):
+			param("fwd=stale")
+			detail = "soft-timeout"
+		default:
+			param("fwd=stale")
+			detail = "origin-error"
+		}
 	case flightcache.OutcomeLoaded:
-		sb.WriteString("; fwd=miss; stored")
-	case flightcache.OutcomeCoalesced:
-		sb.WriteString("; fwd=miss; collapsed")
-	case flightcache.OutcomeLoadedWriteFailed:
-		sb.WriteString("; fwd=miss")
-		detail, ttl = "write-failed", false
-	default: // OutcomeLoadFailed and anything new
-		sb.WriteString("; fwd=miss")
-		detail, ttl = "load-failed", false
-		if notFound { // an uncached "not found" (naive mode)
+		param("fwd=miss")
+		param("stored")
+		if err != nil { // a "not found", stored as a tombstone
 			detail = "not-found"
 		}
-	}
-	if notFound && detail == "" {
-		detail = "not-found"
+	case flightcache.OutcomeCoalesced:
+		param("fwd=miss")
+		param("collapsed")
+	case flightcache.OutcomeLoadedWriteFailed:
+		param("fwd=miss")
+		detail, ttl = "write-failed", false
+	default: // OutcomeLoadFailed and anything new
+		ttl = false
+		var te *flightcache.ThrottledError
+		switch {
+		case errors.Is(err, singleflight.ErrTooManyInFlight), errors.Is(err, singleflight.ErrTooManyWaiters):
+			detail = "overloaded"
+		case errors.Is(err, singleflight.ErrClosed):
+			detail = "shutting-down"
+		case errors.As(err, &te):
+			detail = "origin-throttled"
+		case errors.Is(err, product.ErrNotFound): // uncached (naive mode)
+			param("fwd=miss")
+			detail = "not-found"
+		case errors.Is(err, context.DeadlineExceeded):
+			param("fwd=miss")
+			detail = "origin-timeout"
+		default:
+			param("fwd=miss")
+			detail = "origin-error"
+		}
 	}
 	if ttl {
-		sb.WriteString("; ttl=")
-		sb.WriteString(strconv.FormatInt(ceilSeconds(sv.TTL), 10))
+		param("ttl=" + strconv.FormatInt(ceilSeconds(sv.TTL), 10))
 	}
 	if detail != "" {
-		sb.WriteString("; detail=")
-		sb.WriteString(detail)
+		param("detail=" + detail)
 	}
 	return sb.String()
 }

@@ -143,8 +143,7 @@ func (a *api) getProduct(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sv, err := a.Service.Get(r.Context(), ref)
-	notFound := errors.Is(err, product.ErrNotFound)
-	w.Header().Set("Cache-Status", CacheStatus(a.CacheName, sv, notFound))
+	w.Header().Set("Cache-Status", CacheStatus(a.CacheName, sv, err))
 	if err != nil {
 		e := classify(err, a.RetryAfter)
 		if e.status >= 500 {
@@ -190,7 +189,12 @@ func (a *api) putProduct(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out, err := a.Service.Update(r.Context(), ref, p)
-	w.Header().Set("Cache-Status", a.CacheName+"; fwd=request; detail=invalidated")
+	// RFC 9211 §2.2: fwd=method, a PUT is never served from the cache.
+	status := a.CacheName + "; fwd=method"
+	if err == nil {
+		status += "; detail=invalidated"
+	}
+	w.Header().Set("Cache-Status", status)
 	if err != nil {
 		e := classify(err, a.RetryAfter)
 		if e.status >= 500 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -250,6 +251,10 @@ func TestPutUpdatesAndTheNextGetSeesIt(t *testing.T) {
 	if w.Code != http.StatusOK {
 		t.Fatalf("PUT %d: %s", w.Code, w.Body)
 	}
+	// RFC 9211 §2.2: a method never served from the cache is fwd=method.
+	if cs := w.Header().Get("Cache-Status"); cs != "flightcache; fwd=method; detail=invalidated" {
+		t.Fatalf("PUT Cache-Status %q", cs)
+	}
 	var got product.Product
 	w = a.do("GET", p1, "")
 	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil || got.DisplayName != "Brand new" || got.PriceCents != 4242 {
@@ -300,7 +305,7 @@ func TestOriginFailuresMapToGatewayErrors(t *testing.T) {
 		}
 		w := a.do("GET", p1, "")
 		wantError(t, w, http.StatusBadGateway, "origin_error")
-		if cs := w.Header().Get("Cache-Status"); cs != "flightcache; fwd=miss; detail=load-failed" {
+		if cs := w.Header().Get("Cache-Status"); cs != "flightcache; fwd=miss; detail=origin-error" {
 			t.Fatalf("Cache-Status %q", cs)
 		}
 	})
@@ -339,6 +344,9 @@ func TestEngineLimitIs503WithRetryAfter(t *testing.T) {
 	<-a.events.started // the blocked load holds the only slot
 	w := a.do("GET", "/v1/tenants/acme/products/p-00002", "")
 	wantError(t, w, http.StatusServiceUnavailable, "overloaded")
+	if cs := w.Header().Get("Cache-Status"); cs != "flightcache; detail=overloaded" {
+		t.Fatalf("Cache-Status %q of a rejection: want no fwd, nothing was forwarded", cs)
+	}
 	if ra := w.Header().Get("Retry-After"); ra != "1" {
 		t.Fatalf("Retry-After %q, want 1", ra)
 	}
@@ -429,31 +437,50 @@ func TestRecoverKeepsTheProcessAliveAfterAHandlerPanic(t *testing.T) {
 	resp.Body.Close()
 }
 
-func TestCacheStatusForEveryOutcome(t *testing.T) {
+// Every Cache-Status value productd sends, with the RFC 9211 section
+// that makes it right.
+func TestCacheStatusFollowsRFC9211ForEveryOutcome(t *testing.T) {
 	sv := func(o flightcache.Outcome, ttl time.Duration) product.Served {
 		return product.Served{Outcome: o, TTL: ttl, TTLKnown: true}
 	}
+	stale := func(cause error) product.Served {
+		s := sv(flightcache.OutcomeStale, -3400*time.Millisecond)
+		s.StaleCause = cause
+		return s
+	}
+	failed := product.Served{Outcome: flightcache.OutcomeLoadFailed}
+	originDown := errors.New("connection refused")
+	throttled := &flightcache.ThrottledError{Err: originDown}
 	tests := []struct {
-		sv       product.Served
-		notFound bool
-		want     string
+		rfc  string // why this value is right
+		sv   product.Served
+		err  error
+		want string
 	}{
-		{sv(flightcache.OutcomeHitLocal, 41500*time.Millisecond), false, "flightcache; hit; ttl=42"},
-		{sv(flightcache.OutcomeHitShared, 5*time.Second), false, "flightcache; hit; ttl=5; detail=shared"},
-		{sv(flightcache.OutcomeRefreshed, time.Second), false, "flightcache; hit; ttl=1; detail=early-refresh"},
-		{sv(flightcache.OutcomeLoaded, 300*time.Second), false, "flightcache; fwd=miss; stored; ttl=300"},
-		{sv(flightcache.OutcomeCoalesced, 300*time.Second), false, "flightcache; fwd=miss; collapsed; ttl=300"},
-		{sv(flightcache.OutcomeLoaded, 30*time.Second), true, "flightcache; fwd=miss; stored; ttl=30; detail=not-found"},
-		{sv(flightcache.OutcomeNegativeHit, 17*time.Second), true, "flightcache; hit; ttl=17; detail=not-found"},
-		{sv(flightcache.OutcomeStale, -3400*time.Millisecond), false, "flightcache; hit; ttl=-3; detail=stale"},
-		{sv(flightcache.OutcomeLoadedWriteFailed, time.Minute), false, "flightcache; fwd=miss; detail=write-failed"},
-		{product.Served{Outcome: flightcache.OutcomeLoadFailed}, false, "flightcache; fwd=miss; detail=load-failed"},
-		{product.Served{Outcome: flightcache.OutcomeLoadFailed}, true, "flightcache; fwd=miss; detail=not-found"},
-		{product.Served{Outcome: flightcache.OutcomeHitLocal}, false, "flightcache; hit"},
+		{"§2.1 hit: served from the cache, not forwarded; §2.4 ttl rounded up", sv(flightcache.OutcomeHitLocal, 41500*time.Millisecond), nil, "flightcache; hit; ttl=42"},
+		{"§2.1 hit from the shared tier; §2.8 detail names the tier", sv(flightcache.OutcomeHitShared, 5*time.Second), nil, "flightcache; hit; ttl=5; detail=shared"},
+		{"§2.1 hit; the background refresh is not this request's forward", sv(flightcache.OutcomeRefreshed, time.Second), nil, "flightcache; hit; ttl=1; detail=early-refresh"},
+		{"§2.2 fwd=miss: nothing cached; §2.5 stored", sv(flightcache.OutcomeLoaded, 300*time.Second), nil, "flightcache; fwd=miss; stored; ttl=300"},
+		{"§2.2 fwd=miss; §2.6 collapsed into another request's load", sv(flightcache.OutcomeCoalesced, 300*time.Second), nil, "flightcache; fwd=miss; collapsed; ttl=300"},
+		{"§2.5 stored: a not-found is stored as a tombstone", sv(flightcache.OutcomeLoaded, 30*time.Second), product.ErrNotFoundCached, "flightcache; fwd=miss; stored; ttl=30; detail=not-found"},
+		{"§2.1 hit on a cached not-found", sv(flightcache.OutcomeNegativeHit, 17*time.Second), product.ErrNotFoundCached, "flightcache; hit; ttl=17; detail=not-found"},
+		{"§2.2 fwd=stale: only a stale value was cached and the request went forward; §2.4 negative ttl is stale", stale(originDown), nil, "flightcache; fwd=stale; ttl=-3; detail=origin-error"},
+		{"§2.2 fwd=stale: forwarded, the origin was too slow for the soft timeout", stale(flightcache.ErrSoftTimeout), nil, "flightcache; fwd=stale; ttl=-3; detail=soft-timeout"},
+		{"§2.1 hit: the failure throttle served the stale value without forwarding; §2.4 negative ttl", stale(throttled), nil, "flightcache; hit; ttl=-3; detail=origin-throttled"},
+		{"§2.2 fwd=miss, but §2.5 stored absent: the write-back failed; §2.4 no ttl for an uncached response", sv(flightcache.OutcomeLoadedWriteFailed, time.Minute), nil, "flightcache; fwd=miss; detail=write-failed"},
+		{"§2.2 fwd=miss that failed; §2.3 fwd-status omitted, the origin is not HTTP", failed, originDown, "flightcache; fwd=miss; detail=origin-error"},
+		{"§2.2 fwd=miss that timed out", failed, fmt.Errorf("load: %w", context.DeadlineExceeded), "flightcache; fwd=miss; detail=origin-timeout"},
+		{"§2.2 fwd=miss for an uncached not-found (naive mode)", failed, product.ErrNotFoundCached, "flightcache; fwd=miss; detail=not-found"},
+		{"§2.2 no fwd: an overload rejection forwarded nothing", failed, singleflight.ErrTooManyInFlight, "flightcache; detail=overloaded"},
+		{"§2.2 no fwd: too many waiters, nothing forwarded", failed, singleflight.ErrTooManyWaiters, "flightcache; detail=overloaded"},
+		{"§2.2 no fwd: shutting down, nothing forwarded", failed, singleflight.ErrClosed, "flightcache; detail=shutting-down"},
+		{"§2.2 no fwd: the throttle answered with the last failure", failed, throttled, "flightcache; detail=origin-throttled"},
+		{"§2.1 no hit, §2.2 no fwd: the guard answered without a stored response", sv(flightcache.OutcomeFiltered, time.Second), product.ErrNotFoundCached, "flightcache; detail=filtered"},
+		{"§2.4 ttl only when known", product.Served{Outcome: flightcache.OutcomeHitLocal}, nil, "flightcache; hit"},
 	}
 	for _, tc := range tests {
-		if got := CacheStatus("flightcache", tc.sv, tc.notFound); got != tc.want {
-			t.Errorf("CacheStatus(%v, notFound=%v) = %q, want %q", tc.sv.Outcome, tc.notFound, got, tc.want)
+		if got := CacheStatus("flightcache", tc.sv, tc.err); got != tc.want {
+			t.Errorf("%s: CacheStatus(%v, %v) = %q, want %q", tc.rfc, tc.sv.Outcome, tc.err, got, tc.want)
 		}
 	}
 }

@@ -56,6 +56,11 @@ type Served struct {
 	// stale value; meaningful only when TTLKnown.
 	TTL      time.Duration
 	TTLKnown bool
+	// StaleCause is, with OutcomeStale, why the fresh value did not arrive:
+	// the origin's error, a *flightcache.ThrottledError (the origin was not
+	// asked), or flightcache.ErrSoftTimeout. It is known only when the
+	// Cache's Observer comes from WatchStale; nil otherwise.
+	StaleCause error
 }
 
 // ServiceOptions configures a QueryService.
@@ -248,8 +253,12 @@ func (s *QueryService) Get(ctx context.Context, ref Ref) (Served, error) {
 		flightcache.SetTTL(ctx, ttl)
 		return Entry{Product: p, FreshUntil: s.opts.Now().Add(ttl)}, nil
 	}
-	r, err := s.opts.Cache.Fetch(ctx, k, load)
+	note := new(staleNote)
+	r, err := s.opts.Cache.Fetch(context.WithValue(ctx, staleNoteKey{}, note), k, load)
 	sv := Served{Product: r.Value.Product, Outcome: r.Outcome}
+	if r.Outcome == flightcache.OutcomeStale {
+		sv.StaleCause = note.why
+	}
 	if err != nil {
 		if errors.Is(err, flightcache.ErrNotFound) {
 			// A tombstone's remaining life is NegativeTTL minus its age;

@@ -138,7 +138,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 			TTL: cfg.TTL, NegativeTTL: cfg.NegativeTTL, Jitter: jitter, StaleFor: cfg.StaleFor,
 			EarlyRefresh: cfg.EarlyRefresh, LoaderTimeout: cfg.LoaderTimeout,
 			MaxInFlight: cfg.MaxInFlight, MaxWaiters: cfg.MaxWaiters,
-			Observer: metrics, Logger: log,
+			Observer: product.WatchStale(metrics, nil), Logger: log,
 		})
 		if err != nil {
 			return nil, err
