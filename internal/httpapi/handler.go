@@ -4,6 +4,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,8 +16,10 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/flightcache/flightcache/internal/product"
+	"github.com/flightcache/flightcache/internal/ratelog"
 )
 
 // Query parameter defaults: a GET without locale or currency asks for the
@@ -49,10 +52,16 @@ type Options struct {
 	RetryAfter time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+	// WarnEvery is the least time between two warnings about failed
+	// requests (the ones in between are counted in the next); default 1s.
+	WarnEvery time.Duration
 }
 
 type api struct {
 	Options
+	// failures rate-limits the warnings about 5xx answers: under overload
+	// or an outage they would otherwise be one line per request.
+	failures *ratelog.Limiter
 }
 
 // New returns the API's handler: the routes wrapped in the recover
@@ -71,7 +80,10 @@ func New(opts Options) http.Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	a := &api{opts}
+	if opts.WarnEvery <= 0 {
+		opts.WarnEvery = time.Second
+	}
+	a := &api{Options: opts, failures: ratelog.New(opts.Logger, opts.WarnEvery)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/tenants/{tenant}/products/{id}", a.getProduct)
 	mux.HandleFunc("PUT /v1/tenants/{tenant}/products/{id}", a.putProduct)
@@ -79,9 +91,12 @@ func New(opts Options) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	mux.HandleFunc("/healthz", methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("GET /readyz", a.readyz)
+	mux.HandleFunc("/readyz", methodNotAllowed("GET, HEAD"))
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", opts.Metrics)
+		mux.HandleFunc("/metrics", methodNotAllowed("GET, HEAD"))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError{status: http.StatusNotFound, code: "no_route", message: "no such route"})
@@ -147,7 +162,7 @@ func (a *api) getProduct(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		e := classify(err, a.RetryAfter)
 		if e.status >= 500 {
-			a.Logger.LogAttrs(r.Context(), slog.LevelWarn, "product lookup failed",
+			a.failures.Log(r.Context(), slog.LevelWarn, "product lookup failed",
 				slog.Int("status", e.status), slog.String("code", e.code), slog.Any("error", err))
 		}
 		writeError(w, e)
@@ -168,20 +183,9 @@ func (a *api) putProduct(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	var p product.Patch
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, apiError{status: http.StatusRequestEntityTooLarge, code: "body_too_large", message: "the body must be at most 4 KiB"})
-			return
-		}
-		writeError(w, apiError{status: http.StatusBadRequest, code: "invalid_body", message: `the body must be a JSON object {"displayName": string, "priceCents": integer}`})
-		return
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		writeError(w, apiError{status: http.StatusBadRequest, code: "invalid_body", message: "the body must hold exactly one JSON object"})
+	p, e := decodePatch(w, r)
+	if e != nil {
+		writeError(w, *e)
 		return
 	}
 	if err := p.Validate(); err != nil {
@@ -198,13 +202,78 @@ func (a *api) putProduct(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		e := classify(err, a.RetryAfter)
 		if e.status >= 500 {
-			a.Logger.LogAttrs(r.Context(), slog.LevelWarn, "product update failed",
+			a.failures.Log(r.Context(), slog.LevelWarn, "product update failed",
 				slog.Int("status", e.status), slog.String("code", e.code), slog.Any("error", err))
 		}
 		writeError(w, e)
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// decodePatch reads a PUT body: one JSON object whose only keys are
+// displayName and priceCents, each at most once and spelled exactly so.
+// encoding/json alone would take the last of two duplicate keys and match
+// "PRICECENTS" to priceCents; an API that says it rejects unknown fields
+// must not guess which of two values was meant.
+func decodePatch(w http.ResponseWriter, r *http.Request) (product.Patch, *apiError) {
+	var p product.Patch
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return p, &apiError{status: http.StatusRequestEntityTooLarge, code: "body_too_large", message: "the body must be at most 4 KiB"}
+		}
+		return p, &apiError{status: http.StatusBadRequest, code: "invalid_body", message: "the body could not be read"}
+	}
+	bad := func(msg string) (product.Patch, *apiError) {
+		return product.Patch{}, &apiError{status: http.StatusBadRequest, code: "invalid_body", message: msg}
+	}
+	if !utf8.Valid(body) {
+		return bad("the body must be UTF-8")
+	}
+	if err := checkPatchKeys(body); err != nil {
+		return bad(err.Error())
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return bad(`the body must be a JSON object {"displayName": string, "priceCents": integer}`)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return bad("the body must hold exactly one JSON object")
+	}
+	return p, nil
+}
+
+// checkPatchKeys walks the top-level object's keys: each must be one of
+// the Patch's JSON names, exactly, and appear once. Malformed JSON is left
+// for the decoder to report.
+func checkPatchKeys(body []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		k, _ := t.(string)
+		if k != "displayName" && k != "priceCents" {
+			return errors.New(`unknown field; the fields are "displayName" and "priceCents", spelled exactly so`)
+		}
+		if seen[k] {
+			return errors.New("each field may appear once")
+		}
+		seen[k] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
+	return nil
 }
 
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {

@@ -281,6 +281,11 @@ func TestPutRejectsBadBodies(t *testing.T) {
 		{"wrong type", `{"priceCents":1}`, "text/plain", 415, "unsupported_media_type"},
 		{"too big", `{"displayName":"` + strings.Repeat("a", 5000) + `"}`, "application/json", 413, "body_too_large"},
 		{"unknown product", `{"priceCents":1}`, "application/json; charset=utf-8", 404, "not_found"},
+		{"duplicate key", `{"priceCents":1,"priceCents":2}`, "application/json", 400, "invalid_body"},
+		{"case-variant key", `{"PRICECENTS":1}`, "application/json", 400, "invalid_body"},
+		{"case-variant duplicate", `{"priceCents":1,"PriceCents":2}`, "application/json", 400, "invalid_body"},
+		{"invalid UTF-8 in name", "{\"displayName\":\"caf\xe9\"}", "application/json", 400, "invalid_body"},
+		{"lone surrogate in name", `{"displayName":"a\ud800b"}`, "application/json", 400, "invalid_displayName"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -294,6 +299,21 @@ func TestPutRejectsBadBodies(t *testing.T) {
 			}
 			wantError(t, a.do("PUT", target, tc.body, hdr...), tc.status, tc.code)
 		})
+	}
+}
+
+// The operational routes answer a wrong method with 405, an Allow header
+// and a JSON error, like the product routes.
+func TestWrongMethodOnOperationalRoutesIs405JSON(t *testing.T) {
+	a := newTestAPI(t, apiConfig{})
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		for _, method := range []string{"POST", "PUT", "DELETE"} {
+			w := a.do(method, path, "")
+			wantError(t, w, http.StatusMethodNotAllowed, "method_not_allowed")
+			if allow := w.Header().Get("Allow"); allow != "GET, HEAD" {
+				t.Fatalf("%s %s: Allow %q", method, path, allow)
+			}
+		}
 	}
 }
 

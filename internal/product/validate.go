@@ -150,6 +150,12 @@ func checkDisplayName(s string) error {
 		if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) {
 			return &InvalidError{Field: "displayName", Reason: "must not contain control characters"}
 		}
+		// U+FFFD is what a decoder leaves for bytes or escapes it could
+		// not decode (encoding/json turns invalid UTF-8 and lone
+		// surrogates into it): storing it would silently corrupt a name.
+		if r == utf8.RuneError {
+			return &InvalidError{Field: "displayName", Reason: "must not contain U+FFFD or undecodable text"}
+		}
 	}
 	return nil
 }

@@ -125,11 +125,21 @@ func parseLevel(s string) (slog.Level, error) {
 // NewLogger returns the slog logger c asks for, writing to w.
 func (c Config) NewLogger(w io.Writer) *slog.Logger {
 	lvl, _ := parseLevel(c.LogLevel)
-	o := &slog.HandlerOptions{Level: lvl}
+	o := &slog.HandlerOptions{Level: lvl, ReplaceAttr: readableDurations}
 	if c.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, o))
 	}
 	return slog.New(slog.NewTextHandler(w, o))
+}
+
+// readableDurations writes durations as Go duration strings ("1.5s",
+// "250ms"): slog's JSON handler would write integer nanoseconds, which no
+// one reads at a glance.
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 // envPrefix starts every environment variable productd reads.

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,4 +132,62 @@ func TestSQLiteErrorNamesThePath(t *testing.T) {
 	if !strings.Contains(err.Error(), cfg.DB) {
 		t.Fatalf("error does not name %s: %v", cfg.DB, err)
 	}
+}
+
+// JSON logs carry durations as readable strings, not nanoseconds.
+func TestJSONLogsWriteDurationsAsStrings(t *testing.T) {
+	c := Default()
+	c.LogFormat = "json"
+	var buf bytes.Buffer
+	c.NewLogger(&buf).Info("x", "took", 1500*time.Millisecond)
+	if !strings.Contains(buf.String(), `"took":"1.5s"`) {
+		t.Fatalf("log line %s: want \"took\":\"1.5s\"", buf.String())
+	}
+}
+
+// At debug level every request gets an access log line that names the
+// route pattern and status, never the path (it holds IDs).
+func TestAccessLogAtDebugNamesTheRouteNotThePath(t *testing.T) {
+	cfg := Default()
+	cfg.DB = filepath.Join(t.TempDir(), "products.db")
+	cfg.Catalog = &testCatalog
+	cfg.LogLevel, cfg.LogFormat = "debug", "json"
+	var buf syncBuffer
+	s, err := New(t.Context(), cfg, cfg.NewLogger(&buf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	req := httptest.NewRequest("GET", "/v1/tenants/acme/products/p-00042", nil)
+	s.Handler().ServeHTTP(httptest.NewRecorder(), req)
+	var found bool
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if !strings.Contains(line, `"msg":"request"`) {
+			continue
+		}
+		found = true
+		if strings.Contains(line, "p-00042") || !strings.Contains(line, `"route":"GET /v1/tenants/{tenant}/products/{id}"`) || !strings.Contains(line, `"status":200`) {
+			t.Fatalf("access log line %s", line)
+		}
+	}
+	if !found {
+		t.Fatalf("no access log line at debug:\n%s", buf.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

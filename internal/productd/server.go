@@ -157,7 +157,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 		Service: s.svc, CacheName: cacheName, Ready: s.ready,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), Logger: log,
 	})
-	s.handler = instrument(reg, api)
+	s.handler = instrument(reg, log, api)
 	return s, nil
 }
 
@@ -183,9 +183,11 @@ func (s *Server) connectRedis(ctx context.Context) (flightcache.SharedStore, err
 	return redisstore.New(s.rdb, redisstore.Options{Prefix: s.cfg.RedisPrefix})
 }
 
-// instrument counts requests by route pattern and status. Both labels are
-// bounded: the pattern is one of the routes, never the path.
-func instrument(reg prometheus.Registerer, next http.Handler) http.Handler {
+// instrument counts requests by route pattern and status, and writes an
+// access log line per request at debug level. The labels and the log line
+// name the route pattern, never the path: paths hold tenant and product
+// IDs.
+func instrument(reg prometheus.Registerer, log *slog.Logger, next http.Handler) http.Handler {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "productd_http_requests_total",
 		Help: "HTTP requests served, by route pattern and status code.",
@@ -204,8 +206,15 @@ func instrument(reg prometheus.Registerer, next http.Handler) http.Handler {
 		if route == "" {
 			route = "none"
 		}
+		took := time.Since(start)
 		requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
-		duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		duration.WithLabelValues(route).Observe(took.Seconds())
+		if log.Enabled(r.Context(), slog.LevelDebug) {
+			log.LogAttrs(r.Context(), slog.LevelDebug, "request",
+				slog.String("method", r.Method), slog.String("route", route),
+				slog.Int("status", sw.code), slog.Duration("took", took),
+				slog.String("cache_status", sw.Header().Get("Cache-Status")))
+		}
 	})
 }
 
