@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -43,9 +44,9 @@ type Options struct {
 	Service Service
 	// CacheName is the cache's name in Cache-Status; default "flightcache".
 	CacheName string
-	// Ready reports whether the dependencies (origin, Redis) are reachable,
-	// for /readyz. Nil means always ready.
-	Ready func(ctx context.Context) error
+	// Ready reports, for /readyz, whether the service can serve and the
+	// state of each dependency. Nil means always ready.
+	Ready func(ctx context.Context) Readiness
 	// Metrics serves /metrics; nil leaves the route out.
 	Metrics http.Handler
 	// RetryAfter is sent with 503s; default 1s.
@@ -55,6 +56,18 @@ type Options struct {
 	// WarnEvery is the least time between two warnings about failed
 	// requests (the ones in between are counted in the next); default 1s.
 	WarnEvery time.Duration
+}
+
+// Readiness is what /readyz reports: whether this instance can serve, and
+// each dependency's state ("up", "down", a breaker's "closed", "open"...),
+// so an operator sees a degraded mode (say redis: down) on an instance a
+// load balancer rightly keeps in rotation.
+type Readiness struct {
+	// Ready is false when the instance cannot serve; /readyz then answers
+	// 503.
+	Ready bool
+	// Dependencies maps a dependency's name to its state.
+	Dependencies map[string]string
 }
 
 type api struct {
@@ -277,16 +290,26 @@ func checkPatchKeys(body []byte) error {
 }
 
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
+	rd := Readiness{Ready: true, Dependencies: map[string]string{}}
 	if a.Ready != nil {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := a.Ready(ctx); err != nil {
-			a.Logger.LogAttrs(r.Context(), slog.LevelWarn, "not ready", slog.Any("error", err))
-			writeError(w, apiError{status: http.StatusServiceUnavailable, code: "not_ready", message: "a dependency is unreachable", retryAfter: a.RetryAfter})
-			return
-		}
+		rd = a.Ready(ctx)
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	body := struct {
+		Status       string            `json:"status"`
+		Dependencies map[string]string `json:"dependencies"`
+		Error        *ErrorDetail      `json:"error,omitempty"`
+	}{Status: "ready", Dependencies: rd.Dependencies}
+	if !rd.Ready {
+		a.failures.Log(r.Context(), slog.LevelWarn, "not ready", slog.Any("dependencies", rd.Dependencies))
+		body.Status = "not_ready"
+		body.Error = &ErrorDetail{Code: "not_ready", Message: "the origin database cannot serve"}
+		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, a.RetryAfter.Round(time.Second)/time.Second))))
+		writeJSON(w, http.StatusServiceUnavailable, body)
+		return
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 // Recover turns a panic in next into a 500 JSON error and a log line with

@@ -77,7 +77,7 @@ type testAPI struct {
 type apiConfig struct {
 	loaderTimeout time.Duration
 	maxInFlight   int
-	ready         func(context.Context) error
+	ready         func(context.Context) Readiness
 }
 
 func newTestAPI(t testing.TB, cfg apiConfig) *testAPI {
@@ -417,16 +417,33 @@ func TestConcurrentMissesAreCollapsedIntoOneOriginQuery(t *testing.T) {
 	}
 }
 
-func TestReadyz(t *testing.T) {
-	a := newTestAPI(t, apiConfig{ready: func(context.Context) error { return nil }})
-	if w := a.do("GET", "/readyz", ""); w.Code != 200 {
-		t.Fatalf("readyz %d", w.Code)
+// /readyz answers 200 while the instance can serve, even with a
+// dependency down, and shows each dependency's state in its JSON body; it
+// answers 503 only when the instance cannot serve.
+func TestReadyzReportsEachDependencyAndFailsOnlyWhenItCannotServe(t *testing.T) {
+	degraded := Readiness{Ready: true, Dependencies: map[string]string{"db": "up", "redis": "down", "breaker": "open"}}
+	a := newTestAPI(t, apiConfig{ready: func(context.Context) Readiness { return degraded }})
+	w := a.do("GET", "/readyz", "")
+	if w.Code != 200 {
+		t.Fatalf("readyz %d with redis down, want 200: the instance still serves", w.Code)
 	}
-	b := newTestAPI(t, apiConfig{ready: func(context.Context) error { return errors.New("db down") }})
-	w := b.do("GET", "/readyz", "")
-	wantError(t, w, http.StatusServiceUnavailable, "not_ready")
-	if w.Header().Get("Retry-After") == "" {
-		t.Fatal("no Retry-After on a 503")
+	var body struct {
+		Status       string
+		Dependencies map[string]string
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || body.Status != "ready" ||
+		body.Dependencies["redis"] != "down" || body.Dependencies["breaker"] != "open" || body.Dependencies["db"] != "up" {
+		t.Fatalf("readyz body %s (%v)", w.Body, err)
+	}
+	b := newTestAPI(t, apiConfig{ready: func(context.Context) Readiness {
+		return Readiness{Dependencies: map[string]string{"db": "down"}}
+	}})
+	w = b.do("GET", "/readyz", "")
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), `"code":"not_ready"`) {
+		t.Fatalf("readyz with the db down: %d %s", w.Code, w.Body)
+	}
+	if w.Header().Get("Retry-After") == "" || !strings.Contains(w.Body.String(), `"db":"down"`) {
+		t.Fatalf("503 readyz: Retry-After %q, body %s", w.Header().Get("Retry-After"), w.Body)
 	}
 }
 

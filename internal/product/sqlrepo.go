@@ -207,5 +207,19 @@ func (r *SQLRepository) Ping(ctx context.Context) error {
 	return r.db.PingContext(ctx)
 }
 
+// CanServe reports whether the origin can answer product queries: it reads
+// one row of the products table (with the columns Get reads). A database
+// that is reachable but lost its table, or was never migrated, cannot. It
+// skips OriginLatency: readiness is about the database, not the demo.
+func (r *SQLRepository) CanServe(ctx context.Context) error {
+	var name string
+	var price, rev int64
+	err := r.db.QueryRowContext(ctx, `SELECT display_name, price_cents, revision FROM products LIMIT 1`).Scan(&name, &price, &rev)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("product: origin cannot serve: %w", err)
+	}
+	return nil
+}
+
 // Close closes the connection pool.
 func (r *SQLRepository) Close() error { return r.db.Close() }

@@ -23,19 +23,26 @@ import (
 // PRODUCTD_* environment variable (see ParseFlags); Default gives the
 // values used when neither is set.
 type Config struct {
-	Addr          string        // listen address
-	DB            string        // SQLite file path, or postgres:// URL
-	DBMaxConns    int           // origin connection pool size
-	Seed          bool          // seed the demo catalog into an empty database
-	Redis         string        // redis:// URL of the shared tier; empty: memory only
-	RedisPrefix   string        // key prefix in Redis
+	Addr        string // listen address
+	DB          string // SQLite file path, or postgres:// URL
+	DBMaxConns  int    // origin connection pool size
+	Seed        bool   // seed the demo catalog into an empty database
+	Redis       string // redis:// URL of the shared tier; empty: memory only
+	RedisPrefix string // key prefix in Redis
+	// RedisTimeout bounds every Redis call of the request path (the cache's
+	// SharedTimeout) and the readiness ping.
+	RedisTimeout  time.Duration
 	OriginLatency time.Duration // artificial delay per origin lookup
 
-	Mode            product.Mode // flightcache or naive
-	TTL             time.Duration
-	NegativeTTL     time.Duration
-	Jitter          float64
-	StaleFor        time.Duration
+	Mode        product.Mode // flightcache or naive
+	TTL         time.Duration
+	NegativeTTL time.Duration
+	Jitter      float64
+	StaleFor    time.Duration
+	// FailureThrottle: after a failed origin load of a product, requests
+	// for it within this window get the stale value (or the failure) at
+	// once instead of asking the origin again. 0 turns it off.
+	FailureThrottle time.Duration
 	EarlyRefresh    bool
 	LoaderTimeout   time.Duration
 	MaxInFlight     int
@@ -59,6 +66,8 @@ func Default() Config {
 		DBMaxConns:      product.DefaultMaxConns,
 		Seed:            true,
 		RedisPrefix:     "productd:",
+		RedisTimeout:    flightcache.DefaultSharedTimeout,
+		FailureThrottle: 2 * time.Second,
 		Mode:            product.ModeFlightcache,
 		TTL:             5 * time.Minute,
 		NegativeTTL:     30 * time.Second,
@@ -91,6 +100,10 @@ func (c Config) Validate() error {
 		return bad("-cache-jitter must be in [0, 0.5]")
 	case c.StaleFor < 0:
 		return bad("-stale-for must not be negative")
+	case c.FailureThrottle < 0 || c.FailureThrottle > time.Minute:
+		return bad("-failure-throttle must be between 0 and 1m")
+	case c.RedisTimeout < time.Millisecond || c.RedisTimeout > 10*time.Second:
+		return bad("-redis-timeout must be between 1ms and 10s")
 	case c.LoaderTimeout < time.Millisecond || c.LoaderTimeout > 10*time.Minute:
 		return bad("-loader-timeout must be between 1ms and 10m")
 	case c.MaxInFlight < 0 || c.MaxWaiters < 0:
@@ -235,12 +248,14 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	boolean(&c.Seed, "seed", "seed the demo catalog (3 tenants x 2,000 products x 3 locales x 3 currencies) on first start")
 	secret(&c.Redis, "redis", "redis:// URL of the shared cache tier; empty keeps the cache in memory only")
 	str(&c.RedisPrefix, "redis-prefix", "prefix of productd's keys in Redis")
+	dur(&c.RedisTimeout, "redis-timeout", "bound of each Redis call on the request path (1ms to 10s); a hung Redis costs a request at most this per call")
 	dur(&c.OriginLatency, "origin-latency", "artificial delay added to each origin lookup (demos, tests), e.g. 200ms")
 	str(&mode, "mode", "read path: flightcache (coalesced) or naive (uncoordinated cache-aside, to show the herd)")
 	dur(&c.TTL, "cache-ttl", "how long a product stays fresh in the cache (1s to 24h)")
 	dur(&c.NegativeTTL, "negative-ttl", "how long a \"not found\" is cached (1s to -cache-ttl)")
 	float(&c.Jitter, "cache-jitter", "fraction by which each TTL is randomly shortened, in [0, 0.5]")
 	dur(&c.StaleFor, "stale-for", "serve values up to this long past their TTL when the origin fails (0: off)")
+	dur(&c.FailureThrottle, "failure-throttle", "after a failed origin load of a product, serve its stale value (or the failure) at once for this long instead of asking the origin again (0: off, at most 1m)")
 	boolean(&c.EarlyRefresh, "early-refresh", "refresh hot entries in the background before they expire (XFetch)")
 	dur(&c.LoaderTimeout, "loader-timeout", "hard timeout of one origin load; beyond it requests get 504")
 	num(&c.MaxInFlight, "max-in-flight", "products loading at once before new misses get 503 (0: unlimited)")

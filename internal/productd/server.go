@@ -41,7 +41,8 @@ type Server struct {
 	repo    *product.SQLRepository
 	counted *product.CountingRepository
 	local   *memstore.Store[product.Entry]
-	rdb     *redis.Client // nil without -redis
+	rdb     *redis.Client             // nil without -redis
+	breaker flightcache.SharedBreaker // nil without -redis
 	cache   *flightcache.Cache[product.Entry]
 	svc     *product.QueryService
 	handler http.Handler
@@ -136,7 +137,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 		s.cache, err = flightcache.New(flightcache.Options[product.Entry]{
 			Name: "product", Local: s.local, Shared: shared,
 			TTL: cfg.TTL, NegativeTTL: cfg.NegativeTTL, Jitter: jitter, StaleFor: cfg.StaleFor,
-			EarlyRefresh: cfg.EarlyRefresh, LoaderTimeout: cfg.LoaderTimeout,
+			EarlyRefresh: cfg.EarlyRefresh, LoaderTimeout: cfg.LoaderTimeout, FailureThrottle: cfg.FailureThrottle,
+			SharedTimeout: cfg.RedisTimeout, SharedBreaker: s.breaker,
 			MaxInFlight: cfg.MaxInFlight, MaxWaiters: cfg.MaxWaiters,
 			Observer: product.WatchStale(metrics, nil), Logger: log,
 		})
@@ -178,7 +180,7 @@ func (s *Server) connectRedis(ctx context.Context) (flightcache.SharedStore, err
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := s.rdb.Ping(pctx).Err(); err != nil {
-		return nil, fmt.Errorf("productd: redis at %s: %w", opt.Addr, err)
+		return nil, fmt.Errorf("productd: -redis: Redis at %s does not answer at startup (start it, fix -redis, or leave -redis empty for a memory-only cache): %w", opt.Addr, err)
 	}
 	return redisstore.New(s.rdb, redisstore.Options{Prefix: s.cfg.RedisPrefix})
 }
@@ -233,17 +235,29 @@ func (s *statusWriter) WriteHeader(code int) {
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// ready is /readyz: the origin, and Redis when configured, answer.
-func (s *Server) ready(ctx context.Context) error {
-	if err := s.repo.Ping(ctx); err != nil {
-		return fmt.Errorf("origin: %w", err)
+// ready is /readyz. The instance can serve while the origin answers a
+// query on the products table: that alone decides. Redis is reported but
+// never makes the instance unready, since without it requests still go to
+// the memory tier and the origin; a load balancer that dropped every
+// instance when the shared Redis went down would turn a degraded cache
+// into a full outage.
+func (s *Server) ready(ctx context.Context) httpapi.Readiness {
+	rd := httpapi.Readiness{Ready: true, Dependencies: map[string]string{"db": "up"}}
+	if err := s.repo.CanServe(ctx); err != nil {
+		rd.Ready, rd.Dependencies["db"] = false, "down"
 	}
 	if s.rdb != nil {
-		if err := s.rdb.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("redis: %w", err)
+		pctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
+		defer cancel()
+		rd.Dependencies["redis"] = "up"
+		if err := s.rdb.Ping(pctx).Err(); err != nil {
+			rd.Dependencies["redis"] = "down"
+		}
+		if s.breaker != nil {
+			rd.Dependencies["redis_breaker"] = s.breaker.State().String()
 		}
 	}
-	return nil
+	return rd
 }
 
 // Handler is the server's HTTP handler, for tests and embedding.
