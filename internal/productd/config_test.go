@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"github.com/flightcache/flightcache"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -190,4 +191,34 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// The failure throttle is on by default, with a window short enough that
+// the origin is probed again within seconds of recovering.
+func TestFailureThrottleIsOnByDefault(t *testing.T) {
+	c, err := ParseFlags(nil, env(nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.FailureThrottle < time.Second || c.FailureThrottle > 5*time.Second {
+		t.Fatalf("default -failure-throttle %v, want between 1s and 5s", c.FailureThrottle)
+	}
+	if c, err = ParseFlags([]string{"-failure-throttle", "0"}, env(nil), &bytes.Buffer{}); err != nil || c.FailureThrottle != 0 {
+		t.Fatalf("-failure-throttle 0: %v, %v", c.FailureThrottle, err)
+	}
+}
+
+// An origin failure hidden by a stale value is logged as a warning, at
+// most once per second; the failure throttle's repeats are not.
+func TestHiddenOriginFailuresAreWarnedRateLimited(t *testing.T) {
+	var buf syncBuffer
+	warn := staleWarner(slog.New(slog.NewJSONHandler(&buf, nil)))
+	for range 10 {
+		warn(t.Context(), errors.New("connection refused"))
+		warn(t.Context(), &flightcache.ThrottledError{Err: errors.New("connection refused")})
+	}
+	out := buf.String()
+	if n := strings.Count(out, "served a stale value"); n != 1 || !strings.Contains(out, `"level":"WARN"`) || !strings.Contains(out, "connection refused") {
+		t.Fatalf("%d warnings for 10 hidden failures within a second, want 1 WARN with the error:\n%s", n, out)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/flightcache/flightcache/clock"
 	"github.com/flightcache/flightcache/internal/httpapi"
 	"github.com/flightcache/flightcache/internal/product"
+	"github.com/flightcache/flightcache/internal/ratelog"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/promflight"
 	"github.com/flightcache/flightcache/redisstore"
@@ -140,7 +141,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 			EarlyRefresh: cfg.EarlyRefresh, LoaderTimeout: cfg.LoaderTimeout, FailureThrottle: cfg.FailureThrottle,
 			SharedTimeout: cfg.RedisTimeout, SharedBreaker: s.breaker,
 			MaxInFlight: cfg.MaxInFlight, MaxWaiters: cfg.MaxWaiters,
-			Observer: product.WatchStale(metrics, nil), Logger: log,
+			Observer: product.WatchStale(metrics, staleWarner(log)), Logger: log,
 		})
 		if err != nil {
 			return nil, err
@@ -183,6 +184,26 @@ func (s *Server) connectRedis(ctx context.Context) (flightcache.SharedStore, err
 		return nil, fmt.Errorf("productd: -redis: Redis at %s does not answer at startup (start it, fix -redis, or leave -redis empty for a memory-only cache): %w", opt.Addr, err)
 	}
 	return redisstore.New(s.rdb, redisstore.Options{Prefix: s.cfg.RedisPrefix})
+}
+
+// staleWarner logs the origin failures that a stale value hid from the
+// client: the request succeeded, so nothing else would show them. At most
+// one line per second (ratelog). Answers of the failure throttle are not
+// logged: they repeat a failure already logged, and the origin was not
+// asked (promflight counts them).
+func staleWarner(log *slog.Logger) func(context.Context, error) {
+	lim := ratelog.New(log, time.Second)
+	return func(ctx context.Context, why error) {
+		var te *flightcache.ThrottledError
+		switch {
+		case errors.As(why, &te):
+			return
+		case errors.Is(why, flightcache.ErrSoftTimeout):
+			lim.Log(ctx, slog.LevelWarn, "origin slower than the soft timeout; served a stale value")
+		default:
+			lim.Log(ctx, slog.LevelWarn, "origin failed; served a stale value", slog.Any("error", why))
+		}
+	}
 }
 
 // instrument counts requests by route pattern and status, and writes an
