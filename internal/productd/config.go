@@ -23,12 +23,13 @@ import (
 // PRODUCTD_* environment variable (see ParseFlags); Default gives the
 // values used when neither is set.
 type Config struct {
-	Addr        string // listen address
-	DB          string // SQLite file path, or postgres:// URL
-	DBMaxConns  int    // origin connection pool size
-	Seed        bool   // seed the demo catalog into an empty database
-	Redis       string // redis:// URL of the shared tier; empty: memory only
-	RedisPrefix string // key prefix in Redis
+	Addr         string // listen address
+	DB           string // see product.AcceptedDSNForms
+	DBMaxConns   int    // origin connection pool size
+	Seed         bool   // seed the demo catalog into an empty database
+	SeedProducts int    // products per tenant in the seeded catalog
+	Redis        string // redis:// URL of the shared tier; empty: memory only
+	RedisPrefix  string // key prefix in Redis
 	// RedisTimeout bounds every Redis call of the request path (the cache's
 	// SharedTimeout) and the readiness ping.
 	RedisTimeout  time.Duration
@@ -53,8 +54,9 @@ type Config struct {
 	LogLevel        string // debug, info, warn, error
 	LogFormat       string // text or json
 
-	// Catalog is what Seed seeds; nil means product.DemoCatalog. It has no
-	// flag: tests and stampede set it to seed less.
+	// Catalog is what Seed seeds; nil means product.DemoCatalog with
+	// SeedProducts products per tenant. It has no flag: tests and stampede
+	// set it to seed other tenants or locales.
 	Catalog *product.Catalog
 }
 
@@ -65,6 +67,7 @@ func Default() Config {
 		DB:              "productd.db",
 		DBMaxConns:      product.DefaultMaxConns,
 		Seed:            true,
+		SeedProducts:    product.DemoCatalog.ProductsPerTenant,
 		RedisPrefix:     "productd:",
 		RedisTimeout:    flightcache.DefaultSharedTimeout,
 		FailureThrottle: 2 * time.Second,
@@ -90,6 +93,8 @@ func (c Config) Validate() error {
 		return bad("-db must not be empty")
 	case c.DBMaxConns < 1:
 		return bad("-db-max-conns must be at least 1")
+	case c.SeedProducts < 1 || c.SeedProducts > 99_999:
+		return bad("-seed-products must be between 1 and 99999")
 	case c.OriginLatency < 0:
 		return bad("-origin-latency must not be negative")
 	case c.TTL < flightcache.MinTTL || c.TTL > flightcache.MaxTTL:
@@ -245,7 +250,8 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	str(&c.Addr, "addr", "HTTP listen address")
 	secret(&c.DB, "db", "origin database: "+product.AcceptedDSNForms+" (a SQLite file is created and seeded if missing)")
 	num(&c.DBMaxConns, "db-max-conns", "origin connection pool size")
-	boolean(&c.Seed, "seed", "seed the demo catalog (3 tenants x 2,000 products x 3 locales x 3 currencies) on first start")
+	boolean(&c.Seed, "seed", "seed the demo catalog (3 tenants x -seed-products products x 3 locales x 3 currencies) on first start")
+	num(&c.SeedProducts, "seed-products", "products per tenant in the seeded demo catalog (1 to 99999)")
 	secret(&c.Redis, "redis", "redis:// URL of the shared cache tier; empty keeps the cache in memory only")
 	str(&c.RedisPrefix, "redis-prefix", "prefix of productd's keys in Redis")
 	dur(&c.RedisTimeout, "redis-timeout", "bound of each Redis call on the request path (1ms to 10s); a hung Redis costs a request at most this per call")

@@ -52,6 +52,17 @@ type process struct {
 	url  string
 	logs chan string   // every log line after "listening"
 	done chan struct{} // closed when the log stream ended
+
+	mu      sync.Mutex
+	all     []string // every log line; guarded by mu
+	notJSON []string // the lines that are not a JSON object; guarded by mu
+}
+
+// logLines returns every log line so far and the ones that were not JSON.
+func (p *process) logLines() (all, notJSON []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.all...), append([]string(nil), p.notJSON...)
 }
 
 // startProductd starts the binary on a free loopback port and waits for
@@ -76,7 +87,14 @@ func startProductd(t *testing.T, args ...string) *process {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			var rec map[string]any
-			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == "productd listening" {
+			err := json.Unmarshal(sc.Bytes(), &rec)
+			p.mu.Lock()
+			p.all = append(p.all, sc.Text())
+			if err != nil {
+				p.notJSON = append(p.notJSON, sc.Text())
+			}
+			p.mu.Unlock()
+			if err == nil && rec["msg"] == "productd listening" {
 				addr <- rec["addr"].(string)
 				continue
 			}

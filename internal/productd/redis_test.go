@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flightcache/flightcache/internal/testenv"
 )
@@ -76,5 +77,26 @@ func TestBadRedisURLErrorHidesPassword(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "-redis") {
 		t.Fatalf("error does not name the flag: %v", err)
+	}
+}
+
+// productd's client settings bound every Redis call, but options given in
+// the -redis URL win.
+func TestRedisClientIsBoundedUnlessTheURLSaysOtherwise(t *testing.T) {
+	opt, err := redisOptions("redis://127.0.0.1:6379/0", 250*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opt.MaxRetries != -1 || opt.DialerRetries != 1 || !opt.ContextTimeoutEnabled ||
+		opt.DialTimeout > time.Second || opt.ReadTimeout > time.Second || opt.WriteTimeout > time.Second || opt.PoolTimeout > time.Second {
+		t.Fatalf("defaults %+v: want no retries, context timeouts and sub-second dial/read/write/pool timeouts", opt)
+	}
+	opt, err = redisOptions("redis://127.0.0.1:6379/0?dial_timeout=3s&read_timeout=2s&write_timeout=4s&max_retries=2&pool_timeout=5s", 250*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opt.DialTimeout != 3*time.Second || opt.ReadTimeout != 2*time.Second || opt.WriteTimeout != 4*time.Second ||
+		opt.MaxRetries != 2 || opt.PoolTimeout != 5*time.Second {
+		t.Fatalf("URL options lost: %+v", opt)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/breaker"
 	"github.com/flightcache/flightcache/clock"
 	"github.com/flightcache/flightcache/internal/httpapi"
 	"github.com/flightcache/flightcache/internal/product"
@@ -80,7 +81,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	if cfg.Seed {
 		seed = cfg.Catalog
 		if seed == nil {
-			seed = &product.DemoCatalog
+			c := product.DemoCatalog
+			c.ProductsPerTenant = cfg.SeedProducts
+			seed = &c
 		}
 	}
 	start := time.Now()
@@ -164,8 +167,21 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	return s, nil
 }
 
-func (s *Server) connectRedis(ctx context.Context) (flightcache.SharedStore, error) {
-	opt, err := redis.ParseURL(s.cfg.Redis)
+// Client settings for Redis on the request path, used unless the -redis
+// URL sets them (go-redis ParseURL query parameters: dial_timeout,
+// read_timeout, write_timeout, max_retries, pool_timeout). A Redis that
+// hangs or is gone must cost a request a few hundred milliseconds at most,
+// never go-redis' defaults (5s dials, retried; 3 command retries).
+const (
+	redisDialTimeout = 500 * time.Millisecond
+	redisIOTimeout   = 500 * time.Millisecond // backstop; -redis-timeout usually ends a call first
+	redisPoolTimeout = 500 * time.Millisecond
+)
+
+// redisOptions parses the -redis URL and fills in productd's client
+// settings where the URL says nothing.
+func redisOptions(raw string, timeout time.Duration) (*redis.Options, error) {
+	opt, err := redis.ParseURL(raw)
 	if err != nil {
 		// url.Error quotes the whole URL, password included: keep only
 		// the reason, since this message is logged.
@@ -175,15 +191,73 @@ func (s *Server) connectRedis(ctx context.Context) (flightcache.SharedStore, err
 		}
 		return nil, fmt.Errorf("productd: -redis: invalid URL: %w", err)
 	}
-	// Let the request's context bound a stuck socket (see redisstore).
+	var q url.Values
+	if u, err := url.Parse(raw); err == nil {
+		q = u.Query()
+	}
+	unset := func(param string) bool { return !q.Has(param) }
+	if unset("dial_timeout") {
+		opt.DialTimeout = max(redisDialTimeout, timeout)
+	}
+	if unset("read_timeout") {
+		opt.ReadTimeout = max(redisIOTimeout, timeout)
+	}
+	if unset("write_timeout") {
+		opt.WriteTimeout = max(redisIOTimeout, timeout)
+	}
+	if unset("pool_timeout") {
+		opt.PoolTimeout = max(redisPoolTimeout, timeout)
+	}
+	if unset("max_retries") {
+		// -1, not 0: go-redis reads 0 as "the default" (3 retries). A
+		// failed cache read is a miss; retrying it only delays the origin.
+		opt.MaxRetries = -1
+	}
+	// One dial per attempt, no dial retries (go-redis' default is 5 with
+	// back-off, which made every cold GET wait seconds while Redis was
+	// down). There is no URL parameter for it.
+	opt.DialerRetries = 1
+	// Let the request's context (the cache's SharedTimeout) bound a stuck
+	// socket, not only the timeouts above.
 	opt.ContextTimeoutEnabled = true
+	return opt, nil
+}
+
+func (s *Server) connectRedis(ctx context.Context) (flightcache.SharedStore, error) {
+	opt, err := redisOptions(s.cfg.Redis, s.cfg.RedisTimeout)
+	if err != nil {
+		return nil, err
+	}
+	// go-redis logs through a process-wide logger (plain text on stderr by
+	// default, which breaks JSON logs): route it through slog, rate-limited
+	// since a Redis outage makes it log per dial.
+	redis.SetLogger(redisLogger{lim: ratelog.New(s.log, time.Second)})
 	s.rdb = redis.NewClient(opt)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := s.rdb.Ping(pctx).Err(); err != nil {
 		return nil, fmt.Errorf("productd: -redis: Redis at %s does not answer at startup (start it, fix -redis, or leave -redis empty for a memory-only cache): %w", opt.Addr, err)
 	}
-	return redisstore.New(s.rdb, redisstore.Options{Prefix: s.cfg.RedisPrefix})
+	b, err := breaker.New(breaker.Options{OnStateChange: func(from, to flightcache.BreakerState) {
+		lvl := slog.LevelWarn
+		if to == flightcache.BreakerClosed {
+			lvl = slog.LevelInfo
+		}
+		s.log.LogAttrs(context.Background(), lvl, "redis breaker changed state",
+			slog.String("from", from.String()), slog.String("to", to.String()))
+	}})
+	if err != nil {
+		return nil, err
+	}
+	s.breaker = b
+	return redisstore.New(s.rdb, redisstore.Options{Prefix: s.cfg.RedisPrefix, Timeout: s.cfg.RedisTimeout})
+}
+
+// redisLogger is go-redis' internal logger, writing through slog.
+type redisLogger struct{ lim *ratelog.Limiter }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.lim.Log(ctx, slog.LevelWarn, "redis client", slog.String("detail", fmt.Sprintf(format, v...)))
 }
 
 // staleWarner logs the origin failures that a stale value hid from the

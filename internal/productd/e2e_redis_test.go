@@ -1,0 +1,119 @@
+package productd
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache/internal/testenv"
+)
+
+// timedDo sends one request and returns its status, body and duration.
+func timedDo(t *testing.T, c *http.Client, method, url, body string) (int, string, time.Duration) {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	start := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, string(b), time.Since(start)
+}
+
+// A productd on PostgreSQL with a private Redis that the test freezes
+// (SIGSTOP) and then kills. With Redis hung or gone, a cold GET answers
+// from the origin within the shared-tier deadlines plus the origin's
+// latency; a PUT returns within its invalidation bound once the database
+// has committed, and its own later GETs see it; failed invalidations show
+// in the metrics; /readyz stays 200 and says redis: down; and every log
+// line stays JSON (go-redis' own logging included).
+func TestEndToEndHungOrDeadRedisCostsARequestAlmostNothing(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.PostgresDB(t)
+	rds := startPrivateRedis(t)
+	const (
+		redisTimeout  = 100 * time.Millisecond
+		originLatency = 50 * time.Millisecond
+		// A cold GET makes at most three shared-tier calls (the read, the
+		// read inside the flight, the write-back), each bounded by
+		// -redis-timeout. slack absorbs a loaded test machine.
+		sharedCalls = 3
+		slack       = 750 * time.Millisecond
+		coldBound   = sharedCalls*redisTimeout + originLatency + slack
+		// A PUT's invalidations are bounded together by one second.
+		putBound = time.Second + slack
+	)
+	p := startProductd(t, "-db", dsn, "-seed-products", "50", "-redis", rds.url(),
+		"-redis-prefix", testenv.UniqueName("productd-e2e-")+":",
+		"-redis-timeout", redisTimeout.String(), "-origin-latency", originLatency.String())
+	c := herdClient(4)
+	defer c.CloseIdleConnections()
+	product := func(n int) string { return fmt.Sprintf("%s/v1/tenants/acme/products/p-%05d", p.url, n) }
+
+	if code, body, _ := timedDo(t, c, "GET", product(1), ""); code != 200 {
+		t.Fatalf("warm-up GET: %d %s", code, body)
+	}
+
+	rds.pause(t)
+	code, body, took := timedDo(t, c, "GET", product(2), "")
+	if code != 200 {
+		t.Fatalf("cold GET with Redis hung: %d %s", code, body)
+	}
+	if took > coldBound {
+		t.Fatalf("cold GET with Redis hung took %v, want at most %v", took, coldBound)
+	}
+	t.Logf("Redis hung: cold GET %v", took)
+
+	code, body, took = timedDo(t, c, "PUT", product(1), `{"priceCents": 777}`)
+	if code != 200 || !strings.Contains(body, `"priceCents":777`) {
+		t.Fatalf("PUT with Redis hung: %d %s", code, body)
+	}
+	if took > putBound {
+		t.Fatalf("PUT with Redis hung took %v, want at most %v", took, putBound)
+	}
+	t.Logf("Redis hung: PUT %v", took)
+	code, body, _ = timedDo(t, c, "GET", product(1), "")
+	if code != 200 || !strings.Contains(body, `"priceCents":777`) {
+		t.Fatalf("GET after the PUT on the same instance, Redis hung: %d %s", code, body)
+	}
+	if f := metric(t, c, p.url, InvalidationFailuresMetric); f < 1 {
+		t.Fatalf("%s = %v after invalidating with Redis hung, want at least 1", InvalidationFailuresMetric, f)
+	}
+
+	rds.kill()
+	code, body, took = timedDo(t, c, "GET", product(3), "")
+	if code != 200 {
+		t.Fatalf("cold GET with Redis dead: %d %s", code, body)
+	}
+	if took > coldBound {
+		t.Fatalf("cold GET with Redis dead took %v, want at most %v", took, coldBound)
+	}
+	t.Logf("Redis dead: cold GET %v", took)
+	code, body, _ = timedDo(t, c, "GET", p.url+"/readyz", "")
+	var rd readyBody
+	if err := json.Unmarshal([]byte(body), &rd); err != nil || code != 200 || rd.Dependencies["redis"] != "down" {
+		t.Fatalf("/readyz with Redis dead: %d %s", code, body)
+	}
+
+	p.stop(t)
+	all, notJSON := p.logLines()
+	if len(notJSON) > 0 {
+		t.Fatalf("%d of %d log lines are not JSON, first: %s", len(notJSON), len(all), notJSON[0])
+	}
+}
