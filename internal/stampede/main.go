@@ -74,8 +74,18 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	// The validity check: in-process, the origin latency is the flag's;
+	// against remote targets it is unknown.
+	knownLatency := cfg.OriginLatency
+	if len(cfg.Targets) > 0 {
+		knownLatency = 0
+	}
+	warnings := Validate(results, knownLatency)
 	if *asJSON {
 		err = WriteJSON(stdout, results)
+		for _, w := range warnings { // the table prints them itself
+			fmt.Fprintln(stderr, "WARNING: "+w)
+		}
 	} else {
 		err = WriteTable(stdout, results)
 	}
@@ -91,7 +101,7 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 		note := fmt.Sprintf("%s; herd of %d; run of %s finished %s", where, cfg.N, time.Since(began).Round(time.Millisecond), time.Now().Format(time.RFC3339))
 		f, err := os.Create(*report)
 		if err == nil {
-			err = WriteHTML(f, results, note)
+			err = WriteHTML(f, results, ReportInfo{Note: note, OriginLatency: knownLatency})
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}

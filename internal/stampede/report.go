@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"text/tabwriter"
@@ -15,20 +16,54 @@ import (
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
-// WriteTable prints one row per mode.
+// Legend explains the table's columns; it is printed under the table and
+// shown under the report's.
+var Legend = []string{
+	"requests: requests sent; for a herd, all released at once right after the hot entry expired.",
+	"origin queries: lookups that reached the database during the run.",
+	"requests/loader: requests answered per origin query (requests / origin queries); higher means fewer trips to the database.",
+	"suppression: share of requests that did not reach the database (1 - origin queries / requests).",
+	"herd spread: time from the first request sent to the last; it must stay below the origin latency for a herd to be a herd.",
+	"p50, p95, p99, max: latency percentiles as seen by the client.",
+}
+
+// WriteTable prints one row per mode, then the legend, then any warning
+// (see Validate).
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\ttraffic\trequests\torigin queries\trequests/loader\tsuppression\tp50\tp95\tp99\tmax\terrors\t")
+	fmt.Fprintln(tw, "mode\ttraffic\trequests\torigin queries\trequests/loader\tsuppression\therd spread\tp50\tp95\tp99\tmax\terrors\t")
 	for _, r := range results {
-		perLoader := "n/a"
-		if r.OriginQueries > 0 {
-			perLoader = fmt.Sprintf("%.1f", r.RequestsPerLoader)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%.2f%%\t%s\t%s\t%s\t%s\t%d\t\n",
-			r.Mode, r.Traffic, r.Requests, r.OriginQueries, perLoader, 100*r.Suppression,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%.2f%%\t%s\t%s\t%s\t%s\t%s\t%d\t\n",
+			r.Mode, r.Traffic, r.Requests, r.OriginQueries, perLoader(r), 100*r.Suppression, spreadCell(r),
 			fmtMillis(r.P50Millis), fmtMillis(r.P95Millis), fmtMillis(r.P99Millis), fmtMillis(r.MaxMillis), r.Errors)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	for _, l := range Legend {
+		fmt.Fprintln(w, "  "+l)
+	}
+	for _, r := range results {
+		for _, warn := range r.Warnings {
+			fmt.Fprintln(w, "\nWARNING: "+warn)
+		}
+	}
+	return nil
+}
+
+func perLoader(r Result) string {
+	if r.OriginQueries == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f", r.RequestsPerLoader)
+}
+
+func spreadCell(r Result) string {
+	if r.Traffic != "herd" {
+		return "n/a"
+	}
+	return fmtMillis(r.SpreadMillis)
 }
 
 func fmtMillis(m float64) string {
@@ -94,36 +129,52 @@ func progress(w io.Writer, mode string, done *atomic.Int64, n int, continuous bo
 // palette colours the modes in the report's charts.
 var palette = []string{"#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e"}
 
-// WriteHTML writes a self-contained report: the table, the origin queries
-// over time of each mode, and the latency distribution of each mode, as
-// inline SVG (no script, no external asset).
-func WriteHTML(w io.Writer, results []Result, note string) error {
+// ReportInfo is what the HTML report says besides the results.
+type ReportInfo struct {
+	// Note describes the run (target, herd size, when).
+	Note string
+	// OriginLatency is marked on the latency chart; zero when unknown.
+	OriginLatency time.Duration
+}
+
+// WriteHTML writes a self-contained report: the table and its legend, any
+// warning that the run is not a valid comparison, the origin queries over
+// time of each mode (one shared scale), and the latency distribution of
+// each mode, as inline SVG (no script, no external asset).
+func WriteHTML(w io.Writer, results []Result, info ReportInfo) error {
 	var b strings.Builder
 	b.WriteString(`<!doctype html><html lang="en"><head><meta charset="utf-8"><title>stampede report</title><style>
-body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
+body{font-family:system-ui,sans-serif;margin:2em;max-width:1150px;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
 svg{background:#fff;border:1px solid #ddd;margin:4px}
-.small{color:#666;font-size:90%}</style></head><body>
+.small{color:#666;font-size:90%}.legend{color:#444;font-size:90%;margin:0 0 1em 1.2em;padding:0}
+.warn{background:#fff3cd;border:1px solid #e0b000;padding:.6em 1em;margin:1em 0}</style></head><body>
 <h1>stampede: the herd and its cure</h1>
 `)
-	fmt.Fprintf(&b, "<p class=small>%s</p>\n", html.EscapeString(note))
-	b.WriteString("<table><tr><th>mode</th><th>traffic</th><th>requests</th><th>origin queries</th><th>requests/loader</th><th>suppression</th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>errors</th></tr>\n")
-	for i, r := range results {
-		perLoader := "n/a"
-		if r.OriginQueries > 0 {
-			perLoader = fmt.Sprintf("%.1f", r.RequestsPerLoader)
+	fmt.Fprintf(&b, "<p class=small>%s</p>\n", html.EscapeString(info.Note))
+	for _, r := range results {
+		for _, warn := range r.Warnings {
+			fmt.Fprintf(&b, "<p class=warn><b>Not a valid comparison.</b> %s</p>\n", html.EscapeString(warn))
 		}
-		fmt.Fprintf(&b, `<tr><td><span style="color:%s">&#9632;</span> %s</td><td>%s</td><td>%d</td><td>%d</td><td>%s</td><td>%.2f%%</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td></tr>`+"\n",
-			palette[i%len(palette)], html.EscapeString(r.Mode), r.Traffic, r.Requests, r.OriginQueries, perLoader, 100*r.Suppression,
+	}
+	b.WriteString("<table><tr><th>mode</th><th>traffic</th><th>requests</th><th>origin queries</th><th>requests/loader</th><th>suppression</th><th>herd spread</th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>errors</th></tr>\n")
+	for i, r := range results {
+		fmt.Fprintf(&b, `<tr><td><span style="color:%s">&#9632;</span> %s</td><td>%s</td><td>%d</td><td>%d</td><td>%s</td><td>%.2f%%</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td></tr>`+"\n",
+			palette[i%len(palette)], html.EscapeString(r.Mode), r.Traffic, r.Requests, r.OriginQueries, perLoader(r), 100*r.Suppression, spreadCell(r),
 			fmtMillis(r.P50Millis), fmtMillis(r.P95Millis), fmtMillis(r.P99Millis), fmtMillis(r.MaxMillis), r.Errors)
 	}
-	b.WriteString("</table>\n<h2>Origin queries over time</h2><p class=small>Cumulative queries that reached the database since the traffic started. Each mode has its own scale.</p>\n")
-	for i, r := range results {
-		b.WriteString(timelineSVG(r, palette[i%len(palette)]))
+	b.WriteString("</table>\n<ul class=legend>\n")
+	for _, l := range Legend {
+		fmt.Fprintf(&b, "<li>%s</li>\n", html.EscapeString(l))
 	}
-	b.WriteString("\n<h2>Latency distribution</h2><p class=small>Share of requests (y) answered within a latency (x, log scale).</p>\n")
-	b.WriteString(cdfSVG(results))
+	b.WriteString("</ul>\n<h2>Origin queries over time</h2><p class=small>Cumulative queries that reached the database since the traffic started. All panels share both axes; the y-axis is logarithmic, so 1 query and 1,000 stay comparable.</p>\n")
+	sc := sharedScale(results)
+	for i, r := range results {
+		b.WriteString(timelineSVG(r, palette[i%len(palette)], sc))
+	}
+	b.WriteString("\n<h2>Latency distribution</h2><p class=small>Share of requests (y) answered within a latency (x, log scale). The dashed line is the origin latency: a request answered faster did not wait for the database.</p>\n")
+	b.WriteString(cdfSVG(results, info.OriginLatency))
 	b.WriteString("\n<h2>How requests were served</h2><table><tr><th>mode</th><th>Cache-Status</th><th>requests</th></tr>\n")
 	for _, r := range results {
 		keys := make([]string, 0, len(r.CacheStatus))
@@ -141,26 +192,78 @@ svg{background:#fff;border:1px solid #ddd;margin:4px}
 }
 
 const (
-	chartW, chartH = 340, 220
-	padL, padR     = 50, 12
-	padT, padB     = 26, 34
+	chartW, chartH = 360, 250
+	padL, padR     = 58, 14
+	padT, padB     = 28, 46
 )
 
-func timelineSVG(r Result, color string) string {
-	var b strings.Builder
-	maxX := 1.0
-	var maxY int64 = 1
-	for _, p := range r.Timeline {
-		maxX = math.Max(maxX, p.AtMillis)
-		if p.Queries > maxY {
-			maxY = p.Queries
+// tickMillis is the one format of every time tick: milliseconds, as few
+// digits as the value needs.
+func tickMillis(v float64) string {
+	return strconv.FormatFloat(v, 'f', -1, 64) + " ms"
+}
+
+// scale is what the timeline panels share: one x range from 0 and one
+// logarithmic y range.
+type scale struct {
+	maxX  float64 // ms, a round number
+	decs  int     // y spans 10^0 .. 10^decs queries
+	ticks []float64
+}
+
+func sharedScale(results []Result) scale {
+	maxX, maxY := 1.0, int64(1)
+	for _, r := range results {
+		for _, p := range r.Timeline {
+			maxX = math.Max(maxX, p.AtMillis)
+			maxY = max(maxY, p.Queries)
 		}
 	}
-	x := func(v float64) float64 { return padL + v/maxX*(chartW-padL-padR) }
-	y := func(v int64) float64 { return chartH - padB - float64(v)/float64(maxY)*(chartH-padT-padB) }
+	step := niceStep(maxX / 4)
+	sc := scale{maxX: math.Ceil(maxX/step) * step, decs: max(1, int(math.Ceil(math.Log10(float64(maxY)+0.5))))}
+	for v := 0.0; v <= sc.maxX+step/2; v += step {
+		sc.ticks = append(sc.ticks, v)
+	}
+	return sc
+}
+
+// niceStep rounds v up to 1, 2 or 5 times a power of ten.
+func niceStep(v float64) float64 {
+	if v <= 0 {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= v {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+func timelineSVG(r Result, color string, sc scale) string {
+	var b strings.Builder
+	plotW, plotH := float64(chartW-padL-padR), float64(chartH-padT-padB)
+	x := func(v float64) float64 { return padL + v/sc.maxX*plotW }
+	// log10(1+q): 0 queries sit on the axis, 1 one step up, and the scale
+	// is logarithmic above.
+	top := math.Log10(1 + math.Pow(10, float64(sc.decs)))
+	y := func(q int64) float64 { return float64(chartH-padB) - math.Log10(1+float64(q))/top*plotH }
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-size="11">`, chartW, chartH, chartW, chartH)
-	fmt.Fprintf(&b, `<text x="%d" y="16" font-weight="bold">%s: %d origin queries</text>`, padL, html.EscapeString(r.Mode), r.OriginQueries)
-	axes(&b, fmt.Sprintf("%.0f ms", maxX), fmt.Sprint(maxY))
+	fmt.Fprintf(&b, `<text x="%d" y="17" font-weight="bold">%s: %d origin queries</text>`, padL, html.EscapeString(r.Mode), r.OriginQueries)
+	// Grid and ticks: y at 0, 1, 10, 100..., x at the shared round steps.
+	for _, q := range append([]int64{0}, powersOfTen(sc.decs)...) {
+		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%d</text>`,
+			padL, y(q), chartW-padR, y(q), padL-4, y(q)+4, q)
+	}
+	for _, t := range sc.ticks {
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>`,
+			x(t), padT, x(t), chartH-padB, x(t), chartH-padB+15, tickMillis(t))
+	}
+	fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#888"/><line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#888"/>`,
+		padL, chartH-padB, chartW-padR, chartH-padB, padL, padT, padL, chartH-padB)
+	fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" fill="#444">time since the traffic started</text>`, padL+plotW/2, chartH-8)
+	fmt.Fprintf(&b, `<text transform="translate(14 %.1f) rotate(-90)" text-anchor="middle" fill="#444">origin queries (log)</text>`, padT+plotH/2)
 	// A step line: the counter holds its value until the next sample.
 	var pts []string
 	prev := int64(0)
@@ -172,16 +275,16 @@ func timelineSVG(r Result, color string) string {
 	return b.String()
 }
 
-func axes(b *strings.Builder, xMax, yMax string) {
-	fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#888"/>`, padL, chartH-padB, chartW-padR, chartH-padB)
-	fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#888"/>`, padL, padT, padL, chartH-padB)
-	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="end">0</text>`, padL-4, chartH-padB+4)
-	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="end">%s</text>`, padL-4, padT+4, html.EscapeString(yMax))
-	fmt.Fprintf(b, `<text x="%d" y="%d" text-anchor="end">%s</text>`, chartW-padR, chartH-padB+16, html.EscapeString(xMax))
+func powersOfTen(decs int) []int64 {
+	var out []int64
+	for p, i := int64(1), 0; i <= decs; p, i = p*10, i+1 {
+		out = append(out, p)
+	}
+	return out
 }
 
-func cdfSVG(results []Result) string {
-	const w, h = 700, 320
+func cdfSVG(results []Result, originLatency time.Duration) string {
+	const w, h = 760, 340
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, r := range results {
 		if len(r.latencies) == 0 {
@@ -193,23 +296,35 @@ func cdfSVG(results []Result) string {
 	if math.IsInf(lo, 0) {
 		return ""
 	}
+	if originLatency > 0 {
+		hi = math.Max(hi, ms(originLatency))
+	}
 	lo = math.Pow(10, math.Floor(math.Log10(math.Max(lo, 0.01))))
 	hi = math.Pow(10, math.Ceil(math.Log10(math.Max(hi, lo*10))))
+	plotR := float64(w - padR - 130)
 	x := func(v float64) float64 {
 		v = math.Max(v, lo)
-		return padL + (math.Log10(v)-math.Log10(lo))/(math.Log10(hi)-math.Log10(lo))*(w-padL-padR-120)
+		return padL + (math.Log10(v)-math.Log10(lo))/(math.Log10(hi)-math.Log10(lo))*(plotR-padL)
 	}
 	y := func(f float64) float64 { return h - padB - f*(h-padT-padB) }
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-size="11">`, w, h, w, h)
-	fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#888"/><line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#888"/>`,
-		padL, h-padB, w-padR-120, h-padB, padL, padT, padL, h-padB)
 	for d := lo; d <= hi*1.0001; d *= 10 {
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/><text x="%.1f" y="%d" text-anchor="middle">%s</text>`,
-			x(d), padT, x(d), h-padB, x(d), h-padB+16, fmtMillis(d))
+			x(d), padT, x(d), h-padB, x(d), h-padB+15, tickMillis(d))
 	}
 	for _, f := range []float64{0, 0.5, 0.95, 1} {
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%.0f%%</text>`, padL-4, y(f)+4, f*100)
+		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%.0f%%</text>`,
+			padL, y(f), plotR, y(f), padL-4, y(f)+4, f*100)
+	}
+	fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%.1f" y2="%d" stroke="#888"/><line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#888"/>`,
+		padL, h-padB, plotR, h-padB, padL, padT, padL, h-padB)
+	fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle" fill="#444">latency (log scale)</text>`, (padL+plotR)/2, h-8)
+	fmt.Fprintf(&b, `<text transform="translate(14 %.1f) rotate(-90)" text-anchor="middle" fill="#444">share of requests answered</text>`, float64(padT+h-padB)/2)
+	if originLatency > 0 {
+		ox := x(ms(originLatency))
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#555" stroke-dasharray="5,4"/><text x="%.1f" y="%d" fill="#555">origin latency %s</text>`,
+			ox, padT, ox, h-padB, ox+4, padT+10, tickMillis(ms(originLatency)))
 	}
 	for i, r := range results {
 		n := len(r.latencies)
@@ -226,7 +341,7 @@ func cdfSVG(results []Result) string {
 		pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(ms(r.latencies[n-1])), y(1)))
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`, color, strings.Join(pts, " "))
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" y="%d">%s</text>`,
-			w-padR-110, padT+i*18, color, w-padR-95, padT+i*18+9, html.EscapeString(r.Mode))
+			w-padR-115, padT+i*18, color, w-padR-100, padT+i*18+9, html.EscapeString(r.Mode))
 	}
 	b.WriteString("</svg>")
 	return b.String()

@@ -174,6 +174,12 @@ type Result struct {
 	ElapsedMillis     float64        `json:"elapsedMs"`
 	CacheStatus       map[string]int `json:"cacheStatus"`
 	Timeline          []Point        `json:"originQueriesOverTime"`
+	// SpreadMillis is, for a herd, the time from the first request sent to
+	// the last: a herd whose requests arrive spread out is not a herd.
+	SpreadMillis float64 `json:"herdSpreadMs"`
+	// Warnings say why this mode's numbers are not a valid comparison
+	// (see Validate); empty when they are.
+	Warnings []string `json:"warnings,omitempty"`
 
 	latencies []time.Duration // sorted; for the report
 }
@@ -331,6 +337,7 @@ func ScrapeCounter(ctx context.Context, client *http.Client, base, name string) 
 
 // sample is one request's outcome.
 type sample struct {
+	sent    time.Time // when the request was handed to the client
 	latency time.Duration
 	ok      bool
 	status  string // Cache-Status without cache name and ttl, or the error
@@ -403,6 +410,8 @@ func runMode(ctx context.Context, cfg Config, client *http.Client, tg *target, m
 	r.Traffic = "herd"
 	if continuous {
 		r.Traffic = "continuous"
+	} else {
+		r.SpreadMillis = ms(spread(samples))
 	}
 	return r, nil
 }
@@ -511,19 +520,24 @@ func invalidate(ctx context.Context, client *http.Client, base, path string, bod
 }
 
 func get(ctx context.Context, client *http.Client, url string) sample {
-	t0 := time.Now()
 	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	return send(client, req)
+}
+
+// send sends req and measures it from the moment it is handed over.
+func send(client *http.Client, req *http.Request) sample {
+	t0 := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
-		return sample{latency: time.Since(t0), status: "transport error"}
+		return sample{sent: t0, latency: time.Since(t0), status: "transport error"}
 	}
 	_, err = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	lat := time.Since(t0)
 	if err != nil {
-		return sample{latency: lat, status: "transport error"}
+		return sample{sent: t0, latency: lat, status: "transport error"}
 	}
-	s := sample{latency: lat, ok: resp.StatusCode == http.StatusOK, status: statusKind(resp.Header.Get("Cache-Status"))}
+	s := sample{sent: t0, latency: lat, ok: resp.StatusCode == http.StatusOK, status: statusKind(resp.Header.Get("Cache-Status"))}
 	if !s.ok {
 		s.status = "HTTP " + strconv.Itoa(resp.StatusCode)
 	}
@@ -548,31 +562,88 @@ func statusKind(cs string) string {
 	return strings.Join(keep, "; ")
 }
 
-// runHerd sends n requests with `workers` concurrent clients, all released
-// at the same instant.
+// runHerd sends n requests with `workers` concurrent clients. The
+// connections are already open (warmConnections) and every worker builds
+// its first request before the barrier, so that when the barrier opens all
+// of them are sent at once: nothing but scheduling stands between the
+// first request and the last (the spread, which Validate checks).
 func runHerd(ctx context.Context, client *http.Client, bases []string, path string, n, workers int, done *atomic.Int64) []sample {
 	samples := make([]sample, n)
 	var next atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
+	var ready, wg sync.WaitGroup
+	barrier := make(chan struct{})
 	for range min(workers, n) {
 		wg.Add(1)
+		ready.Add(1)
 		go func() {
 			defer wg.Done()
-			<-start
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				samples[i] = get(ctx, client, bases[i%len(bases)]+path)
+			i := int(next.Add(1)) - 1
+			var req *http.Request
+			if i < n {
+				req, _ = http.NewRequestWithContext(ctx, "GET", bases[i%len(bases)]+path, nil)
+			}
+			ready.Done()
+			<-barrier
+			for i < n {
+				samples[i] = send(client, req)
 				done.Add(1)
+				i = int(next.Add(1)) - 1
+				if i < n {
+					req, _ = http.NewRequestWithContext(ctx, "GET", bases[i%len(bases)]+path, nil)
+				}
 			}
 		}()
 	}
-	close(start)
+	ready.Wait() // every worker holds its request
+	close(barrier)
 	wg.Wait()
 	return samples
+}
+
+// spread is the time from the first request sent to the last.
+func spread(samples []sample) time.Duration {
+	var first, last time.Time
+	for _, s := range samples {
+		if s.sent.IsZero() {
+			continue
+		}
+		if first.IsZero() || s.sent.Before(first) {
+			first = s.sent
+		}
+		if s.sent.After(last) {
+			last = s.sent
+		}
+	}
+	return last.Sub(first)
+}
+
+// Validate checks that a run is a fair comparison and sets each Result's
+// Warnings: a herd whose spread exceeds the origin latency is not a herd
+// (the first load may finish before the last request arrives, so naive
+// mode finds the value cached), and a naive herd that made fewer origin
+// queries than half its requests did not stampede. originLatency is zero
+// when unknown (remote targets): then only the second check runs. It
+// returns every warning, for printing.
+func Validate(results []Result, originLatency time.Duration) []string {
+	var all []string
+	for i := range results {
+		r := &results[i]
+		if r.Traffic != "herd" {
+			continue
+		}
+		if originLatency > 0 && r.SpreadMillis > ms(originLatency) {
+			r.Warnings = append(r.Warnings, fmt.Sprintf(
+				"%s: the herd took %s to send, longer than the origin latency (%s): later requests may find the value already loaded, so this is not a valid comparison; use a smaller -n or a longer -origin-latency",
+				r.Mode, fmtMillis(r.SpreadMillis), fmtMillis(ms(originLatency))))
+		}
+		if r.Mode == ModeNaive && r.OriginQueries*2 < int64(r.Requests) {
+			r.Warnings = append(r.Warnings, fmt.Sprintf(
+				"%s: only %d origin queries for %d requests (fewer than half): the requests did not arrive together, so this is not a valid comparison; use a smaller -n or a longer -origin-latency",
+				r.Mode, r.OriginQueries, r.Requests))
+		}
+		all = append(all, r.Warnings...)
+	}
+	return all
 }
 
 // runContinuous keeps `workers` clients busy for d.

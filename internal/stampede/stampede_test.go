@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flightcache/flightcache/internal/product"
 	"github.com/flightcache/flightcache/internal/productd"
@@ -117,8 +118,9 @@ func TestStampedeTableAgainstARunningTarget(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	if len(lines) != 2 || !strings.Contains(lines[0], "origin queries") {
+	table, legend, _ := strings.Cut(stdout.String(), "\n\n")
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "origin queries") || !strings.Contains(legend, "requests/loader:") {
 		t.Fatalf("table:\n%s", stdout.String())
 	}
 	f := strings.Fields(lines[1])
@@ -141,5 +143,46 @@ func TestInvalidFlagsExitWith2OrExplain(t *testing.T) {
 		if code := Main(context.Background(), args, io.Discard, &stderr, false); code != 1 || stderr.Len() == 0 {
 			t.Errorf("Main(%q) = %d (%q), want 1 with a message", args, code, stderr.String())
 		}
+	}
+}
+
+// A run whose herd arrived spread out, or whose naive mode did not
+// stampede, is flagged as not a valid comparison, with a remedy, on the
+// terminal and in the report; a tight herd is not.
+func TestInvalidComparisonsAreFlaggedWithARemedy(t *testing.T) {
+	results := []Result{
+		{Mode: ModeNaive, Traffic: "herd", Requests: 1000, OriginQueries: 76, SpreadMillis: 180},
+		{Mode: ModeFlightcache, Traffic: "herd", Requests: 1000, OriginQueries: 1, SpreadMillis: 20},
+		{Mode: ModeEarlyRefresh, Traffic: "continuous", Requests: 5000, OriginQueries: 3},
+	}
+	warnings := Validate(results, 100*time.Millisecond)
+	if len(warnings) != 2 || len(results[0].Warnings) != 2 || len(results[1].Warnings) != 0 || len(results[2].Warnings) != 0 {
+		t.Fatalf("warnings %q: want two, both on the naive herd (spread 180ms > 100ms, 76 < 500 queries)", warnings)
+	}
+	for _, w := range warnings {
+		if !strings.Contains(w, "not a valid comparison") || !strings.Contains(w, "-n") || !strings.Contains(w, "-origin-latency") {
+			t.Fatalf("warning %q lacks the verdict or the remedy", w)
+		}
+	}
+	var table bytes.Buffer
+	if err := WriteTable(&table, results); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(table.String(), "WARNING:") != 2 || !strings.Contains(table.String(), "suppression: ") {
+		t.Fatalf("table lacks the warnings or the legend:\n%s", table.String())
+	}
+	for i := range results {
+		results[i].latencies = []time.Duration{time.Millisecond, 120 * time.Millisecond}
+	}
+	var report bytes.Buffer
+	if err := WriteHTML(&report, results, ReportInfo{OriginLatency: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(report.String(), "Not a valid comparison.") != 2 || !strings.Contains(report.String(), "origin latency 100 ms") ||
+		!strings.Contains(report.String(), "requests/loader: ") {
+		t.Fatal("report lacks the warnings, the origin-latency marker or the legend")
+	}
+	if w := Validate([]Result{{Mode: ModeNaive, Traffic: "herd", Requests: 1000, OriginQueries: 990, SpreadMillis: 15}}, 100*time.Millisecond); len(w) != 0 {
+		t.Fatalf("a tight herd that stampeded was flagged: %q", w)
 	}
 }
