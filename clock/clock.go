@@ -6,8 +6,9 @@
 // than a whole lookup in an in-memory cache. A cache hit needs the time only
 // to compare it with an expiry that is seconds to hours away, so a time that
 // lags by up to a millisecond is as good and costs ~1 ns. flightcache's
-// memstore uses one by default; flightcache.Cache reads it through the local
-// tier.
+// memstore uses one when asked to (memstore.Options.ClockResolution; by
+// default it reads the real clock, through Monotonic), and a
+// flightcache.Cache then reads it through the local tier.
 //
 // The package is standard library only, like the rest of flightcache's core.
 package clock
@@ -38,9 +39,9 @@ type Coarse struct {
 	done     chan struct{}
 }
 
-// DefaultResolution is the resolution memstore uses: fine enough for expiries
-// of a second and more, rare enough (1000 wake-ups a second) to cost nothing
-// measurable.
+// DefaultResolution is NewCoarse's default and the resolution to give
+// memstore's ClockResolution: fine enough for expiries of a second and
+// more, rare enough (1000 wake-ups a second) to cost nothing measurable.
 const DefaultResolution = time.Millisecond
 
 // NewCoarse starts a Coarse clock that reads the time once per resolution.

@@ -23,8 +23,8 @@ const (
 	// ModeFlightcache reads through a flightcache.Cache: one origin query
 	// per key at a time, whatever the number of concurrent misses.
 	ModeFlightcache Mode = "flightcache"
-	// ModeNaive is plain cache-aside with no coordination (the seed's
-	// getProductBadAsync): every concurrent miss queries the origin. It
+	// ModeNaive is plain cache-aside with no coordination (look, miss,
+	// query, store): every concurrent miss queries the origin. It
 	// exists to show the herd; never run it in production.
 	ModeNaive Mode = "naive"
 )
@@ -274,7 +274,7 @@ func (s *QueryService) Get(ctx context.Context, ref Ref) (Served, error) {
 	return sv, nil
 }
 
-// getNaive is getProductBadAsync: look, miss, query, store. Nothing stops
+// getNaive is uncoordinated cache-aside: look, miss, query, store. Nothing stops
 // a thousand concurrent misses from making a thousand queries.
 func (s *QueryService) getNaive(ctx context.Context, ref Ref, k string) (Served, error) {
 	now := s.opts.Now()

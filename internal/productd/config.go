@@ -63,7 +63,7 @@ type Config struct {
 // Default returns the configuration productd runs with when nothing is set.
 func Default() Config {
 	return Config{
-		Addr:            ":8080",
+		Addr:            "127.0.0.1:8080",
 		DB:              "productd.db",
 		DBMaxConns:      product.DefaultMaxConns,
 		Seed:            true,
@@ -247,12 +247,12 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	}
 	mode := string(c.Mode)
 
-	str(&c.Addr, "addr", "HTTP listen address")
-	secret(&c.DB, "db", "origin database: "+product.AcceptedDSNForms+" (a SQLite file is created and seeded if missing)")
+	str(&c.Addr, "addr", "HTTP listen address; the default listens on loopback only, :8080 listens on every interface")
+	secret(&c.DB, "db", "origin database (`dsn`): "+product.AcceptedDSNForms+" (a SQLite file is created and seeded if missing)")
 	num(&c.DBMaxConns, "db-max-conns", "origin connection pool size")
 	boolean(&c.Seed, "seed", "seed the demo catalog (3 tenants x -seed-products products x 3 locales x 3 currencies) on first start")
 	num(&c.SeedProducts, "seed-products", "products per tenant in the seeded demo catalog (1 to 99999)")
-	secret(&c.Redis, "redis", "redis:// URL of the shared cache tier; empty keeps the cache in memory only")
+	secret(&c.Redis, "redis", "redis:// `url` of the shared cache tier; empty keeps the cache in memory only")
 	str(&c.RedisPrefix, "redis-prefix", "prefix of productd's keys in Redis")
 	dur(&c.RedisTimeout, "redis-timeout", "bound of each Redis call on the request path (1ms to 10s); a hung Redis costs a request at most this per call")
 	dur(&c.OriginLatency, "origin-latency", "artificial delay added to each origin lookup (demos, tests), e.g. 200ms")
