@@ -145,7 +145,7 @@ func WriteHTML(w io.Writer, results []Result, info ReportInfo) error {
 	var b strings.Builder
 	b.WriteString(`<!doctype html><html lang="en"><head><meta charset="utf-8"><title>stampede report</title><style>
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1150px;color:#222}
-table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right;white-space:nowrap}
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
 svg{background:#fff;border:1px solid #ddd;margin:4px}
 .small{color:#666;font-size:90%}.legend{color:#444;font-size:90%;margin:0 0 1em 1.2em;padding:0}
@@ -193,7 +193,7 @@ svg{background:#fff;border:1px solid #ddd;margin:4px}
 
 const (
 	chartW, chartH = 360, 250
-	padL, padR     = 58, 14
+	padL, padR     = 58, 26
 	padT, padB     = 28, 46
 )
 
@@ -323,8 +323,9 @@ func cdfSVG(results []Result, originLatency time.Duration) string {
 	fmt.Fprintf(&b, `<text transform="translate(14 %.1f) rotate(-90)" text-anchor="middle" fill="#444">share of requests answered</text>`, float64(padT+h-padB)/2)
 	if originLatency > 0 {
 		ox := x(ms(originLatency))
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#555" stroke-dasharray="5,4"/><text x="%.1f" y="%d" fill="#555">origin latency %s</text>`,
-			ox, padT, ox, h-padB, ox+4, padT+10, tickMillis(ms(originLatency)))
+		// The label sits above the plot, where no curve can cover it.
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#555" stroke-dasharray="5,4"/><text x="%.1f" y="%d" fill="#555" text-anchor="middle">origin latency %s</text>`,
+			ox, padT-4, ox, h-padB, ox, padT-8, tickMillis(ms(originLatency)))
 	}
 	for i, r := range results {
 		n := len(r.latencies)
