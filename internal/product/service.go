@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/internal/ratelog"
 	"github.com/flightcache/flightcache/key"
 )
 
@@ -126,6 +127,9 @@ type QueryService struct {
 	// grows, and by at most one entry per distinct row updated, bounded by
 	// the catalog.
 	floors sync.Map
+	// invalidateWarn rate-limits the warning about failed invalidations:
+	// with Redis down, every PUT would log one.
+	invalidateWarn *ratelog.Limiter
 }
 
 // NewQueryService returns a service over repo.
@@ -170,8 +174,9 @@ func NewQueryService(repo Repository, opts ServiceOptions) (*QueryService, error
 		opts.Now = time.Now
 	}
 	return &QueryService{
-		repo: repo,
-		opts: opts,
+		repo:           repo,
+		opts:           opts,
+		invalidateWarn: ratelog.New(opts.Logger, time.Second),
 		keys: key.New("product").Version(opts.PolicyVersion).
 			Require(key.DimTenant, key.DimID, key.DimLocale, key.DimCurrency, "rev"),
 	}, nil
@@ -341,7 +346,7 @@ func (s *QueryService) Update(ctx context.Context, ref Ref, p Patch) (Product, e
 			if s.opts.OnInvalidateFailed != nil {
 				s.opts.OnInvalidateFailed()
 			}
-			s.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "product: invalidating a superseded cache entry failed",
+			s.invalidateWarn.Log(ctx, slog.LevelWarn, "product: invalidating a superseded cache entry failed; other instances may serve the old value until it expires",
 				slog.Any("error", err))
 		}
 	}
