@@ -1,10 +1,14 @@
 // Command productd is the flightcache reference service: a product-detail
 // HTTP API over SQLite or PostgreSQL with a stampede-proof cache in front.
 //
-//	go run ./cmd/productd                       # SQLite file productd.db, memory cache
-//	go run ./cmd/productd -db postgres://postgres@127.0.0.1:5432/test?sslmode=disable
-//	go run ./cmd/productd -redis redis://127.0.0.1:6379/0
-//	go run ./cmd/productd -h                    # every flag and PRODUCTD_* variable
+//	go build -o productd ./cmd/productd
+//	./productd                                  # SQLite file productd.db, memory cache, on 127.0.0.1:8080
+//	./productd -db 'postgres://postgres@127.0.0.1:5432/productd?sslmode=disable'
+//	./productd -redis redis://127.0.0.1:6379/0
+//	./productd -h                               # every flag and PRODUCTD_* variable
+//
+// Run the built binary rather than go run: go run does not pass SIGTERM on
+// to the server, so it would not shut down gracefully.
 //
 // See docs/productd.md.
 package main
