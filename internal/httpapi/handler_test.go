@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -78,6 +79,7 @@ type apiConfig struct {
 	loaderTimeout time.Duration
 	maxInFlight   int
 	ready         func(context.Context) Readiness
+	logger        *slog.Logger // default: discarded
 }
 
 func newTestAPI(t testing.TB, cfg apiConfig) *testAPI {
@@ -107,8 +109,11 @@ func newTestAPI(t testing.TB, cfg apiConfig) *testAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	h := New(Options{Service: svc, Ready: cfg.ready, Metrics: http.NotFoundHandler(), Logger: quiet})
+	log := cfg.logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	h := New(Options{Service: svc, Ready: cfg.ready, Metrics: http.NotFoundHandler(), Logger: log})
 	return &testAPI{h: h, cache: c, repo: repo, counted: counted, events: ev}
 }
 
@@ -373,6 +378,32 @@ func TestEngineLimitIs503WithRetryAfter(t *testing.T) {
 	close(release)
 	if code := <-done; code != 200 {
 		t.Fatalf("the blocked request finished with %d", code)
+	}
+}
+
+// Under overload every rejected request is a 503, but the warnings about
+// them are rate-limited: one line, not one per request.
+func TestOverloadWarningsAreRateLimited(t *testing.T) {
+	var logs bytes.Buffer // written only by the test goroutine's requests
+	a := newTestAPI(t, apiConfig{maxInFlight: 1, logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	release := make(chan struct{})
+	a.repo.get = func(ctx context.Context, ref product.Ref, next func() (product.Product, error)) (product.Product, error) {
+		if ref.ID == "p-00001" {
+			<-release
+		}
+		return next()
+	}
+	done := make(chan int)
+	go func() { done <- a.do("GET", p1, "").Code }()
+	<-a.events.started // the blocked load holds the only slot
+	for i := 2; i <= 21; i++ {
+		w := a.do("GET", fmt.Sprintf("/v1/tenants/acme/products/p-%05d", i), "")
+		wantError(t, w, http.StatusServiceUnavailable, "overloaded")
+	}
+	close(release)
+	<-done
+	if n := strings.Count(logs.String(), "product lookup failed"); n != 1 {
+		t.Fatalf("%d warnings for 20 rejections within a second, want 1:\n%s", n, logs.String())
 	}
 }
 
