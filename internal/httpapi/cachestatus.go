@@ -25,9 +25,10 @@ import (
 //     asked and did not deliver, and the stale value was served.
 //   - stored (§2.5): this request's load stored its value.
 //   - collapsed (§2.6): this request shared another request's load.
-//   - ttl (§2.4): remaining freshness in whole seconds, rounded up, so that
-//     a client waiting ttl seconds is sure to see the entry expired;
-//     negative for a stale value. Only when the value is cached.
+//   - ttl (§2.4): remaining freshness in whole seconds, rounded away from
+//     zero: up for a fresh value, so that a client waiting ttl seconds is
+//     sure to see it expired; down for a stale one, which is always
+//     negative. Only when the value is cached.
 //   - detail (§2.8): what the RFC has no parameter for (see below).
 //
 // fwd-status (§2.3) is never sent: the origin is a database, not an HTTP
@@ -43,8 +44,8 @@ import (
 //	flightcache; fwd=miss; stored; ttl=300
 //	flightcache; fwd=miss; collapsed; ttl=300
 //	flightcache; hit; ttl=17; detail=not-found
-//	flightcache; fwd=stale; ttl=-3; detail=origin-error
-//	flightcache; hit; ttl=-3; detail=origin-throttled
+//	flightcache; fwd=stale; ttl=-4; detail=origin-error
+//	flightcache; hit; ttl=-4; detail=origin-throttled
 //	flightcache; fwd=miss; detail=origin-timeout
 //	flightcache; detail=overloaded
 func CacheStatus(cache string, sv product.Served, err error) string {
@@ -115,7 +116,7 @@ func CacheStatus(cache string, sv product.Served, err error) string {
 		}
 	}
 	if ttl {
-		param("ttl=" + strconv.FormatInt(ceilSeconds(sv.TTL), 10))
+		param("ttl=" + strconv.FormatInt(ttlSeconds(sv.TTL), 10))
 	}
 	if detail != "" {
 		param("detail=" + detail)
@@ -123,6 +124,12 @@ func CacheStatus(cache string, sv product.Served, err error) string {
 	return sb.String()
 }
 
-func ceilSeconds(d time.Duration) int64 {
+// ttlSeconds rounds away from zero: a fresh value's ttl up, so that a
+// client waiting ttl seconds is sure to see it expired, and a stale
+// value's down, so that it is never shown as ttl=0, which reads as fresh.
+func ttlSeconds(d time.Duration) int64 {
+	if d < 0 {
+		return int64(math.Floor(d.Seconds()))
+	}
 	return int64(math.Ceil(d.Seconds()))
 }

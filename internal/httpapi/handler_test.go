@@ -532,9 +532,9 @@ func TestCacheStatusFollowsRFC9211ForEveryOutcome(t *testing.T) {
 		{"§2.2 fwd=miss; §2.6 collapsed into another request's load", sv(flightcache.OutcomeCoalesced, 300*time.Second), nil, "flightcache; fwd=miss; collapsed; ttl=300"},
 		{"§2.5 stored: a not-found is stored as a tombstone", sv(flightcache.OutcomeLoaded, 30*time.Second), product.ErrNotFoundCached, "flightcache; fwd=miss; stored; ttl=30; detail=not-found"},
 		{"§2.1 hit on a cached not-found", sv(flightcache.OutcomeNegativeHit, 17*time.Second), product.ErrNotFoundCached, "flightcache; hit; ttl=17; detail=not-found"},
-		{"§2.2 fwd=stale: only a stale value was cached and the request went forward; §2.4 negative ttl is stale", stale(originDown), nil, "flightcache; fwd=stale; ttl=-3; detail=origin-error"},
-		{"§2.2 fwd=stale: forwarded, the origin was too slow for the soft timeout", stale(flightcache.ErrSoftTimeout), nil, "flightcache; fwd=stale; ttl=-3; detail=soft-timeout"},
-		{"§2.1 hit: the failure throttle served the stale value without forwarding; §2.4 negative ttl", stale(throttled), nil, "flightcache; hit; ttl=-3; detail=origin-throttled"},
+		{"§2.2 fwd=stale: only a stale value was cached and the request went forward; §2.4 negative ttl is stale", stale(originDown), nil, "flightcache; fwd=stale; ttl=-4; detail=origin-error"},
+		{"§2.2 fwd=stale: forwarded, the origin was too slow for the soft timeout", stale(flightcache.ErrSoftTimeout), nil, "flightcache; fwd=stale; ttl=-4; detail=soft-timeout"},
+		{"§2.1 hit: the failure throttle served the stale value without forwarding; §2.4 negative ttl", stale(throttled), nil, "flightcache; hit; ttl=-4; detail=origin-throttled"},
 		{"§2.2 fwd=miss, but §2.5 stored absent: the write-back failed; §2.4 no ttl for an uncached response", sv(flightcache.OutcomeLoadedWriteFailed, time.Minute), nil, "flightcache; fwd=miss; detail=write-failed"},
 		{"§2.2 fwd=miss that failed; §2.3 fwd-status omitted, the origin is not HTTP", failed, originDown, "flightcache; fwd=miss; detail=origin-error"},
 		{"§2.2 fwd=miss that timed out", failed, fmt.Errorf("load: %w", context.DeadlineExceeded), "flightcache; fwd=miss; detail=origin-timeout"},
@@ -545,6 +545,7 @@ func TestCacheStatusFollowsRFC9211ForEveryOutcome(t *testing.T) {
 		{"§2.2 no fwd: the throttle answered with the last failure", failed, throttled, "flightcache; detail=origin-throttled"},
 		{"§2.1 no hit, §2.2 no fwd: the guard answered without a stored response", sv(flightcache.OutcomeFiltered, time.Second), product.ErrNotFoundCached, "flightcache; detail=filtered"},
 		{"§2.4 ttl only when known", product.Served{Outcome: flightcache.OutcomeHitLocal}, nil, "flightcache; hit"},
+		{"§2.4 a value stale by less than a second is still negative, never ttl=0", product.Served{Outcome: flightcache.OutcomeStale, TTL: -300 * time.Millisecond, TTLKnown: true}, nil, "flightcache; fwd=stale; ttl=-1; detail=origin-error"},
 	}
 	for _, tc := range tests {
 		if got := CacheStatus("flightcache", tc.sv, tc.err); got != tc.want {

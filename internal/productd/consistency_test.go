@@ -34,6 +34,13 @@ func startInProcess(t *testing.T, cfg Config) (string, *Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveInProcess(t, s), s
+}
+
+// serveInProcess serves s on a loopback port until the test ends and
+// returns its base URL.
+func serveInProcess(t *testing.T, s *Server) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		s.Close()
@@ -48,7 +55,7 @@ func startInProcess(t *testing.T, cfg Config) (string, *Server) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return "http://" + ln.Addr().String(), s
+	return "http://" + ln.Addr().String()
 }
 
 // A PUT that has returned is visible to every GET that starts after it,

@@ -1,0 +1,89 @@
+package productd
+
+import (
+	"database/sql"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// With the database gone and -stale-for set, a product past its TTL is
+// served stale at once: the first request of a throttle window asks the
+// origin (Cache-Status fwd=stale, RFC 9211 §2.2) and the rest do not (hit,
+// §2.1); the origin is asked at most once per window; the failure the
+// stale value hid is logged as one WARN; /readyz says the database is down.
+func TestDatabaseOutageServesStaleAndThrottlesTheOrigin(t *testing.T) {
+	t.Parallel()
+	cfg := Default()
+	cfg.DB = filepath.Join(t.TempDir(), "products.db")
+	cfg.Catalog = &testCatalog
+	cfg.TTL, cfg.NegativeTTL, cfg.Jitter = time.Second, time.Second, 0
+	cfg.StaleFor = time.Hour
+	cfg.FailureThrottle = time.Minute // one window for the whole test
+	cfg.LogFormat = "json"
+	var logs syncBuffer
+	s, err := New(t.Context(), cfg, cfg.NewLogger(&logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := serveInProcess(t, s)
+	url := base + "/v1/tenants/acme/products/p-00011"
+	c := herdClient(1)
+	defer c.CloseIdleConnections()
+	cacheStatus := func() (int, string) {
+		t.Helper()
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Cache-Status")
+	}
+	if code, _ := cacheStatus(); code != 200 {
+		t.Fatalf("warm-up GET: %d", code)
+	}
+	db, err := sql.Open("sqlite", cfg.DB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`DROP TABLE products`); err != nil {
+		t.Fatal(err)
+	}
+	before := s.OriginQueries()
+	// Poll until the entry's TTL has passed (the first answer that is not a
+	// fresh hit); each poll before that is a hit and costs no origin query.
+	deadline := time.Now().Add(10 * time.Second)
+	code, cs := cacheStatus()
+	for strings.Contains(cs, "; hit; ttl=") && !strings.Contains(cs, "ttl=-") {
+		if time.Now().After(deadline) {
+			t.Fatal("the entry never expired")
+		}
+		time.Sleep(20 * time.Millisecond) // waiting for the clock to pass the TTL, not for a goroutine
+		code, cs = cacheStatus()
+	}
+	if code != 200 || !strings.Contains(cs, "fwd=stale") || !strings.Contains(cs, "detail=origin-error") {
+		t.Fatalf("first GET past the TTL with the database gone: %d %q; want 200 fwd=stale detail=origin-error", code, cs)
+	}
+	for range 30 {
+		if code, cs := cacheStatus(); code != 200 || !strings.HasPrefix(cs, "flightcache; hit; ttl=-") || !strings.Contains(cs, "detail=origin-throttled") {
+			t.Fatalf("GET within the throttle window: %d %q; want a stale hit, origin-throttled", code, cs)
+		}
+	}
+	if n := s.OriginQueries() - before; n != 1 {
+		t.Fatalf("%d origin queries for 31 requests within one throttle window, want 1", n)
+	}
+	if n := strings.Count(logs.String(), "origin failed; served a stale value"); n != 1 {
+		t.Fatalf("%d warnings about the hidden failure, want 1:\n%s", n, logs.String())
+	}
+	resp, err := c.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz with the products table gone: %d, want 503", resp.StatusCode)
+	}
+}
