@@ -116,4 +116,14 @@ func TestEndToEndHungOrDeadRedisCostsARequestAlmostNothing(t *testing.T) {
 	if len(notJSON) > 0 {
 		t.Fatalf("%d of %d log lines are not JSON, first: %s", len(notJSON), len(all), notJSON[0])
 	}
+	// The operator sees the outage in the log: the failed invalidation.
+	warned := false
+	for _, l := range all {
+		if strings.Contains(l, `"level":"WARN"`) && strings.Contains(l, "invalidating a superseded cache entry failed") {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Fatalf("no WARN about the failed invalidation among %d log lines", len(all))
+	}
 }
