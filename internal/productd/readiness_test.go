@@ -42,11 +42,11 @@ func TestReadyzFollowsTheOriginNotRedis(t *testing.T) {
 	cfg.Redis = rds.url()
 	base, _ := startInProcess(t, cfg)
 
-	if code, b := getReadyz(t, base); code != 200 || b.Dependencies["db"] != "up" || b.Dependencies["redis"] != "up" {
+	if code, b := getReadyz(t, base); code != 200 || b.Dependencies["db"] != "up" || b.Dependencies["redis"] != "up" || b.Dependencies["redis_breaker"] != "closed" {
 		t.Fatalf("healthy: /readyz %d %+v", code, b)
 	}
 	rds.kill()
-	if code, b := getReadyz(t, base); code != 200 || b.Dependencies["redis"] != "down" || b.Dependencies["db"] != "up" {
+	if code, b := getReadyz(t, base); code != 200 || b.Dependencies["redis"] != "down" || b.Dependencies["db"] != "up" || b.Dependencies["redis_breaker"] == "" {
 		t.Fatalf("redis killed: /readyz %d %+v; want 200 with redis down", code, b)
 	}
 	resp, err := http.Get(base + "/v1/tenants/acme/products/p-00003")
