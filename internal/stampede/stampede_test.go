@@ -62,8 +62,12 @@ func TestStampedeJSONShowsOneOriginQueryForFlightcacheAndManyForNaive(t *testing
 	if fc.Requests != 300 || fc.OriginQueries != 1 || fc.Errors != 0 {
 		t.Fatalf("flightcache: %d requests, %d origin queries, %d errors; want 300, 1, 0", fc.Requests, fc.OriginQueries, fc.Errors)
 	}
-	if naive.Requests != 300 || naive.Errors != 0 || naive.OriginQueries < 10*fc.OriginQueries {
-		t.Fatalf("naive: %d requests, %d origin queries, %d errors; want 300, at least 10 queries, 0", naive.Requests, naive.OriginQueries, naive.Errors)
+	// On an overloaded machine the naive herd may arrive spread out and
+	// not stampede; the demo must then say so rather than show a
+	// misleading comparison.
+	if naive.Requests != 300 || naive.Errors != 0 || (naive.OriginQueries < 10*fc.OriginQueries && len(naive.Warnings) == 0) {
+		t.Fatalf("naive: %d requests, %d origin queries, %d errors, warnings %q; want 300, at least 10 queries or a warning, 0",
+			naive.Requests, naive.OriginQueries, naive.Errors, naive.Warnings)
 	}
 	if early.Requests == 0 || early.Errors != 0 || early.OriginQueries < 1 {
 		t.Fatalf("early-refresh: %d requests, %d origin queries, %d errors; want traffic that refreshed the entry without errors", early.Requests, early.OriginQueries, early.Errors)
