@@ -96,6 +96,34 @@ func TestEndToEndHungOrDeadRedisCostsARequestAlmostNothing(t *testing.T) {
 		t.Fatalf("%s = %v after invalidating with Redis hung, want at least 1", InvalidationFailuresMetric, f)
 	}
 
+	// A few more failed calls open the shared tier's breaker; from then on
+	// a cold GET costs the origin's latency and no Redis deadline at all.
+	breakerOpen := func() bool {
+		_, body, _ := timedDo(t, c, "GET", p.url+"/readyz", "")
+		var rd readyBody
+		return json.Unmarshal([]byte(body), &rd) == nil && rd.Dependencies["redis_breaker"] == "open"
+	}
+	n := 10
+	for ; n < 30 && !breakerOpen(); n++ {
+		if code, body, _ := timedDo(t, c, "GET", product(n), ""); code != 200 {
+			t.Fatalf("cold GET with Redis hung: %d %s", code, body)
+		}
+	}
+	if !breakerOpen() {
+		t.Fatal("the breaker never opened while Redis hung")
+	}
+	code, body, took = timedDo(t, c, "GET", product(n+1), "")
+	if code != 200 {
+		t.Fatalf("cold GET with the breaker open: %d %s", code, body)
+	}
+	if openBound := originLatency + slack; took > openBound {
+		t.Fatalf("cold GET with the breaker open took %v, want at most %v", took, openBound)
+	}
+	t.Logf("Redis hung, breaker open: cold GET %v", took)
+	if st := metric(t, c, p.url, `flightcache_shared_breaker_state{operation="product"}`); st != 2 {
+		t.Fatalf("flightcache_shared_breaker_state = %v with the breaker open, want 2", st)
+	}
+
 	rds.kill()
 	code, body, took = timedDo(t, c, "GET", product(3), "")
 	if code != 200 {
