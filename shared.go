@@ -52,7 +52,20 @@ func (c *Cache[V]) sharedCall(ctx context.Context, keepCancel bool, call func(co
 	// A read the caller abandoned says nothing about the tier; a write
 	// ignores the caller's cancellation, so its error always counts.
 	failed = err != nil && !(keepCancel && ctx.Err() != nil)
+	if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && (cctx.Err() != nil || isTimeout(err)) {
+		// The call's own deadline passed, but the store said so in its own
+		// words: go-redis reports a read cut short by the deadline as a
+		// network "i/o timeout", not as context.DeadlineExceeded. Say it is
+		// a timeout, so that the Get leaves the tier alone from here on.
+		err = fmt.Errorf("flightcache: shared tier call timed out: %w (%w)", context.DeadlineExceeded, err)
+	}
 	return err
+}
+
+// isTimeout reports whether err says it is a timeout, as net.Error does.
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
 }
 
 // sharedSkip says why a Get stopped calling the shared tier; see

@@ -23,8 +23,12 @@ import (
 type hungShared struct {
 	*mapShared
 	hangReads, hangWrites bool
-	calls                 atomic.Int64
-	hanging               chan struct{} // when set, gets a value as each hanging read starts
+	// netTimeouts makes a hung call end as go-redis ends one that its
+	// context's deadline cut short: with a network timeout error, not
+	// with ctx.Err().
+	netTimeouts bool
+	calls       atomic.Int64
+	hanging     chan struct{} // when set, gets a value as each hanging read starts
 }
 
 func (s *hungShared) Get(ctx context.Context, key string) (flightcache.Entry, bool, error) {
@@ -34,6 +38,9 @@ func (s *hungShared) Get(ctx context.Context, key string) (flightcache.Entry, bo
 			s.hanging <- struct{}{}
 		}
 		<-ctx.Done()
+		if s.netTimeouts {
+			return flightcache.Entry{}, false, errIOTimeout{}
+		}
 		return flightcache.Entry{}, false, ctx.Err()
 	}
 	return s.mapShared.Get(ctx, key)
@@ -43,6 +50,9 @@ func (s *hungShared) Set(ctx context.Context, key string, e flightcache.Entry) e
 	s.calls.Add(1)
 	if s.hangWrites {
 		<-ctx.Done()
+		if s.netTimeouts {
+			return errIOTimeout{}
+		}
 		return ctx.Err()
 	}
 	return s.mapShared.Set(ctx, key, e)
@@ -56,6 +66,14 @@ func (s *hungShared) Delete(ctx context.Context, key string) error {
 	}
 	return s.mapShared.Delete(ctx, key)
 }
+
+// errIOTimeout is what a network read cut short by its deadline returns
+// (net.Error with Timeout true), as go-redis passes it on.
+type errIOTimeout struct{}
+
+func (errIOTimeout) Error() string   { return "read tcp 127.0.0.1:1->127.0.0.1:6379: i/o timeout" }
+func (errIOTimeout) Timeout() bool   { return true }
+func (errIOTimeout) Temporary() bool { return true }
 
 // failingShared fails every call at once and counts the calls that reach it.
 type failingShared struct{ calls atomic.Int64 }
@@ -139,11 +157,18 @@ func (r *stateRecorder) ObserveCache(e flightcache.Event) {
 // one per shared call, and never the value: the Get skips the double-check
 // and the write-back once the read timed out.
 func TestHungSharedTierCostsAMissAtMostOneSharedTimeout(t *testing.T) {
+	t.Run("store returns ctx.Err", func(t *testing.T) { testHungSharedTierCostsOneTimeout(t, false) })
+	// go-redis: a read its context's deadline cut short is a network
+	// "i/o timeout", which must count as the shared timeout all the same.
+	t.Run("store returns a network timeout", func(t *testing.T) { testHungSharedTierCostsOneTimeout(t, true) })
+}
+
+func testHungSharedTierCostsOneTimeout(t *testing.T, netTimeouts bool) {
 	const (
 		sharedTimeout = 100 * time.Millisecond
 		loadTime      = 30 * time.Millisecond
 	)
-	shared := &hungShared{mapShared: newMapShared(time.Now), hangReads: true, hangWrites: true}
+	shared := &hungShared{mapShared: newMapShared(time.Now), hangReads: true, hangWrites: true, netTimeouts: netTimeouts}
 	c := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: shared, SharedTimeout: sharedTimeout})
 	// A generous caller deadline, so that a Cache without its own shared
 	// deadline fails here instead of hanging.
