@@ -67,6 +67,7 @@ type Cache[V any] struct {
 
 	group    *singleflight.Group[string, *flight[V]]
 	guard    writeGuard
+	batch    batchConfig
 	throttle *throttle // nil unless Options.FailureThrottle is set
 
 	// breakerState is the last BreakerState the Cache saw, so that each
@@ -124,6 +125,7 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 		now:             o.Now,
 		preciseLoadTime: opts.Now == nil,
 		throttle:        newThrottle(o.FailureThrottle),
+		batch:           newBatchConfig(o),
 		refreshing:      make(map[string]*miss[V]),
 		maxRefreshes:    defaultMaxRefreshes,
 	}

@@ -62,6 +62,9 @@ const (
 	EventBreakerChanged
 	// EventFiltered: the Guard turned a key away.
 	EventFiltered
+	// EventUnrequestedKey: a BatchLoadFunc returned keys it was not asked
+	// for. They were ignored (never stored, never served).
+	EventUnrequestedKey
 )
 
 var eventKindNames = [...]string{
@@ -76,6 +79,7 @@ var eventKindNames = [...]string{
 	EventGet:            "get",
 	EventBreakerChanged: "breaker_changed",
 	EventFiltered:       "filtered",
+	EventUnrequestedKey: "unrequested_key",
 }
 
 // String returns a short, stable, lower-case name usable as a metric label.

@@ -113,6 +113,11 @@ type Options[V any] struct {
 	// MaxWaiters bounds the callers waiting on one key; beyond it a Get fails
 	// with singleflight.ErrTooManyWaiters. Default 0 (unlimited).
 	MaxWaiters int
+	// MaxBatchSize bounds the keys of one BatchLoadFunc call: a batch
+	// with more keys to load calls its loader once per chunk of at most
+	// this many keys, in parallel. Must be in [1, 10000]. Default
+	// DefaultMaxBatchSize.
+	MaxBatchSize int
 	// MaxKeyLen bounds the length of a key in bytes. Must be in [1, 65536].
 	// Default 1024, or less when Local or Shared implements KeyLimiter:
 	// the smallest of their limits. A MaxKeyLen above a tier's limit is a
@@ -164,8 +169,12 @@ const (
 	// DefaultSharedTimeout is Options.SharedTimeout's default: far above a
 	// LAN round trip (about 1 ms), far below what a user notices.
 	DefaultSharedTimeout = 250 * time.Millisecond
-	MinTTL               = time.Second
-	MaxTTL               = 24 * time.Hour
+	// DefaultMaxBatchSize is Options.MaxBatchSize's default: the size of
+	// a typical page of items, and well below the parameter limits of SQL
+	// databases for an IN list.
+	DefaultMaxBatchSize = 100
+	MinTTL              = time.Second
+	MaxTTL              = 24 * time.Hour
 )
 
 // The other defaults and bounds; each is documented on its Options field.
@@ -182,6 +191,7 @@ const (
 	defaultBeta          = 1.0
 	maxBeta              = 10.0
 	maxFailureThrottle   = time.Minute
+	maxMaxBatchSize      = 10000
 	defaultMaxKeyLen     = 1024
 	maxMaxKeyLen         = 64 << 10
 	defaultName          = "default"
@@ -258,6 +268,12 @@ func (o Options[V]) withDefaults() (Options[V], error) {
 	}
 	if o.MaxWaiters < 0 {
 		return bad("MaxWaiters", "must not be negative")
+	}
+	if o.MaxBatchSize == 0 {
+		o.MaxBatchSize = DefaultMaxBatchSize
+	}
+	if o.MaxBatchSize < 0 || o.MaxBatchSize > maxMaxBatchSize {
+		return bad("MaxBatchSize", "must be between 1 and 10000")
 	}
 	if o.MaxKeyLen < 0 || o.MaxKeyLen > maxMaxKeyLen {
 		return bad("MaxKeyLen", "must be between 1 and 65536")

@@ -14,6 +14,14 @@
 //	        (DEL   <prefix><key> instead, when StaleUntil is less than 1ms away)
 //	Delete: DEL    <prefix><key>
 //
+// The batch operations (flightcache.BatchSharedStore) take one round trip
+// for many keys:
+//
+//	GetMany: MGET   <prefix><key1> <prefix><key2> …  (single node, Sentinel)
+//	         GET    per key, pipelined                (Cluster, Ring: the client
+//	                                                  sends one pipeline per node)
+//	SetMany: SET … PX (or DEL) per key, pipelined
+//
 // Redis therefore drops an entry by itself at its StaleUntil; the PX is
 // rounded down so Redis never keeps an entry past it.
 //

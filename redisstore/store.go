@@ -130,6 +130,13 @@ func (s *Store) Get(ctx context.Context, key string) (flightcache.Entry, bool, e
 	if err != nil {
 		return flightcache.Entry{}, false, fmt.Errorf("redisstore: GET: %w", err)
 	}
+	return s.decode(rk, payload, time.Now())
+}
+
+// decode turns the payload read under the Redis key rk into Get's answer at
+// now: every read (Get, GetMany) goes through it, so they accept and refuse
+// exactly the same payloads.
+func (s *Store) decode(rk string, payload []byte, now time.Time) (flightcache.Entry, bool, error) {
 	if isUnverifiable(payload) {
 		return flightcache.Entry{}, false, nil
 	}
@@ -137,7 +144,7 @@ func (s *Store) Get(ctx context.Context, key string) (flightcache.Entry, bool, e
 	if err != nil {
 		return flightcache.Entry{}, false, err
 	}
-	if !e.StaleUntil.After(time.Now()) {
+	if !e.StaleUntil.After(now) {
 		return flightcache.Entry{}, false, nil
 	}
 	return e, true, nil

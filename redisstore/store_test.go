@@ -319,7 +319,7 @@ func TestEachOperationIsExactlyOneCommand(t *testing.T) {
 
 var errInjected = errors.New("injected fault")
 
-// faultHook fails the real client's reads (GET), writes (SET, DEL) or dials,
+// faultHook fails the real client's reads (GET, MGET), writes (SET, DEL) or dials,
 // as set by the test, and passes everything else through.
 type faultHook struct {
 	mu                              sync.Mutex
@@ -347,7 +347,7 @@ func (h *faultHook) DialHook(next redis.DialHook) redis.DialHook {
 func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.mu.Lock()
-		fail := (h.failReads && cmd.Name() == "get") || (h.failWrites && (cmd.Name() == "set" || cmd.Name() == "del"))
+		fail := (h.failReads && (cmd.Name() == "get" || cmd.Name() == "mget")) || (h.failWrites && (cmd.Name() == "set" || cmd.Name() == "del"))
 		h.mu.Unlock()
 		if fail {
 			cmd.SetErr(errInjected)

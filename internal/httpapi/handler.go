@@ -36,6 +36,7 @@ const (
 type Service interface {
 	Get(ctx context.Context, ref product.Ref) (product.Served, error)
 	Update(ctx context.Context, ref product.Ref, p product.Patch) (product.Product, error)
+	GetMany(ctx context.Context, sel product.Selection) (product.BatchServed, error)
 }
 
 // Options configures New.
@@ -82,6 +83,7 @@ type api struct {
 //
 //	GET  /v1/tenants/{tenant}/products/{id}?locale=en-US&currency=USD
 //	PUT  /v1/tenants/{tenant}/products/{id}?locale=en-US&currency=USD
+//	GET  /v1/tenants/{tenant}/products?ids=a,b,c&locale=en-US&currency=USD
 //	GET  /healthz, /readyz, /metrics
 func New(opts Options) http.Handler {
 	if opts.CacheName == "" {
@@ -101,6 +103,8 @@ func New(opts Options) http.Handler {
 	mux.HandleFunc("GET /v1/tenants/{tenant}/products/{id}", a.getProduct)
 	mux.HandleFunc("PUT /v1/tenants/{tenant}/products/{id}", a.putProduct)
 	mux.HandleFunc("/v1/tenants/{tenant}/products/{id}", methodNotAllowed("GET, HEAD, PUT"))
+	mux.HandleFunc("GET /v1/tenants/{tenant}/products", a.listProducts)
+	mux.HandleFunc("/v1/tenants/{tenant}/products", methodNotAllowed("GET, HEAD"))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

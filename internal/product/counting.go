@@ -2,6 +2,7 @@ package product
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 )
 
@@ -10,8 +11,9 @@ import (
 // Repository.
 type CountingRepository struct {
 	Repository
-	gets    atomic.Int64
-	onQuery func() // set once by Count, read-only afterwards
+	gets    atomic.Int64 // statements: one per Get, one per GetMany
+	rows    atomic.Int64 // rows asked for: one per Get, one per id of a GetMany
+	onQuery func()       // set once by Count, read-only afterwards
 }
 
 // Count wraps r so that every Get is counted, and onQuery (if not nil) is
@@ -24,11 +26,43 @@ func Count(r Repository, onQuery func()) *CountingRepository {
 // Get counts the lookup and passes it on.
 func (c *CountingRepository) Get(ctx context.Context, ref Ref) (Product, error) {
 	c.gets.Add(1)
+	c.rows.Add(1)
 	if c.onQuery != nil {
 		c.onQuery()
 	}
 	return c.Repository.Get(ctx, ref)
 }
 
-// Queries is the number of Gets so far.
+// GetMany counts one lookup for the whole selection and passes it on; a
+// wrapped Repository without batch reads gets one Get per id instead, each
+// counted.
+func (c *CountingRepository) GetMany(ctx context.Context, sel Selection) (map[string]Product, error) {
+	br, ok := c.Repository.(BatchRepository)
+	if !ok {
+		out := make(map[string]Product, len(sel.IDs))
+		for _, id := range sel.IDs {
+			p, err := c.Get(ctx, Ref{Tenant: sel.Tenant, ID: id, Locale: sel.Locale, Currency: sel.Currency})
+			switch {
+			case errors.Is(err, ErrNotFound):
+			case err != nil:
+				return nil, err
+			default:
+				out[id] = p
+			}
+		}
+		return out, nil
+	}
+	c.gets.Add(1)
+	c.rows.Add(int64(len(sel.IDs)))
+	if c.onQuery != nil {
+		c.onQuery()
+	}
+	return br.GetMany(ctx, sel)
+}
+
+// Queries is the number of origin lookups (statements) so far.
 func (c *CountingRepository) Queries() int64 { return c.gets.Load() }
+
+// Rows is the number of rows the lookups asked for so far: a product
+// loaded twice counts twice.
+func (c *CountingRepository) Rows() int64 { return c.rows.Load() }

@@ -153,6 +153,12 @@ func Migrate(ctx context.Context, r *SQLRepository, seed *Catalog) (seeded bool,
 			if err := r.seed(ctx, tx, *seed); err != nil {
 				return false, err
 			}
+			// Statistics now, not when autovacuum gets round to it: without
+			// them PostgreSQL plans a batch lookup (product_id = ANY) as a
+			// walk over the tenant's whole index range.
+			if _, err := tx.ExecContext(ctx, `ANALYZE products`); err != nil {
+				return false, fmt.Errorf("product: seed: analyze: %w", err)
+			}
 			if _, err := tx.ExecContext(ctx, r.bind(`INSERT INTO productd_meta (name, value) VALUES (?, ?) ON CONFLICT DO NOTHING`),
 				seededMarker, fmt.Sprint(seed.Rows())); err != nil {
 				return false, fmt.Errorf("product: migrate: mark seeded: %w", err)

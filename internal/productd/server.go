@@ -35,6 +35,10 @@ const OriginQueriesMetric = "productd_origin_queries_total"
 // failed or timed out.
 const InvalidationFailuresMetric = "productd_invalidation_failures_total"
 
+// OriginRowsMetric is the Prometheus counter of product rows the origin
+// lookups asked for: one per single lookup, one per id of a batch lookup.
+const OriginRowsMetric = "productd_origin_rows_total"
+
 // Server is a productd instance: the origin, the cache tiers, the service
 // and its HTTP handler. Build it with New, then Serve; or just call Run.
 type Server struct {
@@ -104,6 +108,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	})
 	reg.MustRegister(originQueries)
 	s.counted = product.Count(s.repo, originQueries.Inc)
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: OriginRowsMetric,
+		Help: "Product rows the origin lookups asked for (a batch lookup asks for several in one query).",
+	}, func() float64 { return float64(s.counted.Rows()) }))
 
 	// A coarse clock: hits read one atomic word instead of the real clock
 	// (slow on virtual machines); entries may outlive their TTL by ~1ms.
@@ -360,6 +368,10 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // OriginQueries is the number of product lookups that reached the origin.
 func (s *Server) OriginQueries() int64 { return s.counted.Queries() }
+
+// OriginRows is the number of product rows the origin lookups asked for
+// (OriginRowsMetric).
+func (s *Server) OriginRows() int64 { return s.counted.Rows() }
 
 // Tiers names the cache tiers in use, for logs.
 func (s *Server) Tiers() string {

@@ -2,6 +2,7 @@ package stampede
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -35,6 +36,10 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 		ttl      = fs.Duration("ttl", DefaultTTL, "in-process productd: cache TTL (the herd arrives right after it expires)")
 		asJSON   = fs.Bool("json", false, "print machine-readable results on stdout")
 		report   = fs.String("report", filepath.Join(os.TempDir(), "stampede-report.html"), "where to write the HTML report; empty: no report")
+		batch    = fs.Bool("batch", false, "run the batch herd instead: -batches concurrent cold batch requests of -batch-size ids drawn from -batch-pool ids, naive against flightcache (in-process productd only)")
+		batches  = fs.Int("batches", 50, "batch herd: concurrent batch requests")
+		bsize    = fs.Int("batch-size", 100, "batch herd: ids per request (at most 100)")
+		bpool    = fs.Int("batch-pool", 200, "batch herd: distinct ids the requests draw from")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "stampede: fire a herd of concurrent requests at one hot product and count origin queries.\n\n"+
@@ -47,6 +52,9 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 			return 0
 		}
 		return 2
+	}
+	if *batch {
+		return runBatchMain(ctx, BatchConfig{Batches: *batches, Size: *bsize, Pool: *bpool, Catalog: base.Catalog, OriginLatency: *latency}, *asJSON, stdout, stderr)
 	}
 	if *n < 1 {
 		fmt.Fprintln(stderr, "stampede: -n must be at least 1")
@@ -115,6 +123,23 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 			out = stderr // keep stdout pure JSON
 		}
 		fmt.Fprintf(out, "\nreport: %s\n", *report)
+	}
+	return 0
+}
+
+// runBatchMain is Main for -batch: the batch herd, as a table or JSON.
+func runBatchMain(ctx context.Context, cfg BatchConfig, asJSON bool, stdout, stderr io.Writer) int {
+	results, err := RunBatch(ctx, cfg)
+	if err == nil {
+		if asJSON {
+			err = json.NewEncoder(stdout).Encode(struct{ Results []BatchResult }{results})
+		} else {
+			err = WriteBatchTable(stdout, results)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
 	}
 	return 0
 }

@@ -189,7 +189,9 @@ type Result struct {
 type target struct {
 	bases   []string
 	queries func(ctx context.Context) (int64, error)
-	stop    func() error
+	// rows reads the origin-row counter; nil for remote targets.
+	rows func() int64
+	stop func() error
 }
 
 // Run runs every mode of cfg and returns their results in order.
@@ -278,6 +280,7 @@ func startInProcess(ctx context.Context, cfg Config, mode, db string) (*target, 
 	return &target{
 		bases:   []string{"http://" + ln.Addr().String()},
 		queries: func(context.Context) (int64, error) { return srv.OriginQueries(), nil },
+		rows:    srv.OriginRows,
 		stop: func() error {
 			cancel()
 			return <-served

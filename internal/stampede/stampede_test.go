@@ -190,3 +190,34 @@ func TestInvalidComparisonsAreFlaggedWithARemedy(t *testing.T) {
 		t.Fatalf("a tight herd that stampeded was flagged: %q", w)
 	}
 }
+
+// The batch demo's claim: cold batch requests with overlapping ids cost
+// flightcache one origin row per distinct id and at most one query per
+// request, where naive per-id loading costs a query per id, and more
+// whenever two requests miss the same id together.
+func TestBatchStampedeLoadsEachDistinctIDOnceWithFlightcache(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"-batch", "-json", "-batches", "12", "-batch-size", "20", "-batch-pool", "40", "-origin-latency", "2ms"}
+	if code := mainWith(context.Background(), Config{Catalog: &smallCatalog}, args, &stdout, &stderr, false); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var doc struct{ Results []BatchResult }
+	if err := json.Unmarshal(stdout.Bytes(), &doc); err != nil || len(doc.Results) != 2 {
+		t.Fatalf("stdout %s: %v", stdout.Bytes(), err)
+	}
+	naive, fc := doc.Results[0], doc.Results[1]
+	if naive.Mode != ModeBatchNaive || fc.Mode != ModeBatchFlightcache || naive.Errors+fc.Errors != 0 {
+		t.Fatalf("results = %+v", doc.Results)
+	}
+	if fc.OriginRows != int64(fc.DistinctIDs) || fc.OriginQueries > int64(fc.Batches) || fc.OriginQueries < 1 {
+		t.Fatalf("flightcache: %d queries for %d rows over %d distinct ids and %d batches; want each id once, at most one query per batch",
+			fc.OriginQueries, fc.OriginRows, fc.DistinctIDs, fc.Batches)
+	}
+	// Naive: one query per id, and an id two requests miss together is
+	// read twice.
+	if naive.OriginQueries != naive.OriginRows || naive.OriginRows < int64(naive.DistinctIDs) || naive.OriginQueries <= fc.OriginQueries {
+		t.Fatalf("naive: %d queries for %d rows over %d distinct ids; want one query per row, every id at least once, more queries than flightcache's %d",
+			naive.OriginQueries, naive.OriginRows, naive.DistinctIDs, fc.OriginQueries)
+	}
+	t.Logf("naive %+v; flightcache %+v", naive, fc)
+}

@@ -1,0 +1,864 @@
+package flightcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/flightcache/flightcache/singleflight"
+)
+
+// BatchLoadFunc loads many values from the origin in one call. It receives
+// only the keys that must be loaded (never a key served from a tier or
+// loaded by another caller at the moment), at most Options.MaxBatchSize of
+// them, and returns what it found: a key absent from the map does not exist
+// and is cached negatively, like a LoadFunc's ErrNotFound. A key in the map
+// that was not asked for is ignored (and reported as EventUnrequestedKey).
+// An error fails every key of the call; the map is then ignored.
+//
+// Its ctx is like a LoadFunc's: it carries the values of the batch's
+// caller, not its cancellation, and it ends at the loader timeout or on
+// Close. SetTTL and NoStore on ctx apply to every key of the call. It must
+// not read its own keys through the same Cache: their flights are its own,
+// and such a read waits until the loader timeout.
+type BatchLoadFunc[V any] func(ctx context.Context, keys []string) (map[string]V, error)
+
+// KeyResult is one key's answer in FetchMany.
+type KeyResult[V any] struct {
+	Result[V]
+	// Err is the key's error, as Fetch would return it for the key alone:
+	// ErrNotFound for a key that does not exist, the loader's error, a
+	// *KeyError, the caller's context error...
+	Err error
+}
+
+// BatchError is GetMany's error when some keys failed for another reason
+// than not existing. The values of the other keys are returned with it.
+type BatchError struct {
+	// Failed counts the failed keys.
+	Failed int
+	// Err is the first failure, in the order of the keys.
+	Err error
+}
+
+func (e *BatchError) Error() string {
+	return fmt.Sprintf("flightcache: %d keys of a batch failed, the first with: %v", e.Failed, e.Err)
+}
+
+// Unwrap returns the first failure.
+func (e *BatchError) Unwrap() error { return e.Err }
+
+// batchConfig is what the batch read path takes from Options beyond what
+// the single-key path keeps. Read-only after New.
+type batchConfig struct {
+	maxSize       int
+	guard         Guard            // nil: no guard
+	sharedTimeout time.Duration    // bounds each shared-tier call of a batch
+	breaker       SharedBreaker    // nil: no breaker
+	shared        BatchSharedStore // nil when the shared tier has no batch operations
+}
+
+func newBatchConfig[V any](o Options[V]) batchConfig {
+	b := batchConfig{maxSize: o.MaxBatchSize, guard: o.Guard, sharedTimeout: o.SharedTimeout, breaker: o.SharedBreaker}
+	if b.sharedTimeout <= 0 {
+		b.sharedTimeout = DefaultSharedTimeout
+	}
+	b.shared, _ = o.Shared.(BatchSharedStore)
+	return b
+}
+
+// GetMany returns the values of keys, loading the missing ones with load in
+// as few calls as Options.MaxBatchSize allows. A key that does not exist is
+// absent from the map. When some keys failed, err is a *BatchError and the
+// map still holds every other key's value. See FetchMany for the read path.
+func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFunc[V]) (map[string]V, error) {
+	rs := c.FetchMany(ctx, keys, load)
+	m := make(map[string]V, len(keys))
+	var be *BatchError
+	for i := range rs {
+		switch err := rs[i].Err; {
+		case err == nil:
+			m[keys[i]] = rs[i].Value
+		case errors.Is(err, ErrNotFound):
+		default:
+			if be == nil {
+				be = &BatchError{Err: err}
+			}
+			be.Failed++
+		}
+	}
+	if be != nil {
+		return m, be
+	}
+	return m, nil
+}
+
+// FetchMany is GetMany with every key's Result, in a slice aligned with
+// keys (a key given twice gets the same answer twice).
+//
+// Per key, the read path is Fetch's, with the round trips shared: the
+// local tier; then the Guard; then one BatchSharedStore.GetMany for every
+// key the local tier missed (one Get per key when the shared tier has no
+// batch operations); then the flight. A key already in flight, for a
+// single Get or another batch, joins that load; the keys left are loaded
+// together by load, in chunks of at most Options.MaxBatchSize keys, after
+// a double-check of the tiers. Each key keeps every guarantee of Fetch: its
+// own Outcome, the loader timeout, limits, negative caching, explicit writes
+// that win over the load, early refresh, the stale fallback, and the
+// caller's context (the loads go on for the other callers when it ends).
+func (c *Cache[V]) FetchMany(ctx context.Context, keys []string, load BatchLoadFunc[V]) []KeyResult[V] {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	var start time.Time
+	if c.obs != nil {
+		start = time.Now() // real time: a latency metric, whatever Options.Now says
+	}
+	b := batch[V]{c: c, ctx: ctx, load: load, keys: keys, res: make([]KeyResult[V], len(keys)), now: c.now()}
+	b.run()
+	if c.obs != nil {
+		d := time.Since(start)
+		for i := range b.res {
+			c.obs.ObserveCache(Event{Kind: EventGet, Ctx: ctx, Cache: c.name, Outcome: b.res[i].Outcome, Duration: d, Err: b.res[i].Err})
+		}
+	}
+	return b.res
+}
+
+// batch is one FetchMany call.
+type batch[V any] struct {
+	c    *Cache[V]
+	ctx  context.Context
+	load BatchLoadFunc[V]
+	keys []string
+	res  []KeyResult[V] // aligned with keys
+	now  time.Time
+}
+
+// batchKey is a key of a batch that the local tier could not serve.
+type batchKey[V any] struct {
+	key   string
+	first int   // index of the key's first occurrence in batch.keys
+	dups  []int // indices of its other occurrences
+	stale *Item[V]
+	// f is the key's flight: led by this batch or joined; err is why
+	// there is none (the engine refused the key).
+	f   singleflight.Flight[string, *flight[V]]
+	err error
+}
+
+func (b *batch[V]) run() {
+	c := b.c
+	// The local tier, for every occurrence: a hit costs one store lookup,
+	// as for Get, and no map is built unless something misses.
+	var miss []*batchKey[V]
+	var seen map[string]*batchKey[V]
+	for i, k := range b.keys {
+		var stale *Item[V]
+		if c.local != nil && len(k) > 0 && len(k) <= c.maxKeyLen && !c.closed.Load() {
+			if it, ok := c.local.Get(k); ok {
+				if b.now.Before(it.FreshUntil) {
+					if it.NotFound || c.obs != nil || c.clone != nil || (c.earlyRefresh && b.load != nil) {
+						b.serve(i, it, TierLocal)
+						continue
+					}
+					// serve's common case, inline, as in hitLocal.
+					r := &b.res[i]
+					r.Value, r.Outcome = it.Value, OutcomeHitLocal
+					if !it.LoadedAt.IsZero() {
+						r.Age = max(time.Duration(b.now.UnixNano()-it.LoadedAt.UnixNano()), 0)
+					}
+					continue
+				}
+				if !it.NotFound && b.now.Before(it.StaleUntil) {
+					stale = it
+				}
+			}
+		}
+		if err := c.admit(k); err != nil {
+			b.res[i] = KeyResult[V]{Result: Result[V]{Outcome: OutcomeLoadFailed}, Err: err}
+			continue
+		}
+		if seen == nil {
+			seen = make(map[string]*batchKey[V])
+		}
+		if bk := seen[k]; bk != nil {
+			bk.dups = append(bk.dups, i)
+			continue
+		}
+		if c.local != nil && c.obs != nil {
+			c.emit(b.ctx, EventMiss, TierLocal, nil)
+		}
+		bk := &batchKey[V]{key: k, first: i, stale: stale}
+		seen[k] = bk
+		miss = append(miss, bk)
+	}
+	if len(miss) == 0 {
+		return
+	}
+	miss = b.filter(miss)
+	miss = b.readShared(miss)
+	if len(miss) > 0 {
+		b.fly(miss)
+	}
+	for _, bk := range seen {
+		for _, i := range bk.dups {
+			b.res[i] = b.res[bk.first]
+		}
+	}
+}
+
+// serve answers key i with a fresh item found in tier, starting an early
+// refresh when XFetch says so.
+func (b *batch[V]) serve(i int, it *Item[V], tier Tier) {
+	c := b.c
+	r := &b.res[i]
+	if !it.LoadedAt.IsZero() {
+		r.Age = max(time.Duration(b.now.UnixNano()-it.LoadedAt.UnixNano()), 0)
+	}
+	if it.NotFound {
+		r.Outcome, r.Err = OutcomeNegativeHit, ErrNotFound
+		if c.obs != nil {
+			c.emit(b.ctx, EventNegativeHit, tier, nil)
+		}
+		return
+	}
+	if c.obs != nil {
+		c.emit(b.ctx, EventHit, tier, nil)
+	}
+	r.Outcome = OutcomeHitLocal
+	if tier == TierShared {
+		r.Outcome = OutcomeHitShared
+	}
+	if c.earlyRefresh && b.load != nil && c.refreshDue(&it.Meta, b.now) &&
+		c.startRefresh(b.ctx, b.keys[i], singleLoad(b.keys[i], b.load), it.FreshUntil) {
+		r.Outcome = OutcomeRefreshed
+	}
+	r.Value = it.Value
+	if c.clone != nil {
+		r.Value = c.clone(r.Value)
+	}
+}
+
+// singleLoad adapts a batch loader to one key, for the early refresh of a
+// key a batch served: refreshes run one key at a time, like Get's.
+func singleLoad[V any](key string, load BatchLoadFunc[V]) LoadFunc[V] {
+	return func(ctx context.Context) (V, error) {
+		m, err := load(ctx, []string{key})
+		v, ok := m[key]
+		switch {
+		case err != nil:
+			return v, err
+		case !ok:
+			return v, ErrNotFound
+		}
+		return v, nil
+	}
+}
+
+// filter answers the keys the Guard turns away and returns the others.
+func (b *batch[V]) filter(miss []*batchKey[V]) []*batchKey[V] {
+	c := b.c
+	g := c.batch.guard
+	if g == nil {
+		return miss
+	}
+	return slices.DeleteFunc(miss, func(bk *batchKey[V]) bool {
+		if g.MayExist(b.ctx, bk.key) {
+			return false
+		}
+		if c.obs != nil {
+			c.emit(b.ctx, EventFiltered, TierNone, nil)
+		}
+		b.res[bk.first] = KeyResult[V]{Result: Result[V]{Outcome: OutcomeFiltered}, Err: ErrNotFound}
+		return true
+	})
+}
+
+// readShared reads the keys the local tier missed from the shared tier in
+// one round trip, answers the fresh ones (copying them into the local tier
+// under a write-guard ticket, as Get does), remembers stale ones as the
+// fallback, and returns the keys left.
+func (b *batch[V]) readShared(miss []*batchKey[V]) []*batchKey[V] {
+	c := b.c
+	if c.shared == nil {
+		return miss
+	}
+	keys := make([]string, len(miss))
+	tickets := make([]ticket, len(miss))
+	for j, bk := range miss {
+		keys[j] = bk.key
+		tickets[j] = c.guard.begin(bk.key) // before the read, as in readShared
+	}
+	items := c.readSharedMany(b.ctx, keys, tickets, b.now)
+	for j, bk := range miss {
+		c.guard.end(bk.key, tickets[j])
+	}
+	return slices.DeleteFunc(miss, func(bk *batchKey[V]) bool {
+		it := items[0]
+		items = items[1:]
+		if it != nil && b.now.Before(it.FreshUntil) {
+			b.serve(bk.first, it, TierShared)
+			return true
+		}
+		if c.obs != nil {
+			c.emit(b.ctx, EventMiss, TierShared, nil)
+		}
+		if it != nil && !it.NotFound && b.now.Before(it.StaleUntil) && (bk.stale == nil || it.FreshUntil.After(bk.stale.FreshUntil)) {
+			bk.stale = it
+		}
+		return false
+	})
+}
+
+// fly is the flight for the keys no tier could serve. Every key gets a
+// flight of the engine, as for Get, so that singles and other batches find
+// it and join it. The interleaving story:
+//
+//  1. Start registers the batch as the leader of each key's flight, or
+//     joins the flight in progress, and says which at once. A joined key's
+//     answer comes from its leader, whoever that is; this batch never waits
+//     for it before loading its own keys. (Waiting could deadlock: two
+//     batches that each lead a key the other joined would wait for each
+//     other.)
+//  2. The led keys are split into chunks of at most MaxBatchSize, and each
+//     chunk is loaded by its own goroutine (loadChunk), detached from the
+//     caller's context like a single load. It takes the write-guard
+//     tickets, double-checks the tiers, calls the loader once for the keys
+//     still missing, writes them back, and completes every key's flight
+//     exactly once (deferred, so a panicking or exiting loader completes
+//     them too). The loader timeout and Close complete a flight without
+//     it, as for a single load; its late result is then dropped.
+//  3. The caller waits for each key's flight in turn, led or joined, on its
+//     own context: its leaving ends only its own wait.
+//
+// So a key is loaded by exactly one flight at a time whoever asks, no
+// batch waits on another before loading its own keys, and every wait ends:
+// on the result, the flight's timeout or Close, or the caller's context.
+func (b *batch[V]) fly(miss []*batchKey[V]) {
+	c := b.c
+	if b.load == nil {
+		for _, bk := range miss {
+			b.res[bk.first] = KeyResult[V]{Result: Result[V]{Outcome: OutcomeLoadFailed},
+				Err: fmt.Errorf("flightcache: nil BatchLoadFunc on a miss: %w", singleflight.ErrNilFunc)}
+		}
+		return
+	}
+	var led []*batchKey[V]
+	// The flights keep the caller's values, not its cancellation: shield
+	// the context once for all of them (each Wait below uses b.ctx).
+	shielded := context.WithoutCancel(b.ctx)
+	for _, bk := range miss {
+		bk.f, bk.err = c.group.Start(shielded, bk.key)
+		if bk.f.Led() {
+			led = append(led, bk)
+		}
+	}
+	for chunk := range slices.Chunk(led, c.batch.maxSize) {
+		go c.loadChunk(b.ctx, chunk, b.load)
+	}
+
+	// With a soft timeout, keys that have a stale value wait at most that
+	// long (from now, for all of them); the loads go on and refresh the
+	// entries.
+	softCtx := b.ctx
+	if c.softTimeout > 0 && slices.ContainsFunc(miss, func(bk *batchKey[V]) bool { return bk.stale != nil }) {
+		var cancel context.CancelFunc
+		softCtx, cancel = context.WithTimeout(b.ctx, c.softTimeout)
+		defer cancel()
+	}
+	for _, bk := range miss {
+		if bk.err != nil {
+			b.settle(bk, nil, bk.err)
+			continue
+		}
+		wctx := b.ctx
+		if bk.stale != nil {
+			wctx = softCtx
+		}
+		fl, _, err := bk.f.Wait(wctx)
+		if err != nil && wctx != b.ctx && wctx.Err() != nil && b.ctx.Err() == nil {
+			b.serveStale(bk, ErrSoftTimeout)
+			continue
+		}
+		b.settle(bk, fl, err)
+	}
+}
+
+// settle turns a key's flight result into its answer, as Fetch does.
+func (b *batch[V]) settle(bk *batchKey[V], fl *flight[V], err error) {
+	r := &b.res[bk.first]
+	if err == nil && fl == nil {
+		err = errors.New("flightcache: internal error: flight without result")
+	}
+	if err != nil {
+		if le, ok := err.(*loadError); ok {
+			err = le.err
+		}
+		if bk.stale != nil && canServeStale(b.ctx, err) {
+			b.serveStale(bk, err)
+			return
+		}
+		*r = KeyResult[V]{Result: Result[V]{Outcome: OutcomeLoadFailed}, Err: err}
+		return
+	}
+	switch {
+	case fl.found && fl.item.NotFound:
+		r.Outcome = OutcomeNegativeHit
+	case fl.found || !bk.f.Led():
+		r.Outcome = OutcomeCoalesced
+	case fl.writeErr != nil:
+		r.Outcome, r.WriteErr = OutcomeLoadedWriteFailed, fl.writeErr
+	default:
+		r.Outcome = OutcomeLoaded
+	}
+	if fl.found && !fl.item.LoadedAt.IsZero() {
+		r.Age = max(b.now.Sub(fl.item.LoadedAt), 0)
+	}
+	if fl.item.NotFound {
+		r.Err = ErrNotFound
+		if fl.notFound != nil {
+			r.Err = fl.notFound
+		}
+		return
+	}
+	r.Value = fl.item.Value
+	if b.c.clone != nil {
+		r.Value = b.c.clone(r.Value)
+	}
+}
+
+// serveStale answers a key with its stale value; why is the reason the
+// fresh value did not arrive.
+func (b *batch[V]) serveStale(bk *batchKey[V], why error) {
+	c := b.c
+	if c.obs != nil {
+		c.emit(b.ctx, EventStaleServed, TierNone, why)
+	}
+	r := KeyResult[V]{Result: Result[V]{Value: bk.stale.Value, Outcome: OutcomeStale}}
+	if !bk.stale.LoadedAt.IsZero() {
+		r.Age = max(b.now.Sub(bk.stale.LoadedAt), 0)
+	}
+	if c.clone != nil {
+		r.Value = c.clone(r.Value)
+	}
+	b.res[bk.first] = r
+}
+
+// batchAnswer is a chunk's result for one key.
+type batchAnswer[V any] struct {
+	fl  *flight[V]
+	err error
+}
+
+// errBatchAborted is every key's result until its chunk has a better one:
+// what the keys get when the loader calls runtime.Goexit.
+var errBatchAborted = errors.New("flightcache: batch loader exited without returning")
+
+// loadChunk is one call of the batch loader for keys, all led by one batch
+// (see fly). ctx is the batch caller's; the load keeps its values only.
+func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load BatchLoadFunc[V]) {
+	answers := make([]batchAnswer[V], len(keys))
+	for j := range answers {
+		answers[j].err = errBatchAborted
+	}
+	// Every flight is completed exactly once, whatever happens below, and
+	// only after the write-back, as a single load returns after its own.
+	defer func() {
+		for j, bk := range keys {
+			bk.f.Complete(answers[j].fl, answers[j].err)
+		}
+	}()
+	names := make([]string, len(keys))
+	tickets := make([]ticket, len(keys))
+	for j, bk := range keys {
+		names[j] = bk.key
+		// Before anything is read, as in a single flight: a Set or Delete
+		// that finishes after this point wins over this chunk's writes.
+		tickets[j] = c.guard.begin(bk.key)
+	}
+	defer func() {
+		for j := range keys {
+			c.guard.end(names[j], tickets[j])
+		}
+	}()
+
+	// The chunk works for every caller of its keys, not only for the one
+	// whose batch started it: it keeps that caller's values, not its
+	// cancellation.
+	ctx = context.WithoutCancel(ctx)
+
+	// The double-check: another instance may have filled the shared tier,
+	// or a flight that just ended the local one.
+	now := c.now()
+	todo := make([]int, 0, len(keys))
+	for j := range keys {
+		if c.local != nil {
+			if it, ok := c.local.Get(names[j]); ok && now.Before(it.FreshUntil) {
+				answers[j] = batchAnswer[V]{fl: &flight[V]{item: *it, found: true}}
+				continue
+			}
+		}
+		todo = append(todo, j)
+	}
+	if c.shared != nil && len(todo) > 0 {
+		ks, ts := make([]string, len(todo)), make([]ticket, len(todo))
+		for n, j := range todo {
+			ks[n], ts[n] = names[j], tickets[j]
+		}
+		items := c.readSharedMany(ctx, ks, ts, now)
+		todo = slices.DeleteFunc(todo, func(j int) bool {
+			it := items[0]
+			items = items[1:]
+			if it != nil && now.Before(it.FreshUntil) {
+				answers[j] = batchAnswer[V]{fl: &flight[V]{item: *it, found: true}}
+				return true
+			}
+			return false
+		})
+	}
+	if c.throttle != nil {
+		todo = slices.DeleteFunc(todo, func(j int) bool {
+			err := c.throttle.check(names[j], now)
+			if err == nil {
+				return false
+			}
+			if c.obs != nil {
+				c.emit(ctx, EventThrottled, TierNone, err)
+			}
+			answers[j].err = err
+			return true
+		})
+	}
+	if len(todo) == 0 {
+		return
+	}
+
+	// The loader's context is the first key's flight context: the
+	// caller's values without its cancellation, ending at the loader
+	// timeout or on Close. Every flight of the chunk was registered within
+	// the same moment, so they all end together for those reasons, and a
+	// loader that returns on its context's end cannot beat the timeout
+	// with a late value (the engine completes the flight first).
+	lctx := keys[todo[0]].f.Context()
+	pol := new(loadPolicy)
+	lctx = context.WithValue(lctx, policyKey{}, pol)
+	var endSpan func(error)
+	if c.tracer != nil {
+		lctx, endSpan = c.tracer.StartLoad(lctx, c.name)
+	}
+	ask := make([]string, len(todo))
+	for n, j := range todo {
+		ask[n] = names[j]
+	}
+
+	start := c.now()
+	var realStart time.Time
+	if c.preciseLoadTime {
+		realStart = time.Now()
+	}
+	found, err := callBatchLoader(lctx, load, ask)
+	end := c.now()
+	took := end.Sub(start)
+	if c.preciseLoadTime {
+		took = time.Since(realStart)
+	}
+	if endSpan != nil {
+		endSpan(err)
+	}
+	if err == nil && lctx.Err() != nil {
+		// The loader outlived its context (the loader timeout, or Close):
+		// the engine has failed the first key's flight already, and the
+		// others are failed with it rather than each left to its own timer.
+		err = context.Cause(lctx)
+	}
+	if err != nil {
+		var le error = &loadError{err: err}
+		if c.tracer != nil {
+			le = &loadError{err: err, ctx: lctx}
+		}
+		for _, j := range todo {
+			if c.throttle != nil {
+				c.throttle.fail(names[j], err, end)
+			}
+			answers[j].err = le
+		}
+		return
+	}
+	c.reportUnrequested(ctx, found, ask)
+
+	ttl := time.Duration(pol.ttl.Load())
+	flights := make([]*flight[V], len(todo))
+	for n, j := range todo {
+		v, ok := found[names[j]]
+		fl := &flight[V]{item: Item[V]{Value: v, Meta: Meta{LoadDuration: took, LoadedAt: end, NotFound: !ok}}}
+		if !ok {
+			fl.notFound = ErrNotFound
+		}
+		if c.tracer != nil {
+			fl.loadCtx = lctx
+		}
+		d := ttl
+		switch {
+		case d > 0:
+		case ok:
+			d = c.jittered(c.ttl)
+		default:
+			d = c.jittered(c.negativeTTL)
+		}
+		fl.item.FreshUntil = end.Add(d)
+		fl.item.StaleUntil = fl.item.FreshUntil
+		if ok {
+			fl.item.StaleUntil = fl.item.StaleUntil.Add(c.staleFor)
+		}
+		if c.throttle != nil {
+			c.throttle.succeed(names[j])
+		}
+		flights[n] = fl
+	}
+	if !pol.noStore.Load() {
+		ts := make([]ticket, len(todo))
+		for n, j := range todo {
+			ts[n] = tickets[j]
+		}
+		c.writeBackMany(lctx, ask, ts, flights)
+	}
+	for n, j := range todo {
+		answers[j] = batchAnswer[V]{fl: flights[n]}
+	}
+}
+
+// callBatchLoader calls load, turning a panic into a *singleflight.PanicError
+// for the chunk's keys, as the engine does for a single loader.
+func callBatchLoader[V any](ctx context.Context, load BatchLoadFunc[V], keys []string) (found map[string]V, err error) {
+	returned := false
+	defer func() {
+		if !returned {
+			if r := recover(); r != nil {
+				found, err = nil, &singleflight.PanicError{Value: r, Stack: debug.Stack()}
+			}
+		}
+	}()
+	found, err = load(ctx, keys)
+	returned = true
+	return found, err
+}
+
+// reportUnrequested reports the keys the loader returned without being
+// asked for them. They are never stored: a loader that returns more than
+// it was asked (another tenant's rows, a neighbour's IDs) must not put
+// values under keys no caller of this batch asked for.
+func (c *Cache[V]) reportUnrequested(ctx context.Context, found map[string]V, asked []string) {
+	known := 0
+	for _, k := range asked { // asked holds distinct keys
+		if _, ok := found[k]; ok {
+			known++
+		}
+	}
+	n := len(found) - known
+	if n == 0 {
+		return
+	}
+	if c.obs != nil {
+		c.emit(ctx, EventUnrequestedKey, TierNone, nil)
+	}
+	if ok, suppressed := c.writeLog.allow(); ok {
+		c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: batch loader returned keys it was not asked for; ignored",
+			slog.String("cache", c.name), slog.Int("keys", n), slog.Int64("suppressed", suppressed))
+	}
+}
+
+// readSharedMany reads keys from the shared tier, in one round trip when
+// it has batch operations, and returns the servable (fresh or stale) items
+// aligned with keys, nil for a miss. Like readShared, it copies each item
+// into the local tier under its key's ticket, and read or decode errors
+// count as misses.
+func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []ticket, now time.Time) []*Item[V] {
+	items := make([]*Item[V], len(keys))
+	var lookups []Lookup
+	err := c.sharedCall(ctx, func(ctx context.Context) error {
+		if bs := c.batch.shared; bs != nil {
+			var err error
+			lookups, err = bs.GetMany(ctx, keys)
+			if err == nil && len(lookups) != len(keys) {
+				err = fmt.Errorf("flightcache: shared GetMany returned %d results for %d keys", len(lookups), len(keys))
+			}
+			return err
+		}
+		lookups = make([]Lookup, len(keys))
+		failed := 0
+		var first error
+		for j, k := range keys {
+			e, ok, err := c.shared.Get(ctx, k)
+			lookups[j] = Lookup{Entry: e, Found: ok, Err: err}
+			if err != nil {
+				failed++
+				first = cmpOr(first, err)
+			}
+		}
+		if failed == len(keys) {
+			return first // every read failed: the tier did, not a key
+		}
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, ErrBreakerOpen) {
+			c.readFailed(ctx, err)
+		}
+		return items
+	}
+	for j, l := range lookups {
+		if l.Err != nil {
+			if ctx.Err() == nil {
+				c.readFailed(ctx, l.Err)
+			}
+			continue
+		}
+		if !l.Found || !now.Before(l.Entry.StaleUntil) {
+			continue
+		}
+		it := &Item[V]{Meta: l.Entry.Meta}
+		if !l.Entry.NotFound {
+			v, err := c.codec.Unmarshal(l.Entry.Value)
+			if err != nil {
+				c.readFailed(ctx, fmt.Errorf("flightcache: decode shared entry: %w", err))
+				continue
+			}
+			it.Value = v
+		}
+		if c.local != nil {
+			tickets[j].writeIf(func() { c.local.Set(keys[j], *it) })
+		}
+		items[j] = it
+	}
+	return items
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// sharedCall runs one call of a batch to the shared tier under
+// Options.SharedTimeout and the SharedBreaker, if any.
+func (c *Cache[V]) sharedCall(ctx context.Context, call func(ctx context.Context) error) error {
+	var done func(failed bool)
+	if br := c.batch.breaker; br != nil {
+		var err error
+		if done, err = br.Allow(); err != nil {
+			return err
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.batch.sharedTimeout)
+	err := call(cctx)
+	cancel()
+	if done != nil {
+		done(err != nil && ctx.Err() == nil)
+	}
+	return err
+}
+
+// writeBackMany stores loaded items in both tiers, best-effort, skipping
+// each key whose ticket an explicit write has outdated: the batch form of
+// writeBack. The shared tier gets one SetMany. The check and the writes
+// happen with the keys' guard locks held, taken in key order so that two
+// chunks never wait for each other.
+func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []ticket, flights []*flight[V]) {
+	var data [][]byte
+	if c.shared != nil {
+		data = make([][]byte, len(keys))
+		for n, fl := range flights {
+			if fl.item.NotFound {
+				continue
+			}
+			b, err := c.codec.Marshal(fl.item.Value)
+			if err != nil {
+				fl.writeErr = fmt.Errorf("flightcache: encode value: %w", err)
+				c.writeFailed(ctx, TierShared, fl.writeErr)
+				continue
+			}
+			data[n] = b
+		}
+	}
+	order := make([]int, len(keys))
+	for n := range order {
+		order[n] = n
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	for _, n := range order {
+		tickets[n].e.mu.Lock()
+	}
+	var wk []string
+	var we []Entry
+	var wn []int
+	for n, fl := range flights {
+		if tickets[n].e.gen.Load() != tickets[n].gen {
+			continue // an explicit write won
+		}
+		if c.local != nil {
+			c.local.Set(keys[n], fl.item)
+		}
+		if c.shared != nil && fl.writeErr == nil {
+			wk = append(wk, keys[n])
+			we = append(we, Entry{Value: data[n], Meta: fl.item.Meta})
+			wn = append(wn, n)
+		}
+	}
+	var errs []error
+	if len(wk) > 0 {
+		errs = c.setSharedMany(ctx, wk, we)
+	}
+	for _, n := range order {
+		tickets[n].e.mu.Unlock()
+	}
+	for m, err := range errs {
+		if err != nil {
+			flights[wn[m]].writeErr = err
+			c.writeFailed(ctx, TierShared, err)
+		}
+	}
+}
+
+// setSharedMany writes entries to the shared tier, in one SetMany when it
+// has batch operations; the result is as SetMany's.
+func (c *Cache[V]) setSharedMany(ctx context.Context, keys []string, entries []Entry) []error {
+	var errs []error
+	err := c.sharedCall(ctx, func(ctx context.Context) error {
+		if bs := c.batch.shared; bs != nil {
+			errs = bs.SetMany(ctx, keys, entries)
+			return firstErr(errs)
+		}
+		for n, k := range keys {
+			if err := c.shared.Set(ctx, k, entries[n]); err != nil {
+				if errs == nil {
+					errs = make([]error, len(keys))
+				}
+				errs[n] = err
+			}
+		}
+		return firstErr(errs)
+	})
+	if err != nil && errs == nil { // refused by the breaker, or a failure of the whole call
+		errs = make([]error, len(keys))
+		for n := range errs {
+			errs[n] = err
+		}
+	}
+	return errs
+}
+
+func firstErr(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

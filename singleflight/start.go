@@ -1,0 +1,152 @@
+package singleflight
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Flight is one caller's part in an execution that Start registered or
+// joined. It is a small value; copy it freely, but Complete and Wait each
+// at most once per Start.
+type Flight[K comparable, V any] struct {
+	g         *Group[K, V]
+	c         *call[K, V]
+	timer     *time.Timer   // the loader timeout of a led execution
+	start     time.Duration // when Start was called (observer only)
+	startedAt time.Duration // when a led execution started (observer only)
+	led       bool
+}
+
+// Start is Do for a caller that runs the loads itself, for many keys in
+// one call of its own (a batch). For a key with an execution in flight it
+// joins that execution, like Do; otherwise it registers a new execution of
+// which the caller is the leader (Led), and no function runs: the caller
+// loads the key however it likes and delivers the result with Complete.
+// Either way the caller learns at once which it is, and gets the result
+// with Wait.
+//
+// A caller that starts many keys should pass a ctx that cannot be
+// cancelled (context.WithoutCancel of its own, once) and Wait on its own:
+// the execution then keeps that ctx as is instead of wrapping it per key.
+//
+// A led execution is like one started by Do: other callers of the key join
+// it, the loader timeout completes it if Complete comes too late, Close
+// cancels its Context, and it holds a WithMaxInFlight slot until Complete,
+// which a led Flight must therefore always get. A refused call
+// (closed, limits) returns the error and a zero Flight. Unlike Do, Start
+// cannot see that it is called from inside the execution it would join:
+// a caller must not Start keys it is itself loading.
+func (g *Group[K, V]) Start(ctx context.Context, key K) (Flight[K, V], error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	obs := g.cfg.obs
+	f := Flight[K, V]{g: g}
+	if obs != nil {
+		f.start = monotime()
+		emit(obs, EventRequest, ctx, 0)
+	}
+	si := shardOf(key)
+	sh := &g.shards[si]
+	sh.mu.Lock()
+	if g.closed.Load() {
+		sh.mu.Unlock()
+		return Flight[K, V]{}, g.reject(ctx, ErrClosed)
+	}
+	if c, ok := sh.m[key]; ok {
+		if max := g.cfg.maxWaiters; max > 0 && int(c.waiters) >= max {
+			sh.mu.Unlock()
+			return Flight[K, V]{}, g.reject(ctx, ErrTooManyWaiters)
+		}
+		c.waiters++
+		if c.done == nil {
+			c.done = make(chan struct{})
+		}
+		sh.mu.Unlock()
+		if obs != nil {
+			emit(obs, EventShared, ctx, c.id)
+		}
+		f.c = c
+		return f, nil
+	}
+
+	// A new execution, registered as lead registers one that runs in its
+	// own goroutine; here the caller is that goroutine, and its Complete
+	// is the loader returning (which frees the WithMaxInFlight slot).
+	if max := g.cfg.maxInFlight; max > 0 && g.loaders.Add(1) > max {
+		g.loaders.Add(-1)
+		sh.mu.Unlock()
+		return Flight[K, V]{}, g.reject(ctx, ErrTooManyInFlight)
+	}
+	listed := key == key // see lead
+	var n int64
+	if obs != nil && listed {
+		n = g.total.Add(1)
+	}
+	c := &call[K, V]{key: key, shard: si, waiters: 1, current: listed, done: make(chan struct{})}
+	c.lctx.parent = ctx
+	if ctx.Done() != nil {
+		c.lctx.parent = context.WithoutCancel(ctx)
+	}
+	if obs != nil {
+		c.id = g.flights.Add(1)
+	}
+	if d := g.cfg.timeout; d > 0 {
+		c.lctx.extraLocked().deadline = time.Now().Add(d)
+		f.timer = time.AfterFunc(d, func() { g.expire(c) })
+	}
+	if listed {
+		if sh.m == nil {
+			sh.m = make(map[K]*call[K, V])
+		}
+		sh.m[key] = c
+		sh.n++
+	} else {
+		sh.detach(c)
+	}
+	sh.mu.Unlock()
+	if obs != nil {
+		if listed {
+			emitInFlight(obs, n, 1)
+		}
+		emit(obs, EventLoaderStarted, &c.lctx, c.id)
+		f.startedAt = monotime()
+	}
+	f.c, f.led = c, true
+	return f, nil
+}
+
+// Led reports whether the caller leads the execution: it must then call
+// Complete.
+func (f Flight[K, V]) Led() bool { return f.led }
+
+// Context is the context of a led execution, to load under: it carries the
+// values of the ctx given to Start, not its cancellation, and it ends at the
+// loader timeout, on Close, or once Complete has delivered the result.
+func (f Flight[K, V]) Context() context.Context { return &f.c.lctx }
+
+// Complete delivers the result of a led execution to every caller that
+// shares it, as a returning loader does; a result after the loader timeout
+// or Close is dropped (EventLateResult). An error matching *PanicError is
+// reported as a panic. It does nothing for a joined execution.
+func (f Flight[K, V]) Complete(v V, err error) {
+	if !f.led {
+		return
+	}
+	panicked := false
+	if err != nil {
+		var pe *PanicError
+		panicked = errors.As(err, &pe)
+	}
+	f.g.loaderDone(f.c, f.timer, v, err, panicked, f.startedAt)
+}
+
+// Wait returns the execution's result, or ctx's error as soon as ctx ends,
+// as Do does; the execution goes on for its other callers.
+func (f Flight[K, V]) Wait(ctx context.Context) (v V, shared bool, err error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return f.g.wait(ctx, f.c, f.led, f.start)
+}

@@ -1,0 +1,108 @@
+package singleflight_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache/singleflight"
+)
+
+func TestStartLeadsAFreeKeyAndJoinsOneInFlight(t *testing.T) {
+	obs := &counter{}
+	g := singleflight.New[string, int](singleflight.WithObserver(obs))
+	lead, err := g.Start(context.Background(), "k")
+	if err != nil || !lead.Led() {
+		t.Fatalf("first Start: led %v, %v", lead.Led(), err)
+	}
+	joined, err := g.Start(context.Background(), "k")
+	if err != nil || joined.Led() {
+		t.Fatalf("second Start: led %v, %v; want joined", joined.Led(), err)
+	}
+	doDone := make(chan int)
+	go func() {
+		v, _, _ := g.Do(context.Background(), "k", func(context.Context) (int, error) {
+			t.Error("Do ran its own function for a key Start leads")
+			return -1, nil
+		})
+		doDone <- v
+	}()
+	obs.joined(t, 3) // the leader, joined and Do
+	if g.InFlight() != 1 {
+		t.Fatalf("InFlight = %d, want 1", g.InFlight())
+	}
+	joined.Complete(99, nil) // not the leader: ignored
+	lead.Complete(7, nil)
+	if v, shared, err := lead.Wait(context.Background()); v != 7 || !shared || err != nil {
+		t.Fatalf("leader Wait = %v, %v, %v", v, shared, err)
+	}
+	if v, _, err := joined.Wait(context.Background()); v != 7 || err != nil {
+		t.Fatalf("joined Wait = %v, %v", v, err)
+	}
+	if v := <-doDone; v != 7 {
+		t.Fatalf("Do got %v", v)
+	}
+	if lead.Context().Err() == nil {
+		t.Fatal("the execution's context is still live after Complete")
+	}
+}
+
+func TestStartedExecutionTimesOutAndDropsALateResult(t *testing.T) {
+	obs := &counter{}
+	g := singleflight.New[string, int](singleflight.WithLoaderTimeout(10*time.Millisecond), singleflight.WithObserver(obs))
+	f, err := g.Start(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-f.Context().Done()
+	if _, _, err := f.Wait(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait after the loader timeout = %v", err)
+	}
+	f.Complete(1, nil)
+	if obs.count(singleflight.EventLateResult) != 1 {
+		t.Fatal("a Complete after the timeout was not reported as late")
+	}
+	if g.InFlight() != 0 {
+		t.Fatal("the timed-out key is still registered")
+	}
+}
+
+func TestStartIsRefusedWhenClosedOrOverTheLimits(t *testing.T) {
+	g := singleflight.New[string, int](singleflight.WithMaxInFlight(1), singleflight.WithMaxWaiters(1))
+	f, err := g.Start(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Start(context.Background(), "b"); !errors.Is(err, singleflight.ErrTooManyInFlight) {
+		t.Fatalf("a second key over MaxInFlight: %v", err)
+	}
+	if _, err := g.Start(context.Background(), "a"); !errors.Is(err, singleflight.ErrTooManyWaiters) {
+		t.Fatalf("a second waiter over MaxWaiters: %v", err)
+	}
+	g.Close()
+	if _, _, err := f.Wait(context.Background()); !errors.Is(err, singleflight.ErrClosed) {
+		t.Fatalf("a started execution after Close: %v", err)
+	}
+	if !errors.Is(context.Cause(f.Context()), singleflight.ErrClosed) {
+		t.Fatal("Close did not cancel the started execution's context")
+	}
+	if _, err := g.Start(context.Background(), "c"); !errors.Is(err, singleflight.ErrClosed) {
+		t.Fatalf("Start after Close: %v", err)
+	}
+}
+
+func TestWaitOfAStartedExecutionEndsWithTheCallersContext(t *testing.T) {
+	g := singleflight.New[string, int]()
+	f, _ := g.Start(context.Background(), "k")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := f.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait on a cancelled ctx = %v", err)
+	}
+	other, _ := g.Start(context.Background(), "k")
+	f.Complete(5, nil) // the execution went on for the others
+	if v, _, err := other.Wait(context.Background()); v != 5 || err != nil {
+		t.Fatalf("the other caller got %v, %v", v, err)
+	}
+}
