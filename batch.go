@@ -111,6 +111,8 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFun
 // own Outcome, the loader timeout, limits, negative caching, explicit writes
 // that win over the load, early refresh, the stale fallback, and the
 // caller's context (the loads go on for the other callers when it ends).
+// The Observer gets one EventGet per key; a Tracer gets one load span per
+// loader call and no Get span.
 func (c *Cache[V]) FetchMany(ctx context.Context, keys []string, load BatchLoadFunc[V]) []KeyResult[V] {
 	if ctx == nil {
 		ctx = context.Background()
@@ -143,8 +145,7 @@ type batch[V any] struct {
 // batchKey is a key of a batch that the local tier could not serve.
 type batchKey[V any] struct {
 	key   string
-	first int   // index of the key's first occurrence in batch.keys
-	dups  []int // indices of its other occurrences
+	first int // index of the key's first occurrence in batch.keys
 	stale *Item[V]
 	// f is the key's flight: led by this batch or joined; err is why
 	// there is none (the engine refused the key).
@@ -156,8 +157,11 @@ func (b *batch[V]) run() {
 	c := b.c
 	// The local tier, for every occurrence: a hit costs one store lookup,
 	// as for Get, and no map is built unless something misses.
-	var miss []*batchKey[V]
-	var seen map[string]*batchKey[V]
+	var (
+		miss []batchKey[V]
+		seen map[string]int // key → index of its first occurrence
+		dups [][2]int       // {i, first}: keys[i] repeats keys[first]
+	)
 	for i, k := range b.keys {
 		var stale *Item[V]
 		if c.local != nil && len(k) > 0 && len(k) <= c.maxKeyLen && !c.closed.Load() {
@@ -185,18 +189,18 @@ func (b *batch[V]) run() {
 			continue
 		}
 		if seen == nil {
-			seen = make(map[string]*batchKey[V])
+			seen = make(map[string]int, len(b.keys)-i)
+			miss = make([]batchKey[V], 0, len(b.keys)-i)
 		}
-		if bk := seen[k]; bk != nil {
-			bk.dups = append(bk.dups, i)
+		if first, ok := seen[k]; ok {
+			dups = append(dups, [2]int{i, first})
 			continue
 		}
 		if c.local != nil && c.obs != nil {
 			c.emit(b.ctx, EventMiss, TierLocal, nil)
 		}
-		bk := &batchKey[V]{key: k, first: i, stale: stale}
-		seen[k] = bk
-		miss = append(miss, bk)
+		seen[k] = i
+		miss = append(miss, batchKey[V]{key: k, first: i, stale: stale})
 	}
 	if len(miss) == 0 {
 		return
@@ -206,10 +210,8 @@ func (b *batch[V]) run() {
 	if len(miss) > 0 {
 		b.fly(miss)
 	}
-	for _, bk := range seen {
-		for _, i := range bk.dups {
-			b.res[i] = b.res[bk.first]
-		}
+	for _, d := range dups {
+		b.res[d[0]] = b.res[d[1]]
 	}
 }
 
@@ -262,13 +264,13 @@ func singleLoad[V any](key string, load BatchLoadFunc[V]) LoadFunc[V] {
 }
 
 // filter answers the keys the Guard turns away and returns the others.
-func (b *batch[V]) filter(miss []*batchKey[V]) []*batchKey[V] {
+func (b *batch[V]) filter(miss []batchKey[V]) []batchKey[V] {
 	c := b.c
 	g := c.batch.guard
 	if g == nil {
 		return miss
 	}
-	return slices.DeleteFunc(miss, func(bk *batchKey[V]) bool {
+	return slices.DeleteFunc(miss, func(bk batchKey[V]) bool {
 		if g.MayExist(b.ctx, bk.key) {
 			return false
 		}
@@ -284,22 +286,28 @@ func (b *batch[V]) filter(miss []*batchKey[V]) []*batchKey[V] {
 // one round trip, answers the fresh ones (copying them into the local tier
 // under a write-guard ticket, as Get does), remembers stale ones as the
 // fallback, and returns the keys left.
-func (b *batch[V]) readShared(miss []*batchKey[V]) []*batchKey[V] {
+func (b *batch[V]) readShared(miss []batchKey[V]) []batchKey[V] {
 	c := b.c
 	if c.shared == nil {
 		return miss
 	}
 	keys := make([]string, len(miss))
 	tickets := make([]ticket, len(miss))
-	for j, bk := range miss {
-		keys[j] = bk.key
-		tickets[j] = c.guard.begin(bk.key) // before the read, as in readShared
+	for j := range miss {
+		keys[j] = miss[j].key
+		tickets[j] = c.guard.begin(keys[j]) // before the read, as in readShared
 	}
 	items := c.readSharedMany(b.ctx, keys, tickets, b.now)
-	for j, bk := range miss {
-		c.guard.end(bk.key, tickets[j])
+	for j := range miss {
+		c.guard.end(keys[j], tickets[j])
 	}
-	return slices.DeleteFunc(miss, func(bk *batchKey[V]) bool {
+	for j := range miss {
+		if it := items[j]; it != nil && !it.NotFound && b.now.Before(it.StaleUntil) && !b.now.Before(it.FreshUntil) &&
+			(miss[j].stale == nil || it.FreshUntil.After(miss[j].stale.FreshUntil)) {
+			miss[j].stale = it
+		}
+	}
+	return slices.DeleteFunc(miss, func(bk batchKey[V]) bool {
 		it := items[0]
 		items = items[1:]
 		if it != nil && b.now.Before(it.FreshUntil) {
@@ -308,9 +316,6 @@ func (b *batch[V]) readShared(miss []*batchKey[V]) []*batchKey[V] {
 		}
 		if c.obs != nil {
 			c.emit(b.ctx, EventMiss, TierShared, nil)
-		}
-		if it != nil && !it.NotFound && b.now.Before(it.StaleUntil) && (bk.stale == nil || it.FreshUntil.After(bk.stale.FreshUntil)) {
-			bk.stale = it
 		}
 		return false
 	})
@@ -340,7 +345,7 @@ func (b *batch[V]) readShared(miss []*batchKey[V]) []*batchKey[V] {
 // So a key is loaded by exactly one flight at a time whoever asks, no
 // batch waits on another before loading its own keys, and every wait ends:
 // on the result, the flight's timeout or Close, or the caller's context.
-func (b *batch[V]) fly(miss []*batchKey[V]) {
+func (b *batch[V]) fly(miss []batchKey[V]) {
 	c := b.c
 	if b.load == nil {
 		for _, bk := range miss {
@@ -353,7 +358,8 @@ func (b *batch[V]) fly(miss []*batchKey[V]) {
 	// The flights keep the caller's values, not its cancellation: shield
 	// the context once for all of them (each Wait below uses b.ctx).
 	shielded := context.WithoutCancel(b.ctx)
-	for _, bk := range miss {
+	for j := range miss {
+		bk := &miss[j]
 		bk.f, bk.err = c.group.Start(shielded, bk.key)
 		if bk.f.Led() {
 			led = append(led, bk)
@@ -367,12 +373,13 @@ func (b *batch[V]) fly(miss []*batchKey[V]) {
 	// long (from now, for all of them); the loads go on and refresh the
 	// entries.
 	softCtx := b.ctx
-	if c.softTimeout > 0 && slices.ContainsFunc(miss, func(bk *batchKey[V]) bool { return bk.stale != nil }) {
+	if c.softTimeout > 0 && slices.ContainsFunc(miss, func(bk batchKey[V]) bool { return bk.stale != nil }) {
 		var cancel context.CancelFunc
 		softCtx, cancel = context.WithTimeout(b.ctx, c.softTimeout)
 		defer cancel()
 	}
-	for _, bk := range miss {
+	for j := range miss {
+		bk := &miss[j]
 		if bk.err != nil {
 			b.settle(bk, nil, bk.err)
 			continue

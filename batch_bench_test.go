@@ -193,3 +193,42 @@ func BenchmarkBatchOverlapping(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkBatchHitRedis: 100 keys missing locally (no local tier) and
+// present in Redis; it reports Redis commands and round trips per batch.
+func BenchmarkBatchHitRedis(b *testing.B) {
+	ctx := context.Background()
+	counter := &cmdCounter{}
+	trips := &roundTrips{}
+	client := newRedisClient(b, counter, trips)
+	prefix := uniquePrefix(b)
+	report := func(b *testing.B, cmds int64) {
+		n, _ := trips.reset()
+		b.ReportMetric(float64(counter.n.Load()-cmds)/float64(b.N), "cmds/op")
+		b.ReportMetric(float64(n)/float64(b.N), "round-trips/op")
+	}
+	c, _ := flightcache.New(flightcache.Options[*product]{Shared: newRedisStore(b, client, prefix), TTL: time.Hour})
+	defer c.Close()
+	c.FetchMany(ctx, batchKeys, benchBatchLoad)
+	b.Run("impl=flightcache-FetchMany", func(b *testing.B) {
+		b.ReportAllocs()
+		before := counter.n.Load()
+		trips.reset()
+		for b.Loop() {
+			rs := c.FetchMany(ctx, batchKeys, benchBatchLoad)
+			sink = rs[0].Value
+		}
+		report(b, before)
+	})
+	b.Run("impl=flightcache-100xGet", func(b *testing.B) {
+		b.ReportAllocs()
+		before := counter.n.Load()
+		trips.reset()
+		for b.Loop() {
+			for _, k := range batchKeys {
+				sink, _ = c.Get(ctx, k, benchLoad)
+			}
+		}
+		report(b, before)
+	})
+}
