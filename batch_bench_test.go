@@ -106,7 +106,7 @@ func coldKeys() []string {
 func BenchmarkBatchMiss(b *testing.B) {
 	ctx := context.Background()
 	b.Run("impl=flightcache-FetchMany", func(b *testing.B) {
-		local, _ := memstore.New(memstore.Options[*product]{MaxEntries: 100_000})
+		local, _ := memstore.New(memstore.Options[*product]{MaxEntries: 100 * benchKeys}) // sturdyc's capacity
 		defer local.Close()
 		c, _ := flightcache.New(flightcache.Options[*product]{Local: local, TTL: time.Hour})
 		defer c.Close()
@@ -178,7 +178,7 @@ func BenchmarkBatchOverlapping(b *testing.B) {
 		b.ReportMetric(float64(calls.Load())/float64(rounds), "loader-calls/round")
 	}
 	b.Run("impl=flightcache-FetchMany", func(b *testing.B) {
-		local, _ := memstore.New(memstore.Options[*product]{MaxEntries: 1_000_000})
+		local, _ := memstore.New(memstore.Options[*product]{MaxEntries: 100 * benchKeys}) // sturdyc's capacity
 		defer local.Close()
 		c, _ := flightcache.New(flightcache.Options[*product]{Local: local, TTL: time.Hour})
 		defer c.Close()

@@ -66,3 +66,56 @@ func FuzzProductRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzBatchRequest sends arbitrary tenants and query strings to the batch
+// endpoint: no input may panic, every response is JSON, input
+// ParseSelection refuses gets a 400 without reaching the origin, and every
+// id it accepts matches the single endpoint's id pattern.
+func FuzzBatchRequest(f *testing.F) {
+	f.Add("acme", "ids=p-00001,p-00002&locale=en-US&currency=USD")
+	f.Add("acme", "ids=")
+	f.Add("acme", "ids=a,,b")
+	f.Add("acme", "ids=a,a,a")
+	f.Add("acme", "ids=a&ids=b")
+	f.Add("ACME", "ids=a")
+	f.Add("acme", "ids=%zz")
+	f.Add("acme", "ids=a,b&locale=\xff")
+	a := newTestAPI(f, apiConfig{})
+	f.Fuzz(func(t *testing.T, tenant, rawQuery string) {
+		if tenant == "" {
+			t.Skip("an empty segment is another route")
+		}
+		u, err := url.Parse("/v1/tenants/" + url.PathEscape(tenant) + "/products")
+		if err != nil {
+			t.Skip()
+		}
+		u.RawQuery = rawQuery
+		req := httptest.NewRequest("GET", "/", nil)
+		req.URL = u
+		req.RequestURI = u.RequestURI()
+		before := a.counted.Queries()
+		w := httptest.NewRecorder()
+		a.h.ServeHTTP(w, req)
+		if !json.Valid(w.Body.Bytes()) {
+			t.Fatalf("non-JSON body %q", w.Body)
+		}
+		sel, perr := ParseSelection(tenant, rawQuery)
+		if perr != nil {
+			if w.Code != http.StatusBadRequest || a.counted.Queries() != before {
+				t.Fatalf("tenant %q query %q: refused (%v) but status %d, origin queries %d → %d", tenant, rawQuery, perr, w.Code, before, a.counted.Queries())
+			}
+			return
+		}
+		if len(sel.IDs) == 0 || len(sel.IDs) > 100 || !tenantRe.MatchString(tenant) {
+			t.Fatalf("accepted %d ids for tenant %q", len(sel.IDs), tenant)
+		}
+		for _, id := range sel.IDs {
+			if !idRe.MatchString(id) {
+				t.Fatalf("accepted id %q", id)
+			}
+		}
+		if w.Code != http.StatusOK {
+			t.Fatalf("tenant %q query %q: valid input got %d: %s", tenant, rawQuery, w.Code, w.Body)
+		}
+	})
+}
