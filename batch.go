@@ -325,8 +325,9 @@ func (b *batch[V]) readShared(miss []batchKey[V]) []batchKey[V] {
 // flight of the engine, as for Get, so that singles and other batches find
 // it and join it. The interleaving story:
 //
-//  1. Start registers the batch as the leader of each key's flight, or
-//     joins the flight in progress, and says which at once. A joined key's
+//  1. StartMany registers the batch as the leader of each key's flight, or
+//     joins the flight in progress, and says which at once (with one
+//     loader-timeout timer for all the flights it registers). A joined key's
 //     answer comes from its leader, whoever that is; this batch never waits
 //     for it before loading its own keys. (Waiting could deadlock: two
 //     batches that each lead a key the other joined would wait for each
@@ -357,10 +358,16 @@ func (b *batch[V]) fly(miss []batchKey[V]) {
 	var led []*batchKey[V]
 	// The flights keep the caller's values, not its cancellation: shield
 	// the context once for all of them (each Wait below uses b.ctx).
-	shielded := context.WithoutCancel(b.ctx)
+	keys := make([]string, len(miss))
+	flights := make([]singleflight.Flight[string, *flight[V]], len(miss))
+	errs := make([]error, len(miss))
+	for j := range miss {
+		keys[j] = miss[j].key
+	}
+	c.group.StartMany(context.WithoutCancel(b.ctx), keys, flights, errs)
 	for j := range miss {
 		bk := &miss[j]
-		bk.f, bk.err = c.group.Start(shielded, bk.key)
+		bk.f, bk.err = flights[j], errs[j]
 		if bk.f.Led() {
 			led = append(led, bk)
 		}

@@ -3,6 +3,7 @@ package singleflight
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,10 +13,20 @@ import (
 type Flight[K comparable, V any] struct {
 	g         *Group[K, V]
 	c         *call[K, V]
-	timer     *time.Timer   // the loader timeout of a led execution
+	timer     *time.Timer   // the loader timeout of a led execution (Start)
+	shared    *sharedTimer  // the loader timeout it shares with others (StartMany)
 	start     time.Duration // when Start was called (observer only)
 	startedAt time.Duration // when a led execution started (observer only)
 	led       bool
+}
+
+// sharedTimer is the one loader-timeout timer of the executions a
+// StartMany registered: they start together, so they expire together. The
+// last Complete stops it, so it never holds finished executions (and their
+// values) until the timeout.
+type sharedTimer struct {
+	t    *time.Timer
+	left atomic.Int32 // led executions not yet completed
 }
 
 // Start is Do for a caller that runs the loads itself, for many keys in
@@ -41,6 +52,46 @@ func (g *Group[K, V]) Start(ctx context.Context, key K) (Flight[K, V], error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	return g.start(ctx, key, true)
+}
+
+// StartMany is Start for every key of keys, into flights and errs (both as
+// long as keys), with one loader-timeout timer for all the executions it
+// registers instead of one each: a batch registers its keys together, and
+// they time out together.
+func (g *Group[K, V]) StartMany(ctx context.Context, keys []K, flights []Flight[K, V], errs []error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	var led []*call[K, V]
+	for i, k := range keys {
+		flights[i], errs[i] = g.start(ctx, k, false)
+		if flights[i].led {
+			led = append(led, flights[i].c)
+		}
+	}
+	d := g.cfg.timeout
+	if d <= 0 || len(led) == 0 {
+		return
+	}
+	st := &sharedTimer{}
+	st.left.Store(int32(len(led)))
+	st.t = time.AfterFunc(d, func() {
+		for _, c := range led {
+			g.expire(c)
+		}
+	})
+	for i := range flights {
+		if flights[i].led {
+			flights[i].shared = st
+		}
+	}
+}
+
+// start registers or joins key's execution; ownTimer gives a registered
+// one its own loader-timeout timer (Start), else the caller sets one
+// (StartMany). Each led execution's deadline is set here either way.
+func (g *Group[K, V]) start(ctx context.Context, key K, ownTimer bool) (Flight[K, V], error) {
 	obs := g.cfg.obs
 	f := Flight[K, V]{g: g}
 	if obs != nil {
@@ -94,7 +145,9 @@ func (g *Group[K, V]) Start(ctx context.Context, key K) (Flight[K, V], error) {
 	}
 	if d := g.cfg.timeout; d > 0 {
 		c.lctx.extraLocked().deadline = time.Now().Add(d)
-		f.timer = time.AfterFunc(d, func() { g.expire(c) })
+		if ownTimer {
+			f.timer = time.AfterFunc(d, func() { g.expire(c) })
+		}
 	}
 	if listed {
 		if sh.m == nil {
@@ -138,6 +191,9 @@ func (f Flight[K, V]) Complete(v V, err error) {
 	if err != nil {
 		var pe *PanicError
 		panicked = errors.As(err, &pe)
+	}
+	if f.shared != nil && f.shared.left.Add(-1) == 0 {
+		f.shared.t.Stop()
 	}
 	f.g.loaderDone(f.c, f.timer, v, err, panicked, f.startedAt)
 }

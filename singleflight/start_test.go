@@ -106,3 +106,30 @@ func TestWaitOfAStartedExecutionEndsWithTheCallersContext(t *testing.T) {
 		t.Fatalf("the other caller got %v, %v", v, err)
 	}
 }
+
+func TestStartManySharesOneTimeoutAndCompletesIndependently(t *testing.T) {
+	g := singleflight.New[string, int](singleflight.WithLoaderTimeout(20 * time.Millisecond))
+	held, _ := g.Start(context.Background(), "joined")
+	keys := []string{"a", "joined", "b"}
+	fs := make([]singleflight.Flight[string, int], len(keys))
+	errs := make([]error, len(keys))
+	g.StartMany(context.Background(), keys, fs, errs)
+	if !fs[0].Led() || fs[1].Led() || !fs[2].Led() || errs[0] != nil || errs[1] != nil {
+		t.Fatalf("led = %v %v %v, errs %v", fs[0].Led(), fs[1].Led(), fs[2].Led(), errs)
+	}
+	held.Complete(7, nil)
+	if v, _, _ := fs[1].Wait(context.Background()); v != 7 {
+		t.Fatalf("joined = %v", v)
+	}
+	fs[0].Complete(1, nil) // one completion must not cancel the others' timeout
+	if v, _, err := fs[0].Wait(context.Background()); v != 1 || err != nil {
+		t.Fatalf("a = %v, %v", v, err)
+	}
+	if _, _, err := fs[2].Wait(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("b, never completed, = %v; want the loader timeout", err)
+	}
+	fs[2].Complete(2, nil) // late: dropped
+	if g.InFlight() != 0 {
+		t.Fatalf("InFlight = %d", g.InFlight())
+	}
+}
