@@ -49,6 +49,15 @@
 // leave a key unusable, and never end the process from a goroutine the
 // caller cannot recover in.
 //
+// # Batches
+//
+// GetMany and FetchMany read many keys with the same guarantees per key and
+// the round trips shared: one local lookup per key, one
+// BatchSharedStore.GetMany for every key the local tier missed, and one
+// BatchLoadFunc call per chunk of Options.MaxBatchSize keys that no tier
+// has. A key already loading, for a Get or another batch, is joined, never
+// loaded twice.
+//
 // # Keys
 //
 // The key is the identity of the result: it must include every input that
