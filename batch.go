@@ -56,18 +56,13 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // batchConfig is what the batch read path takes from Options beyond what
 // the single-key path keeps. Read-only after New.
 type batchConfig struct {
-	maxSize       int
-	guard         Guard            // nil: no guard
-	sharedTimeout time.Duration    // bounds each shared-tier call of a batch
-	breaker       SharedBreaker    // nil: no breaker
-	shared        BatchSharedStore // nil when the shared tier has no batch operations
+	maxSize int
+	guard   Guard            // nil: no guard
+	shared  BatchSharedStore // nil when the shared tier has no batch operations
 }
 
 func newBatchConfig[V any](o Options[V]) batchConfig {
-	b := batchConfig{maxSize: o.MaxBatchSize, guard: o.Guard, sharedTimeout: o.SharedTimeout, breaker: o.SharedBreaker}
-	if b.sharedTimeout <= 0 {
-		b.sharedTimeout = DefaultSharedTimeout
-	}
+	b := batchConfig{maxSize: o.MaxBatchSize, guard: o.Guard}
 	b.shared, _ = o.Shared.(BatchSharedStore)
 	return b
 }
@@ -140,6 +135,10 @@ type batch[V any] struct {
 	keys []string
 	res  []KeyResult[V] // aligned with keys
 	now  time.Time
+	// sharedDown is set when the batch's shared read timed out or the
+	// breaker refused it: as for a Get, its flights then make no further
+	// shared call (a batch pays at most one shared timeout).
+	sharedDown sharedSkip
 }
 
 // batchKey is a key of a batch that the local tier could not serve.
@@ -184,7 +183,7 @@ func (b *batch[V]) run() {
 				}
 			}
 		}
-		if err := c.admit(k); err != nil {
+		if err := c.admit(b.ctx, k); err != nil {
 			b.res[i] = KeyResult[V]{Result: Result[V]{Outcome: OutcomeLoadFailed}, Err: err}
 			continue
 		}
@@ -216,35 +215,30 @@ func (b *batch[V]) run() {
 }
 
 // serve answers key i with a fresh item found in tier, starting an early
-// refresh when XFetch says so.
+// refresh when XFetch says so: serveFresh's work, with the refresh's
+// loader built only when one is due.
 func (b *batch[V]) serve(i int, it *Item[V], tier Tier) {
 	c := b.c
 	r := &b.res[i]
-	if !it.LoadedAt.IsZero() {
-		r.Age = max(time.Duration(b.now.UnixNano()-it.LoadedAt.UnixNano()), 0)
-	}
 	if it.NotFound {
-		r.Outcome, r.Err = OutcomeNegativeHit, ErrNotFound
 		if c.obs != nil {
 			c.emit(b.ctx, EventNegativeHit, tier, nil)
 		}
+		r.Result, r.Err = c.answer(it, OutcomeNegativeHit, b.now, nil)
 		return
 	}
 	if c.obs != nil {
 		c.emit(b.ctx, EventHit, tier, nil)
 	}
-	r.Outcome = OutcomeHitLocal
+	o := OutcomeHitLocal
 	if tier == TierShared {
-		r.Outcome = OutcomeHitShared
+		o = OutcomeHitShared
 	}
 	if c.earlyRefresh && b.load != nil && c.refreshDue(&it.Meta, b.now) &&
 		c.startRefresh(b.ctx, b.keys[i], singleLoad(b.keys[i], b.load), it.FreshUntil) {
-		r.Outcome = OutcomeRefreshed
+		o = OutcomeRefreshed
 	}
-	r.Value = it.Value
-	if c.clone != nil {
-		r.Value = c.clone(r.Value)
-	}
+	r.Result, r.Err = c.answer(it, o, b.now, nil)
 }
 
 // singleLoad adapts a batch loader to one key, for the early refresh of a
@@ -297,7 +291,8 @@ func (b *batch[V]) readShared(miss []batchKey[V]) []batchKey[V] {
 		keys[j] = miss[j].key
 		tickets[j] = c.guard.begin(keys[j]) // before the read, as in readShared
 	}
-	items := c.readSharedMany(b.ctx, keys, tickets, b.now)
+	items, err := c.readSharedMany(b.ctx, keys, tickets, b.now)
+	b.sharedDown = unavailable(b.ctx, err)
 	for j := range miss {
 		c.guard.end(keys[j], tickets[j])
 	}
@@ -373,7 +368,7 @@ func (b *batch[V]) fly(miss []batchKey[V]) {
 		}
 	}
 	for chunk := range slices.Chunk(led, c.batch.maxSize) {
-		go c.loadChunk(b.ctx, chunk, b.load)
+		go c.loadChunk(b.ctx, chunk, b.load, b.sharedDown)
 	}
 
 	// With a soft timeout, keys that have a stale value wait at most that
@@ -406,13 +401,14 @@ func (b *batch[V]) fly(miss []batchKey[V]) {
 
 // settle turns a key's flight result into its answer, as Fetch does.
 func (b *batch[V]) settle(bk *batchKey[V], fl *flight[V], err error) {
+	c := b.c
 	r := &b.res[bk.first]
 	if err == nil && fl == nil {
 		err = errors.New("flightcache: internal error: flight without result")
 	}
 	if err != nil {
-		if le, ok := err.(*loadError); ok {
-			err = le.err
+		if errors.Is(err, singleflight.ErrClosed) {
+			err = ErrClosed
 		}
 		if bk.stale != nil && canServeStale(b.ctx, err) {
 			b.serveStale(bk, err)
@@ -421,47 +417,27 @@ func (b *batch[V]) settle(bk *batchKey[V], fl *flight[V], err error) {
 		*r = KeyResult[V]{Result: Result[V]{Outcome: OutcomeLoadFailed}, Err: err}
 		return
 	}
+	var o Outcome
 	switch {
 	case fl.found && fl.item.NotFound:
-		r.Outcome = OutcomeNegativeHit
+		o = OutcomeNegativeHit
 	case fl.found || !bk.f.Led():
-		r.Outcome = OutcomeCoalesced
+		o = OutcomeCoalesced
 	case fl.writeErr != nil:
-		r.Outcome, r.WriteErr = OutcomeLoadedWriteFailed, fl.writeErr
+		o = OutcomeLoadedWriteFailed
 	default:
-		r.Outcome = OutcomeLoaded
+		o = OutcomeLoaded
 	}
-	if fl.found && !fl.item.LoadedAt.IsZero() {
-		r.Age = max(b.now.Sub(fl.item.LoadedAt), 0)
-	}
-	if fl.item.NotFound {
-		r.Err = ErrNotFound
-		if fl.notFound != nil {
-			r.Err = fl.notFound
-		}
-		return
-	}
-	r.Value = fl.item.Value
-	if b.c.clone != nil {
-		r.Value = b.c.clone(r.Value)
+	r.Result, r.Err = c.answer(&fl.item, o, b.now, fl.notFound)
+	if o == OutcomeLoadedWriteFailed {
+		r.WriteErr = fl.writeErr
 	}
 }
 
 // serveStale answers a key with its stale value; why is the reason the
 // fresh value did not arrive.
 func (b *batch[V]) serveStale(bk *batchKey[V], why error) {
-	c := b.c
-	if c.obs != nil {
-		c.emit(b.ctx, EventStaleServed, TierNone, why)
-	}
-	r := KeyResult[V]{Result: Result[V]{Value: bk.stale.Value, Outcome: OutcomeStale}}
-	if !bk.stale.LoadedAt.IsZero() {
-		r.Age = max(b.now.Sub(bk.stale.LoadedAt), 0)
-	}
-	if c.clone != nil {
-		r.Value = c.clone(r.Value)
-	}
-	b.res[bk.first] = r
+	b.res[bk.first] = KeyResult[V]{Result: b.c.serveStale(b.ctx, bk.stale, b.now, why)}
 }
 
 // batchAnswer is a chunk's result for one key.
@@ -475,8 +451,9 @@ type batchAnswer[V any] struct {
 var errBatchAborted = errors.New("flightcache: batch loader exited without returning")
 
 // loadChunk is one call of the batch loader for keys, all led by one batch
-// (see fly). ctx is the batch caller's; the load keeps its values only.
-func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load BatchLoadFunc[V]) {
+// (see fly): the batch form of miss.run. ctx is the batch caller's; the load
+// keeps its values only. sharedDown is the batch's shared read's verdict.
+func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load BatchLoadFunc[V], sharedDown sharedSkip) {
 	answers := make([]batchAnswer[V], len(keys))
 	for j := range answers {
 		answers[j].err = errBatchAborted
@@ -486,6 +463,20 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	defer func() {
 		for j, bk := range keys {
 			bk.f.Complete(answers[j].fl, answers[j].err)
+		}
+	}()
+	// A panic in a store, the codec or a Cost function would end the
+	// process from this goroutine: it becomes the error of every key not
+	// answered yet instead (the loader's own panics are caught closer, in
+	// callBatchLoader). The panic value may hold a key, so it stays out.
+	defer func() {
+		if p := recover(); p != nil {
+			err := fmt.Errorf("flightcache: batch load panicked (%T)", p)
+			for j := range answers {
+				if answers[j].err == errBatchAborted {
+					answers[j].err = err
+				}
+			}
 		}
 	}()
 	names := make([]string, len(keys))
@@ -502,10 +493,11 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		}
 	}()
 
-	// The chunk works for every caller of its keys, not only for the one
-	// whose batch started it: it keeps that caller's values, not its
-	// cancellation.
-	ctx = context.WithoutCancel(ctx)
+	// The flight context of the chunk's first key: the caller's values
+	// without its cancellation, ended by the engine at the flight timeout
+	// or on Close. The chunk's flights were registered together and end
+	// together for those reasons.
+	fctx := keys[0].f.Context()
 
 	// The double-check: another instance may have filled the shared tier,
 	// or a flight that just ended the local one.
@@ -520,12 +512,13 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		}
 		todo = append(todo, j)
 	}
-	if c.shared != nil && len(todo) > 0 {
+	if c.shared != nil && sharedDown == sharedUsable && len(todo) > 0 {
 		ks, ts := make([]string, len(todo)), make([]ticket, len(todo))
 		for n, j := range todo {
 			ks[n], ts[n] = names[j], tickets[j]
 		}
-		items := c.readSharedMany(ctx, ks, ts, now)
+		items, err := c.readSharedMany(fctx, ks, ts, now)
+		sharedDown = unavailable(fctx, err)
 		todo = slices.DeleteFunc(todo, func(j int) bool {
 			it := items[0]
 			items = items[1:]
@@ -543,7 +536,7 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 				return false
 			}
 			if c.obs != nil {
-				c.emit(ctx, EventThrottled, TierNone, err)
+				c.emit(fctx, EventThrottled, TierNone, err)
 			}
 			answers[j].err = err
 			return true
@@ -553,24 +546,19 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		return
 	}
 
-	// The loader's context is the first key's flight context: the
-	// caller's values without its cancellation, ending at the loader
-	// timeout or on Close. Every flight of the chunk was registered within
-	// the same moment, so they all end together for those reasons, and a
-	// loader that returns on its context's end cannot beat the timeout
-	// with a late value (the engine completes the flight first).
-	lctx := keys[todo[0]].f.Context()
-	pol := new(loadPolicy)
-	lctx = context.WithValue(lctx, policyKey{}, pol)
-	var endSpan func(error)
-	if c.tracer != nil {
-		lctx, endSpan = c.tracer.StartLoad(lctx, c.name)
-	}
+	// The load, under LoaderTimeout as a single load's (miss.loadOrigin):
+	// the origin's own deadline, inside the flight's.
 	ask := make([]string, len(todo))
 	for n, j := range todo {
 		ask[n] = names[j]
 	}
-
+	pol := new(storePolicy)
+	lctx, cancel := context.WithTimeout(context.WithValue(fctx, policyKey{}, pol), c.loaderTimeout)
+	defer cancel()
+	var endSpan func(error)
+	if c.tracer != nil {
+		lctx, endSpan = c.tracer.StartLoad(lctx, c.name)
+	}
 	start := c.now()
 	var realStart time.Time
 	if c.preciseLoadTime {
@@ -585,26 +573,20 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	if endSpan != nil {
 		endSpan(err)
 	}
-	if err == nil && lctx.Err() != nil {
-		// The loader outlived its context (the loader timeout, or Close):
-		// the engine has failed the first key's flight already, and the
-		// others are failed with it rather than each left to its own timer.
-		err = context.Cause(lctx)
-	}
 	if err != nil {
-		var le error = &loadError{err: err}
+		var fl *flight[V]
 		if c.tracer != nil {
-			le = &loadError{err: err, ctx: lctx}
+			fl = &flight[V]{loadCtx: lctx} // so that waiters link to the load's span
 		}
 		for _, j := range todo {
 			if c.throttle != nil {
 				c.throttle.fail(names[j], err, end)
 			}
-			answers[j].err = le
+			answers[j] = batchAnswer[V]{fl: fl, err: err}
 		}
 		return
 	}
-	c.reportUnrequested(ctx, found, ask)
+	c.reportUnrequested(fctx, found, ask)
 
 	ttl := time.Duration(pol.ttl.Load())
 	flights := make([]*flight[V], len(todo))
@@ -640,7 +622,9 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		for n, j := range todo {
 			ts[n] = tickets[j]
 		}
-		c.writeBackMany(lctx, ask, ts, flights)
+		// On the flight's context, outside the loader timeout, each shared
+		// call under SharedTimeout (as miss.writeBack).
+		c.writeBackMany(fctx, ask, ts, flights, sharedDown)
 	}
 	for n, j := range todo {
 		answers[j] = batchAnswer[V]{fl: flights[n]}
@@ -689,13 +673,14 @@ func (c *Cache[V]) reportUnrequested(ctx context.Context, found map[string]V, as
 
 // readSharedMany reads keys from the shared tier, in one round trip when
 // it has batch operations, and returns the servable (fresh or stale) items
-// aligned with keys, nil for a miss. Like readShared, it copies each item
-// into the local tier under its key's ticket, and read or decode errors
-// count as misses.
-func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []ticket, now time.Time) []*Item[V] {
-	items := make([]*Item[V], len(keys))
+// aligned with keys, nil for a miss: readShared for many keys. Each item is
+// copied into the local tier under its key's ticket; read and decode
+// errors count as misses. err is the failure of the call itself (a
+// failing, hung or skipped tier), as readShared's storeErr.
+func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []ticket, now time.Time) (items []*Item[V], err error) {
+	items = make([]*Item[V], len(keys))
 	var lookups []Lookup
-	err := c.sharedCall(ctx, func(ctx context.Context) error {
+	err = c.sharedCall(ctx, true, func(ctx context.Context) error {
 		if bs := c.batch.shared; bs != nil {
 			var err error
 			lookups, err = bs.GetMany(ctx, keys)
@@ -704,40 +689,38 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 			}
 			return err
 		}
+		// One Get per key. The first failure ends the call: the tier, not
+		// a key, is failing, and the deadline is the whole call's.
 		lookups = make([]Lookup, len(keys))
-		failed := 0
-		var first error
 		for j, k := range keys {
 			e, ok, err := c.shared.Get(ctx, k)
-			lookups[j] = Lookup{Entry: e, Found: ok, Err: err}
 			if err != nil {
-				failed++
-				first = cmpOr(first, err)
+				return err
 			}
-		}
-		if failed == len(keys) {
-			return first // every read failed: the tier did, not a key
+			lookups[j] = Lookup{Entry: e, Found: ok}
 		}
 		return nil
 	})
 	if err != nil {
-		if ctx.Err() == nil && !errors.Is(err, ErrBreakerOpen) {
+		if ctx.Err() == nil { // the caller leaving is not a store failure
 			c.readFailed(ctx, err)
 		}
-		return items
+		return items, err
 	}
 	for j, l := range lookups {
 		if l.Err != nil {
-			if ctx.Err() == nil {
-				c.readFailed(ctx, l.Err)
-			}
+			c.readFailed(ctx, l.Err)
 			continue
 		}
-		if !l.Found || !now.Before(l.Entry.StaleUntil) {
+		if !l.Found {
 			continue
 		}
-		it := &Item[V]{Meta: l.Entry.Meta}
-		if !l.Entry.NotFound {
+		m := c.fromWall(l.Entry.Meta)
+		if !now.Before(m.StaleUntil) {
+			continue
+		}
+		it := &Item[V]{Meta: m}
+		if !m.NotFound {
 			v, err := c.codec.Unmarshal(l.Entry.Value)
 			if err != nil {
 				c.readFailed(ctx, fmt.Errorf("flightcache: decode shared entry: %w", err))
@@ -746,59 +729,33 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 			it.Value = v
 		}
 		if c.local != nil {
-			tickets[j].writeIf(func() { c.local.Set(keys[j], *it) })
+			c.writeIf(tickets[j], func() { c.local.Set(keys[j], *it) })
 		}
 		items[j] = it
 	}
-	return items
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
-// sharedCall runs one call of a batch to the shared tier under
-// Options.SharedTimeout and the SharedBreaker, if any.
-func (c *Cache[V]) sharedCall(ctx context.Context, call func(ctx context.Context) error) error {
-	var done func(failed bool)
-	if br := c.batch.breaker; br != nil {
-		var err error
-		if done, err = br.Allow(); err != nil {
-			return err
-		}
-	}
-	cctx, cancel := context.WithTimeout(ctx, c.batch.sharedTimeout)
-	err := call(cctx)
-	cancel()
-	if done != nil {
-		done(err != nil && ctx.Err() == nil)
-	}
-	return err
+	return items, nil
 }
 
 // writeBackMany stores loaded items in both tiers, best-effort, skipping
-// each key whose ticket an explicit write has outdated: the batch form of
-// writeBack. The shared tier gets one SetMany. The check and the writes
-// happen with the keys' guard locks held, taken in key order so that two
-// chunks never wait for each other.
-func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []ticket, flights []*flight[V]) {
-	var data [][]byte
-	if c.shared != nil {
-		data = make([][]byte, len(keys))
+// each key whose ticket an explicit write has outdated, and everything once
+// the Cache is closed: miss.writeBack for many keys, with one SetMany for
+// the shared tier (none when sharedDown: the batch found the tier
+// unavailable already). The check and the writes happen with the keys'
+// guard locks held, taken in key order so that two chunks never wait for
+// each other (an explicit write holds one lock at a time).
+func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []ticket, flights []*flight[V], sharedDown sharedSkip) {
+	writeShared := c.shared != nil && sharedDown == sharedUsable
+	var entries []Entry
+	if writeShared {
+		entries = make([]Entry, len(keys))
 		for n, fl := range flights {
-			if fl.item.NotFound {
-				continue
-			}
-			b, err := c.codec.Marshal(fl.item.Value)
+			e, err := c.encode(&fl.item)
 			if err != nil {
-				fl.writeErr = fmt.Errorf("flightcache: encode value: %w", err)
-				c.writeFailed(ctx, TierShared, fl.writeErr)
+				fl.writeErr = err
+				c.writeFailed(ctx, TierShared, err)
 				continue
 			}
-			data[n] = b
+			entries[n] = e
 		}
 	}
 	order := make([]int, len(keys))
@@ -806,32 +763,58 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []t
 		order[n] = n
 	}
 	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
-	for _, n := range order {
-		tickets[n].e.mu.Lock()
-	}
-	var wk []string
-	var we []Entry
-	var wn []int
-	for n, fl := range flights {
-		if tickets[n].e.gen.Load() != tickets[n].gen {
-			continue // an explicit write won
+	var (
+		wk   []string
+		we   []Entry
+		wn   []int
+		errs []error
+	)
+	func() {
+		for _, n := range order {
+			tickets[n].e.mu.Lock()
 		}
-		if c.local != nil {
-			c.local.Set(keys[n], fl.item)
+		defer func() { // released whatever a store or Cost function does
+			for _, n := range order {
+				tickets[n].e.mu.Unlock()
+			}
+		}()
+		// A panic in a store or the codec is every key's write error, as
+		// in miss.writeBack: the values were loaded and are returned. Its
+		// value stays out of the error: it may hold a key.
+		defer func() {
+			if p := recover(); p != nil {
+				err := fmt.Errorf("flightcache: write-back panicked (%T)", p)
+				for _, fl := range flights {
+					fl.writeErr = err
+				}
+				c.writeFailed(ctx, TierShared, err)
+				errs = nil
+			}
+		}()
+		if c.closed.Load() {
+			return // a load that outlives Close writes nothing
 		}
-		if c.shared != nil && fl.writeErr == nil {
-			wk = append(wk, keys[n])
-			we = append(we, Entry{Value: data[n], Meta: fl.item.Meta})
-			wn = append(wn, n)
+		for n, fl := range flights {
+			if tickets[n].e.gen.Load() != tickets[n].gen {
+				continue // an explicit write won
+			}
+			if c.local != nil {
+				c.local.Set(keys[n], fl.item)
+			}
+			switch {
+			case c.shared == nil || fl.writeErr != nil:
+			case !writeShared:
+				fl.writeErr = sharedDown.err()
+			default:
+				wk = append(wk, keys[n])
+				we = append(we, entries[n])
+				wn = append(wn, n)
+			}
 		}
-	}
-	var errs []error
-	if len(wk) > 0 {
-		errs = c.setSharedMany(ctx, wk, we)
-	}
-	for _, n := range order {
-		tickets[n].e.mu.Unlock()
-	}
+		if len(wk) > 0 {
+			errs = c.setSharedMany(ctx, wk, we)
+		}
+	}()
 	for m, err := range errs {
 		if err != nil {
 			flights[wn[m]].writeErr = err
@@ -844,7 +827,7 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []t
 // has batch operations; the result is as SetMany's.
 func (c *Cache[V]) setSharedMany(ctx context.Context, keys []string, entries []Entry) []error {
 	var errs []error
-	err := c.sharedCall(ctx, func(ctx context.Context) error {
+	err := c.sharedCall(ctx, false, func(ctx context.Context) error {
 		if bs := c.batch.shared; bs != nil {
 			errs = bs.SetMany(ctx, keys, entries)
 			return firstErr(errs)

@@ -52,7 +52,11 @@ func ExampleCache_FetchMany() {
 	defer closeCache()
 
 	load := func(ctx context.Context, keys []string) (map[string]*Product, error) {
-		return map[string]*Product{"product:1": {ID: "1", Name: "Teapot"}}, nil
+		found := map[string]*Product{}
+		if slices.Contains(keys, "product:1") {
+			found["product:1"] = &Product{ID: "1", Name: "Teapot"}
+		}
+		return found, nil // product:2 does not exist
 	}
 	ctx := context.Background()
 	c.FetchMany(ctx, []string{"product:1"}, load)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,6 +26,9 @@ type batchOrigin struct {
 	err     error
 	extra   map[string]*product // returned on top of what was asked
 	before  func(ctx context.Context, keys []string)
+	// errFromCtx returns ctx's error, once before has returned, if ctx
+	// has ended.
+	errFromCtx bool
 }
 
 func (o *batchOrigin) load(ctx context.Context, keys []string) (map[string]*product, error) {
@@ -39,6 +43,9 @@ func (o *batchOrigin) load(ctx context.Context, keys []string) (map[string]*prod
 	o.mu.Unlock()
 	if o.before != nil {
 		o.before(ctx, keys)
+	}
+	if o.errFromCtx && ctx.Err() != nil {
+		return nil, ctx.Err()
 	}
 	if o.err != nil {
 		return nil, o.err
@@ -259,6 +266,7 @@ func TestBatchLoaderTimeoutReleasesItsKeysAndEndsTheLoadersContext(t *testing.T)
 		<-ctx.Done()
 		loaderDone <- ctx.Err()
 	}}
+	o.errFromCtx = true // a loader whose query ended with its context
 	for _, r := range c.FetchMany(context.Background(), []string{"a", "b"}, o.load) {
 		if !errors.Is(r.Err, context.DeadlineExceeded) || r.Outcome != flightcache.OutcomeLoadFailed {
 			t.Fatalf("timed-out key = %+v", r)
@@ -613,4 +621,82 @@ func TestOverlappingBatchesAndSinglesLoadEachKeyOnce(t *testing.T) {
 			t.Errorf("key %s loaded %d times, want exactly once", k, n)
 		}
 	}
+}
+
+// A hung shared tier costs a batch one SharedTimeout, not one per key nor
+// one per round trip: after its read timed out, the batch's flights leave
+// the tier alone (no double-check, no write-back), as a Get's do.
+func TestHungSharedTierCostsABatchAtMostOneSharedTimeout(t *testing.T) {
+	const sharedTimeout = 100 * time.Millisecond
+	shared := &hungShared{mapShared: newMapShared(time.Now), hangReads: true, hangWrites: true}
+	c := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: shared, SharedTimeout: sharedTimeout})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	rs := c.FetchMany(ctx, keyRange("k", 20), (&batchOrigin{}).load)
+	took := time.Since(start)
+	for _, r := range rs {
+		if r.Err != nil || r.Outcome != flightcache.OutcomeLoadedWriteFailed || !errors.Is(r.WriteErr, context.DeadlineExceeded) {
+			t.Fatalf("key = %+v, %v; want the value, loaded_write_failed with the shared timeout", r.Result, r.Err)
+		}
+	}
+	if limit := sharedTimeout + sharedTimeout/2; took >= limit {
+		t.Fatalf("the batch took %v, want under %v (one shared timeout)", took, limit)
+	}
+	if n := shared.calls.Load(); n != 1 {
+		t.Fatalf("%d shared calls, want 1: after a timeout the batch must leave the tier alone", n)
+	}
+}
+
+// Shared-tier times are wall-clock times whatever the Cache's clock, for
+// batches as for Gets: another instance reads the batch's write-back with
+// the right age and expiry.
+func TestBatchWritesAndReadsSharedTimesOnTheWallClock(t *testing.T) {
+	shared := newMapShared(time.Now)
+	clock := newFakeClock() // far from the wall clock
+	a := clocked(t, clock, flightcache.Options[*product]{Shared: shared, TTL: time.Minute, Jitter: flightcache.DisableJitter})
+	a.FetchMany(context.Background(), []string{"k"}, (&batchOrigin{}).load)
+	e, ok, _ := shared.Get(context.Background(), "k")
+	if !ok || e.FreshUntil.Sub(time.Now()) > time.Minute || e.FreshUntil.Before(time.Now()) {
+		t.Fatalf("shared entry fresh until %v, want within a minute of the wall clock", e.FreshUntil)
+	}
+	b := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: shared})
+	rs := b.FetchMany(context.Background(), []string{"k"}, (&batchOrigin{}).load)
+	if rs[0].Outcome != flightcache.OutcomeHitShared || rs[0].Age > time.Second {
+		t.Fatalf("another instance read %v, age %v", rs[0].Outcome, rs[0].Age)
+	}
+}
+
+// A store that panics in the write-back must not end the process from the
+// chunk's goroutine: as for a Get, the loaded values are returned with the
+// panic as their write error, and the keys stay usable.
+func TestPanickingStoreInABatchWriteBackReturnsTheValuesAndKeepsKeysUsable(t *testing.T) {
+	local := &panickyLocal[*product]{LocalStore: newLocal[*product](t, nil)}
+	c := newCache(t, flightcache.Options[*product]{Local: local})
+	local.panicOnSet.Store(true)
+	for _, r := range c.FetchMany(context.Background(), []string{"a", "b"}, (&batchOrigin{}).load) {
+		if r.Err != nil || r.Value == nil || r.Outcome != flightcache.OutcomeLoadedWriteFailed || r.WriteErr == nil ||
+			strings.Contains(r.WriteErr.Error(), "store broke") {
+			t.Fatalf("key after a panicking store = %+v, %v", r.Result, r.Err)
+		}
+	}
+	local.panicOnSet.Store(false)
+	for _, r := range c.FetchMany(context.Background(), []string{"a", "b"}, (&batchOrigin{}).load) {
+		if r.Err != nil {
+			t.Fatalf("key after the store recovered = %v", r.Err)
+		}
+	}
+}
+
+// panickyLocal is a LocalStore whose Set panics while panicOnSet is set.
+type panickyLocal[V any] struct {
+	flightcache.LocalStore[V]
+	panicOnSet atomic.Bool
+}
+
+func (p *panickyLocal[V]) Set(key string, it flightcache.Item[V]) {
+	if p.panicOnSet.Load() {
+		panic("store broke")
+	}
+	p.LocalStore.Set(key, it)
 }
