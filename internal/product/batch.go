@@ -62,7 +62,7 @@ func (r *SQLRepository) GetMany(ctx context.Context, sel Selection) (map[string]
 			return nil, fmt.Errorf("product: origin query: %w", context.Cause(ctx))
 		}
 	}
-	const head = `SELECT product_id, display_name, price_cents FROM products
+	const head = `SELECT product_id, display_name, price_cents, revision FROM products
 		WHERE tenant_id = $1 AND locale = $2 AND currency = $3 AND product_id `
 	var q string
 	args := []any{sel.Tenant, sel.Locale, sel.Currency}
@@ -91,7 +91,7 @@ func (r *SQLRepository) GetMany(ctx context.Context, sel Selection) (map[string]
 	out := make(map[string]Product, len(sel.IDs))
 	for rows.Next() {
 		p := Product{TenantID: sel.Tenant, Locale: sel.Locale, Currency: sel.Currency}
-		if err := rows.Scan(&p.ProductID, &p.DisplayName, &p.PriceCents); err != nil {
+		if err := rows.Scan(&p.ProductID, &p.DisplayName, &p.PriceCents, &p.Revision); err != nil {
 			return nil, fmt.Errorf("product: origin query: %w", err)
 		}
 		out[p.ProductID] = p

@@ -33,7 +33,7 @@ func (s *QueryService) GetMany(ctx context.Context, sel Selection) (BatchServed,
 	keys := make([]string, len(sel.IDs))
 	for i, id := range sel.IDs {
 		refs[i] = Ref{Tenant: sel.Tenant, ID: id, Locale: sel.Locale, Currency: sel.Currency}
-		k, err := s.key(refs[i], s.revision(refs[i]))
+		k, err := s.key(refs[i], s.floor(refs[i]))
 		if err != nil {
 			return BatchServed{}, fmt.Errorf("product: build cache key: %w", err)
 		}
