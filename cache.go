@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/flightcache/flightcache/internal/flightgroup"
 	"github.com/flightcache/flightcache/singleflight"
 )
 
@@ -65,7 +66,7 @@ type Cache[V any] struct {
 	// coarse clock, so load durations are measured with time.Now instead.
 	preciseLoadTime bool
 
-	group    *singleflight.Group[string, *flight[V]]
+	group    *flightgroup.Group[string, *flight[V]]
 	guard    writeGuard
 	batch    batchConfig
 	throttle *throttle // nil unless Options.FailureThrottle is set
@@ -152,7 +153,7 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 	if so, ok := o.Observer.(singleflight.Observer); ok {
 		sfOpts = append(sfOpts, singleflight.WithObserver(flightObserver[V]{c: c, obs: so}))
 	}
-	c.group = singleflight.New[string, *flight[V]](sfOpts...)
+	c.group = flightgroup.New[string, *flight[V]](sfOpts...)
 	return c, nil
 }
 

@@ -1,8 +1,9 @@
 package singleflight
 
 import (
-	"fmt"
 	"time"
+
+	"github.com/flightcache/flightcache/internal/flightgroup"
 )
 
 // Option configures New.
@@ -10,28 +11,14 @@ import (
 // Options validate their argument: a negative limit or timeout is a
 // programmer error, and the Option panics with a message naming it (the same
 // contract as regexp.MustCompile). Zero means "no limit" / "no timeout".
-type Option func(*config)
-
-// config is immutable once New returns.
-type config struct {
-	timeout         time.Duration
-	maxInFlight     int64
-	maxWaiters      int
-	cancelAbandoned bool
-	obs             Observer
-}
+type Option = flightgroup.Option
 
 // WithLoaderTimeout bounds every execution to d. The loader's context has
 // deadline d; if the loader ignores it, waiters are still released at d with
 // an error matching context.DeadlineExceeded, and the key is free for a new
 // execution at once. The late result is dropped (EventLateResult). Until it
 // returns, such a loader still counts against WithMaxInFlight.
-func WithLoaderTimeout(d time.Duration) Option {
-	if d < 0 {
-		panic(fmt.Sprintf("singleflight: WithLoaderTimeout(%v): negative timeout", d))
-	}
-	return func(c *config) { c.timeout = d }
-}
+func WithLoaderTimeout(d time.Duration) Option { return flightgroup.WithLoaderTimeout(d) }
 
 // WithMaxInFlight is a bulkhead: at most n loaders run at once. A call that
 // would start a new execution beyond that fails with ErrTooManyInFlight
@@ -42,31 +29,17 @@ func WithLoaderTimeout(d time.Duration) Option {
 // their context fills the limit and new keys are refused, instead of
 // goroutines piling up without bound. It bounds memory and goroutines against
 // attacker-chosen key cardinality.
-func WithMaxInFlight(n int) Option {
-	if n < 0 {
-		panic(fmt.Sprintf("singleflight: WithMaxInFlight(%d): negative limit", n))
-	}
-	return func(c *config) { c.maxInFlight = int64(n) }
-}
+func WithMaxInFlight(n int) Option { return flightgroup.WithMaxInFlight(n) }
 
 // WithMaxWaiters admits at most n callers (leader included) on one key at
 // once; the next fails with ErrTooManyWaiters.
-func WithMaxWaiters(n int) Option {
-	if n < 0 {
-		panic(fmt.Sprintf("singleflight: WithMaxWaiters(%d): negative limit", n))
-	}
-	return func(c *config) { c.maxWaiters = n }
-}
+func WithMaxWaiters(n int) Option { return flightgroup.WithMaxWaiters(n) }
 
 // WithCancelWhenAbandoned cancels the loader (cause ErrAbandoned) as soon as
 // every caller has left, and frees the key at once. Without it the loader
 // runs to completion so that its result can still fill a cache.
-func WithCancelWhenAbandoned() Option {
-	return func(c *config) { c.cancelAbandoned = true }
-}
+func WithCancelWhenAbandoned() Option { return flightgroup.WithCancelWhenAbandoned() }
 
 // WithObserver reports the Group's events to o (metrics, tracing). A nil o
 // means none.
-func WithObserver(o Observer) Option {
-	return func(c *config) { c.obs = o }
-}
+func WithObserver(o Observer) Option { return flightgroup.WithObserver(o) }

@@ -13,6 +13,7 @@ const module = "github.com/flightcache/flightcache"
 // third-party code; Redis, SQL and metrics live in their own packages.
 var core = []string{
 	module + "/singleflight",
+	module + "/internal/flightgroup", // the engine behind singleflight and the Cache
 	module + "/key",
 	module + "/clock",
 	module,

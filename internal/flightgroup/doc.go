@@ -1,0 +1,16 @@
+// Package flightgroup is the single-flight engine behind package
+// singleflight and the root flightcache.Cache: it collapses concurrent calls
+// for the same key into one execution whose result every caller shares.
+//
+// Package singleflight is its public face, a thin wrapper with a fixed API
+// that other code depends on; its documentation describes the behaviour in
+// full, and this package's types are the same types (singleflight declares
+// aliases of them). The engine lives here, out of reach of importers, so
+// that the Cache can use primitives that are not part of that public API
+// without widening it: DoChanLead, which reports before the loader can run
+// whether a call leads its key, is what a batch read needs to hand the keys
+// it leads to one loader call without waiting for the keys it joined.
+//
+// Error strings and panic messages name package singleflight, since that
+// is the name users see.
+package flightgroup
