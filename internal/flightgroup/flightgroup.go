@@ -182,11 +182,15 @@ func (g *Group[K, V]) lead(ctx context.Context, si uint8, key K, fn func(context
 
 // register makes a new execution of key current, or refuses it under
 // WithMaxInFlight. The mutex of shard si is held on entry and released here.
-// inline reports whether fn may run in the caller's goroutine (ctx can never
-// be cancelled and there is no loader timeout); timer is the loader
-// timeout's, if any. On success the execution is in flight and execute must
-// run it.
-func (g *Group[K, V]) register(ctx context.Context, si uint8, key K) (c *call[K, V], timer *time.Timer, inline bool, err error) {
+// On success it returns the execution, now in flight, which execute must
+// run; the loader timeout's timer, if any; and whether fn may run inline, in
+// the caller's goroutine (ctx can never be cancelled and there is no loader
+// timeout).
+//
+// The results are unnamed on purpose: the loader timeout's closure captures
+// c, and a named result would be captured by reference, costing an
+// allocation per execution (benchmark Leader: 2 allocs instead of 1).
+func (g *Group[K, V]) register(ctx context.Context, si uint8, key K) (*call[K, V], *time.Timer, bool, error) {
 	sh := &g.shards[si]
 	obs := g.cfg.obs
 	if max := g.cfg.maxInFlight; max > 0 && g.loaders.Add(1) > max {
@@ -202,8 +206,8 @@ func (g *Group[K, V]) register(ctx context.Context, si uint8, key K) (c *call[K,
 	if obs != nil && listed {
 		n = g.total.Add(1)
 	}
-	inline = ctx.Done() == nil && g.cfg.timeout == 0
-	c = &call[K, V]{key: key, shard: si, waiters: 1, current: listed}
+	inline := ctx.Done() == nil && g.cfg.timeout == 0
+	c := &call[K, V]{key: key, shard: si, waiters: 1, current: listed}
 	if inline {
 		// ctx can never be cancelled, so it has no cancellation to hide.
 		c.lctx.parent = ctx
@@ -214,6 +218,7 @@ func (g *Group[K, V]) register(ctx context.Context, si uint8, key K) (c *call[K,
 	if obs != nil {
 		c.id = g.flights.Add(1)
 	}
+	var timer *time.Timer
 	if d := g.cfg.timeout; d > 0 {
 		c.lctx.extraLocked().deadline = time.Now().Add(d)
 		timer = time.AfterFunc(d, func() { g.expire(c) })
