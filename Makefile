@@ -23,7 +23,7 @@ race:
 
 ## stress: the concurrency tests, many times, as required before resolving an issue
 stress:
-	$(GO) test -race -count=20 -timeout 30m ./singleflight/ .
+	$(GO) test -race -count=20 -timeout 30m ./internal/flightgroup/ ./singleflight/ .
 
 ## lint: staticcheck (fetched through the module proxy)
 lint: vet

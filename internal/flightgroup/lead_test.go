@@ -3,6 +3,7 @@ package flightgroup
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,6 +75,22 @@ func TestDoChanLeadReportsLeadershipBeforeAnInlineFunctionRuns(t *testing.T) {
 	close(decided)
 	if r := <-ch; !led || r.Val != 1 {
 		t.Fatalf("led %v, %+v", led, r)
+	}
+}
+
+// A leader's function that ends its goroutine with runtime.Goexit, run
+// inline in the goroutine DoChanLead started, still yields one Result.
+func TestDoChanLeadGoexitInInlineLeaderStillDelivers(t *testing.T) {
+	g := New[string, int]()
+	ch, led := g.DoChanLead(context.Background(), "k", func(context.Context) (int, error) {
+		runtime.Goexit()
+		return 1, nil
+	})
+	if r := <-ch; !led || r.Err == nil {
+		t.Fatalf("led %v, %+v; want a leader with an error", led, r)
+	}
+	if n := g.InFlight(); n != 0 {
+		t.Fatalf("InFlight() = %d after the loader ended, want 0", n)
 	}
 }
 
