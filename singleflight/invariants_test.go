@@ -200,6 +200,10 @@ func TestMaxInFlightCountsLoadersThatOutlivedTheirTimeout(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// A 1 ms timeout can release a caller before its loader's goroutine has
+	// been scheduled: the slot is taken at registration, the start counted
+	// only when fn runs.
+	waitFor(t, "the admitted loaders to start", func() bool { return starts.Load() >= limit })
 	if p, s := peak.Load(), starts.Load(); p > limit || s != limit || timedOut.Load() != limit || refused.Load() != callers-limit {
 		t.Fatalf("%d hung loaders under WithMaxInFlight(%d): %d started, %d ran at once, %d timed out, %d refused; want %d, at most %d, %d, %d",
 			callers, limit, s, p, timedOut.Load(), refused.Load(), limit, limit, limit, callers-limit)
@@ -215,9 +219,13 @@ func TestMaxInFlightCountsLoadersThatOutlivedTheirTimeout(t *testing.T) {
 	close(hung)
 	// EventLateResult is reported after a late loader has given its slot back.
 	waitFor(t, "the hung loaders to return", func() bool { return obs.count(singleflight.EventLateResult) == limit })
-	if v, _, err := g.Do(context.Background(), -2, func(context.Context) (int, error) { return 2, nil }); err != nil || v != 2 {
-		t.Fatalf("after the hung loaders returned: %d, %v; want a new execution", v, err)
+	// Admitted is what counts: on a loaded machine even this loader may miss
+	// the 1 ms timeout, but it must run.
+	ran := make(chan struct{})
+	if _, _, err := g.Do(context.Background(), -2, func(context.Context) (int, error) { close(ran); return 2, nil }); errors.Is(err, singleflight.ErrTooManyInFlight) {
+		t.Fatalf("after the hung loaders returned: %v; want a new execution", err)
 	}
+	<-ran
 }
 
 // TestMaxInFlightCountsKeysNotEqualToThemselves: an execution for a NaN key
