@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flightcache/flightcache/internal/flightgroup"
 	"github.com/flightcache/flightcache/singleflight"
 )
 
@@ -148,7 +149,7 @@ type batchKey[V any] struct {
 	stale *Item[V]
 	// f is the key's flight: led by this batch or joined; err is why
 	// there is none (the engine refused the key).
-	f   singleflight.Flight[string, *flight[V]]
+	f   flightgroup.Flight[string, *flight[V]]
 	err error
 }
 
@@ -354,7 +355,7 @@ func (b *batch[V]) fly(miss []batchKey[V]) {
 	// The flights keep the caller's values, not its cancellation: shield
 	// the context once for all of them (each Wait below uses b.ctx).
 	keys := make([]string, len(miss))
-	flights := make([]singleflight.Flight[string, *flight[V]], len(miss))
+	flights := make([]flightgroup.Flight[string, *flight[V]], len(miss))
 	errs := make([]error, len(miss))
 	for j := range miss {
 		keys[j] = miss[j].key

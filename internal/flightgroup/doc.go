@@ -7,9 +7,11 @@
 // full, and this package's types are the same types (singleflight declares
 // aliases of them). The engine lives here, out of reach of importers, so
 // that the Cache can use primitives that are not part of that public API
-// without widening it: DoChanLead, which reports before the loader can run
-// whether a call leads its key, is what a batch read needs to hand the keys
-// it leads to one loader call without waiting for the keys it joined.
+// without widening it: Start and StartMany, with which a batch registers or
+// joins each key's execution, learning at once which keys it leads, loads
+// those itself in one call and delivers them with Flight.Complete; and
+// DoChanLead, a DoChan that reports before the loader can run whether the
+// call leads its key.
 //
 // Error strings and panic messages name package singleflight, since that
 // is the name users see.

@@ -12,14 +12,15 @@ import (
 // flight, whose result the channel will deliver, or was refused (closed,
 // limits, nil fn), and fn will not be called.
 //
-// A batch needs this: it must hand the keys it leads to one loader call
-// without waiting for the keys it joined, which another caller is loading
-// and which may in turn wait for keys this batch leads. The decision is
-// made in the calling goroutine, before fn can run, so fn may wait for
-// something the caller does after DoChanLead returns.
+// A caller that leads some keys and joins others (a batch that still
+// passes a function per key) needs this to go on with the keys it leads
+// without waiting for the ones it joined, which another caller is loading
+// and which may in turn wait for keys it leads. The decision is made in the
+// calling goroutine, before fn can run, so fn may wait for something the
+// caller does after DoChanLead returns. Start is the same decision for a
+// caller that loads the keys it leads itself, as the Cache's batches do.
 //
-// It is not part of package singleflight's API, which is fixed; the Cache
-// uses it through this package.
+// It is not part of package singleflight's API, which is fixed.
 func (g *Group[K, V]) DoChanLead(ctx context.Context, key K, fn func(context.Context) (V, error)) (<-chan Result[V], bool) {
 	if ctx == nil {
 		ctx = context.Background()

@@ -1,17 +1,19 @@
-package singleflight_test
+package flightgroup_test
 
 import (
 	"context"
 	"errors"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/flightcache/flightcache/singleflight"
+	"github.com/flightcache/flightcache/internal/flightgroup"
 )
 
 func TestStartLeadsAFreeKeyAndJoinsOneInFlight(t *testing.T) {
 	obs := &counter{}
-	g := singleflight.New[string, int](singleflight.WithObserver(obs))
+	g := flightgroup.New[string, int](flightgroup.WithObserver(obs))
 	lead, err := g.Start(context.Background(), "k")
 	if err != nil || !lead.Led() {
 		t.Fatalf("first Start: led %v, %v", lead.Led(), err)
@@ -50,7 +52,7 @@ func TestStartLeadsAFreeKeyAndJoinsOneInFlight(t *testing.T) {
 
 func TestStartedExecutionTimesOutAndDropsALateResult(t *testing.T) {
 	obs := &counter{}
-	g := singleflight.New[string, int](singleflight.WithLoaderTimeout(10*time.Millisecond), singleflight.WithObserver(obs))
+	g := flightgroup.New[string, int](flightgroup.WithLoaderTimeout(10*time.Millisecond), flightgroup.WithObserver(obs))
 	f, err := g.Start(context.Background(), "k")
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +62,7 @@ func TestStartedExecutionTimesOutAndDropsALateResult(t *testing.T) {
 		t.Fatalf("Wait after the loader timeout = %v", err)
 	}
 	f.Complete(1, nil)
-	if obs.count(singleflight.EventLateResult) != 1 {
+	if obs.count(flightgroup.EventLateResult) != 1 {
 		t.Fatal("a Complete after the timeout was not reported as late")
 	}
 	if g.InFlight() != 0 {
@@ -69,31 +71,31 @@ func TestStartedExecutionTimesOutAndDropsALateResult(t *testing.T) {
 }
 
 func TestStartIsRefusedWhenClosedOrOverTheLimits(t *testing.T) {
-	g := singleflight.New[string, int](singleflight.WithMaxInFlight(1), singleflight.WithMaxWaiters(1))
+	g := flightgroup.New[string, int](flightgroup.WithMaxInFlight(1), flightgroup.WithMaxWaiters(1))
 	f, err := g.Start(context.Background(), "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.Start(context.Background(), "b"); !errors.Is(err, singleflight.ErrTooManyInFlight) {
+	if _, err := g.Start(context.Background(), "b"); !errors.Is(err, flightgroup.ErrTooManyInFlight) {
 		t.Fatalf("a second key over MaxInFlight: %v", err)
 	}
-	if _, err := g.Start(context.Background(), "a"); !errors.Is(err, singleflight.ErrTooManyWaiters) {
+	if _, err := g.Start(context.Background(), "a"); !errors.Is(err, flightgroup.ErrTooManyWaiters) {
 		t.Fatalf("a second waiter over MaxWaiters: %v", err)
 	}
 	g.Close()
-	if _, _, err := f.Wait(context.Background()); !errors.Is(err, singleflight.ErrClosed) {
+	if _, _, err := f.Wait(context.Background()); !errors.Is(err, flightgroup.ErrClosed) {
 		t.Fatalf("a started execution after Close: %v", err)
 	}
-	if !errors.Is(context.Cause(f.Context()), singleflight.ErrClosed) {
+	if !errors.Is(context.Cause(f.Context()), flightgroup.ErrClosed) {
 		t.Fatal("Close did not cancel the started execution's context")
 	}
-	if _, err := g.Start(context.Background(), "c"); !errors.Is(err, singleflight.ErrClosed) {
+	if _, err := g.Start(context.Background(), "c"); !errors.Is(err, flightgroup.ErrClosed) {
 		t.Fatalf("Start after Close: %v", err)
 	}
 }
 
 func TestWaitOfAStartedExecutionEndsWithTheCallersContext(t *testing.T) {
-	g := singleflight.New[string, int]()
+	g := flightgroup.New[string, int]()
 	f, _ := g.Start(context.Background(), "k")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -108,10 +110,10 @@ func TestWaitOfAStartedExecutionEndsWithTheCallersContext(t *testing.T) {
 }
 
 func TestStartManySharesOneTimeoutAndCompletesIndependently(t *testing.T) {
-	g := singleflight.New[string, int](singleflight.WithLoaderTimeout(20 * time.Millisecond))
+	g := flightgroup.New[string, int](flightgroup.WithLoaderTimeout(20 * time.Millisecond))
 	held, _ := g.Start(context.Background(), "joined")
 	keys := []string{"a", "joined", "b"}
-	fs := make([]singleflight.Flight[string, int], len(keys))
+	fs := make([]flightgroup.Flight[string, int], len(keys))
 	errs := make([]error, len(keys))
 	g.StartMany(context.Background(), keys, fs, errs)
 	if !fs[0].Led() || fs[1].Led() || !fs[2].Led() || errs[0] != nil || errs[1] != nil {
@@ -131,5 +133,40 @@ func TestStartManySharesOneTimeoutAndCompletesIndependently(t *testing.T) {
 	fs[2].Complete(2, nil) // late: dropped
 	if g.InFlight() != 0 {
 		t.Fatalf("InFlight = %d", g.InFlight())
+	}
+}
+
+// counter is an Observer counting events by kind.
+type counter struct {
+	mu     sync.Mutex
+	counts map[flightgroup.EventKind]int
+}
+
+func (c *counter) ObserveFlight(e flightgroup.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.counts == nil {
+		c.counts = map[flightgroup.EventKind]int{}
+	}
+	c.counts[e.Kind]++
+}
+
+func (c *counter) count(k flightgroup.EventKind) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counts[k]
+}
+
+// joined waits until n callers are on one execution: the leader and n-1
+// that joined it (EventShared).
+func (c *counter) joined(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.count(flightgroup.EventShared)+1 < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %d callers to join", n)
+		}
+		runtime.Gosched()
+		time.Sleep(50 * time.Microsecond)
 	}
 }
