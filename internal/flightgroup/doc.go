@@ -9,9 +9,7 @@
 // that the Cache can use primitives that are not part of that public API
 // without widening it: Start and StartMany, with which a batch registers or
 // joins each key's execution, learning at once which keys it leads, loads
-// those itself in one call and delivers them with Flight.Complete; and
-// DoChanLead, a DoChan that reports before the loader can run whether the
-// call leads its key.
+// those itself in one call and delivers them with Flight.Complete.
 //
 // Error strings and panic messages name package singleflight, since that
 // is the name users see.

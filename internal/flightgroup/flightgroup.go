@@ -172,8 +172,8 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 // lead registers a new execution of key and runs it. The mutex of shard si
 // is held on entry and released here. It is kept apart from Do so that
 // callers that only join (the many, on a hot key) run on a small stack frame.
-// Its two halves, register and execute, are apart so that DoChanLead can
-// register in its caller's goroutine and execute in another.
+// Its two halves are apart so that each reads on its own: register does
+// what needs the shard lock, execute what must happen outside it.
 func (g *Group[K, V]) lead(ctx context.Context, si uint8, key K, fn func(context.Context) (V, error), start time.Duration) (v V, shared bool, err error) {
 	c, timer, inline, err := g.register(ctx, si, key)
 	if err != nil {
@@ -291,8 +291,8 @@ const (
 
 // attach decides how a caller joins the execution c of its key, counting it
 // as a waiter when it will wait. sh.mu is held on entry and released here.
-// It is apart from join so that DoChanLead can attach in its caller's
-// goroutine and wait in another.
+// It is apart from join so that the admission decision, taken under the
+// shard lock, reads on its own.
 func (g *Group[K, V]) attach(ctx context.Context, sh *shard[K, V], c *call[K, V]) attachment {
 	// Only a caller that would wait can deadlock, so only it pays for the
 	// reentrancy check: is this caller running inside c's own loader?
