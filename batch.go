@@ -58,12 +58,11 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // the single-key path keeps. Read-only after New.
 type batchConfig struct {
 	maxSize int
-	guard   Guard            // nil: no guard
 	shared  BatchSharedStore // nil when the shared tier has no batch operations
 }
 
 func newBatchConfig[V any](o Options[V]) batchConfig {
-	b := batchConfig{maxSize: o.MaxBatchSize, guard: o.Guard}
+	b := batchConfig{maxSize: o.MaxBatchSize}
 	b.shared, _ = o.Shared.(BatchSharedStore)
 	return b
 }
@@ -261,16 +260,12 @@ func singleLoad[V any](key string, load BatchLoadFunc[V]) LoadFunc[V] {
 // filter answers the keys the Guard turns away and returns the others.
 func (b *batch[V]) filter(miss []batchKey[V]) []batchKey[V] {
 	c := b.c
-	g := c.batch.guard
-	if g == nil {
+	if c.filter == nil {
 		return miss
 	}
 	return slices.DeleteFunc(miss, func(bk batchKey[V]) bool {
-		if g.MayExist(b.ctx, bk.key) {
+		if !c.filtered(b.ctx, bk.key) {
 			return false
-		}
-		if c.obs != nil {
-			c.emit(b.ctx, EventFiltered, TierNone, nil)
 		}
 		b.res[bk.first] = KeyResult[V]{Result: Result[V]{Outcome: OutcomeFiltered}, Err: ErrNotFound}
 		return true

@@ -11,12 +11,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/bloomguard"
 	"github.com/flightcache/flightcache/clock"
 	"github.com/flightcache/flightcache/memstore"
 	rediscache "github.com/go-redis/cache/v9"
@@ -197,6 +199,67 @@ func BenchmarkHitLocal(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// BenchmarkGuard: a Get of a key that is in no tier, with a Guard that
+// turns it away ("no") or lets it through ("maybe": the Get then runs the
+// whole miss path, here a load that finds nothing and stores nothing), next
+// to the same miss without a Guard. guard=bloom is bloomguard on 1M IDs at
+// 1 %; guard=func a Guard that costs nothing, for the read path's share.
+func BenchmarkGuard(b *testing.B) {
+	ctx := context.Background()
+	missing := func(ctx context.Context) (*product, error) {
+		flightcache.NoStore(ctx)
+		return nil, flightcache.ErrNotFound
+	}
+	f, err := bloomguard.New(bloomguard.Config{ExpectedItems: 1_000_000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	err = f.Rebuild(ctx, func(ctx context.Context, add func(tenant, id string)) error {
+		for i := range 1_000_000 {
+			add("bench", "product:v1:"+strconv.Itoa(i))
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	bloomGuard := bloomguard.Guard{Filter: f, Split: func(key string) (string, string, bool) { return "bench", key, true }}
+	absent := make([]string, benchKeys)
+	for i := range absent {
+		absent[i] = "product:v1:absent-" + strconv.Itoa(i)
+	}
+	for _, bc := range []struct {
+		name  string
+		guard flightcache.Guard
+		keys  []string
+	}{
+		{"guard=func/no", guardFunc(func(string) bool { return false }), absent},
+		{"guard=bloom/no", bloomGuard, absent},
+		{"guard=bloom/maybe", bloomGuard, benchKeyNames},
+		{"guard=none/miss", nil, benchKeyNames},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			local, err := memstore.New(memstore.Options[*product]{MaxEntries: 10 * benchKeys})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(local.Close)
+			c, err := flightcache.New(flightcache.Options[*product]{Local: local, TTL: time.Hour, Guard: bc.guard})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { c.Close() })
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				sink, _ = c.Get(ctx, bc.keys[i&(benchKeys-1)], missing)
+				i++
+			}
+		})
+	}
 }
 
 // BenchmarkHitLocalParallel is BenchmarkHitLocal from every P at once.

@@ -70,6 +70,7 @@ type Cache[V any] struct {
 	guard    writeGuard
 	batch    batchConfig
 	throttle *throttle // nil unless Options.FailureThrottle is set
+	filter   Guard     // Options.Guard; nil: every key may exist
 
 	// breakerState is the last BreakerState the Cache saw, so that each
 	// change is reported once.
@@ -127,6 +128,7 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 		preciseLoadTime: opts.Now == nil,
 		throttle:        newThrottle(o.FailureThrottle),
 		batch:           newBatchConfig(o),
+		filter:          o.Guard,
 		refreshing:      make(map[string]*miss[V]),
 		maxRefreshes:    defaultMaxRefreshes,
 	}
@@ -293,6 +295,12 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 		if c.obs != nil {
 			c.emit(ctx, EventMiss, TierLocal, nil)
 		}
+	}
+
+	// A key the Guard rules out has no value at the origin: neither tier
+	// is read and not even the stale item is served.
+	if c.filter != nil && c.filtered(ctx, key) {
+		return Result[V]{Outcome: OutcomeFiltered}, nil, ErrNotFound
 	}
 
 	// 2. The shared tier. A failure is a miss; a newer stale item than the

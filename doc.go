@@ -39,7 +39,10 @@
 // With StaleFor, values outlive their TTL so that a failed load, or one that
 // outlasts SoftTimeout, can be answered with the previous value
 // (OutcomeStale, fail-safe). A loader returning ErrNotFound caches a
-// tombstone for NegativeTTL. Set and Delete win over a load in flight for
+// tombstone for NegativeTTL. With a Guard, a local miss first asks it
+// whether the key may exist at all: a "no" answers ErrNotFound
+// (OutcomeFiltered) without touching the shared tier or the origin, which
+// turns away floods of made-up keys (package bloomguard). Set and Delete win over a load in flight for
 // the same key: its late write-back is dropped, so it cannot resurrect an
 // older value.
 //

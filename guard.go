@@ -18,3 +18,18 @@ type Guard interface {
 	// safe for concurrent use.
 	MayExist(ctx context.Context, key string) bool
 }
+
+// filtered asks the Guard about key after a local miss and reports whether
+// it turned the key away (then the Get answers ErrNotFound with
+// OutcomeFiltered, and neither the shared tier nor the origin is touched).
+// Callers check c.filter for nil first, so a Cache without a Guard pays one
+// nil check.
+func (c *Cache[V]) filtered(ctx context.Context, key string) bool {
+	if c.filter.MayExist(ctx, key) {
+		return false
+	}
+	if c.obs != nil {
+		c.emit(ctx, EventFiltered, TierNone, nil)
+	}
+	return true
+}
