@@ -41,6 +41,8 @@ func classify(err error, retryAfter time.Duration) apiError {
 	switch {
 	case errors.As(err, &inv):
 		return apiError{http.StatusBadRequest, "invalid_" + inv.Field, inv.Error(), 0}
+	case errors.Is(err, product.ErrExists):
+		return apiError{http.StatusConflict, "exists", "the product already exists for this tenant, locale and currency", 0}
 	case errors.Is(err, product.ErrNotFound):
 		return apiError{http.StatusNotFound, "not_found", "no such product for this tenant, locale and currency", 0}
 	case errors.Is(err, singleflight.ErrTooManyInFlight), errors.Is(err, singleflight.ErrTooManyWaiters):

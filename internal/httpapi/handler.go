@@ -43,6 +43,8 @@ type Service interface {
 type Options struct {
 	// Service answers product requests. Required.
 	Service Service
+	// Creator, when set, serves POST /v1/tenants/{tenant}/products.
+	Creator Creator
 	// CacheName is the cache's name in Cache-Status; default "flightcache".
 	CacheName string
 	// Ready reports, for /readyz, whether the service can serve and the
@@ -84,6 +86,7 @@ type api struct {
 //	GET  /v1/tenants/{tenant}/products/{id}?locale=en-US&currency=USD
 //	PUT  /v1/tenants/{tenant}/products/{id}?locale=en-US&currency=USD
 //	GET  /v1/tenants/{tenant}/products?ids=a,b,c&locale=en-US&currency=USD
+//	POST /v1/tenants/{tenant}/products?locale=en-US&currency=USD (with a Creator)
 //	GET  /healthz, /readyz, /metrics
 func New(opts Options) http.Handler {
 	if opts.CacheName == "" {
@@ -104,7 +107,12 @@ func New(opts Options) http.Handler {
 	mux.HandleFunc("PUT /v1/tenants/{tenant}/products/{id}", a.putProduct)
 	mux.HandleFunc("/v1/tenants/{tenant}/products/{id}", methodNotAllowed("GET, HEAD, PUT"))
 	mux.HandleFunc("GET /v1/tenants/{tenant}/products", a.listProducts)
-	mux.HandleFunc("/v1/tenants/{tenant}/products", methodNotAllowed("GET, HEAD"))
+	allow := "GET, HEAD"
+	if opts.Creator != nil {
+		mux.HandleFunc("POST /v1/tenants/{tenant}/products", a.createProduct)
+		allow = "GET, HEAD, POST"
+	}
+	mux.HandleFunc("/v1/tenants/{tenant}/products", methodNotAllowed(allow))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

@@ -3,7 +3,12 @@ package product
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/memstore"
 )
 
 func TestCreateInsertsOnceThenReportsExists(t *testing.T) {
@@ -69,4 +74,39 @@ func TestEachIDStreamsEveryDistinctTenantAndID(t *testing.T) {
 			t.Fatal("EachID on a cancelled context returned nil: a partial stream would pass for the catalog")
 		}
 	})
+}
+
+func TestCreateDropsANotFoundCachedBeforeIt(t *testing.T) {
+	ctx := context.Background()
+	r := openRepo(t, filepath.Join(t.TempDir(), "products.db"), Options{})
+	if _, err := Migrate(ctx, r, &smallCatalog); err != nil {
+		t.Fatal(err)
+	}
+	local, err := memstore.New(memstore.Options[Entry]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(local.Close)
+	c, err := flightcache.New(flightcache.Options[Entry]{Local: local, TTL: time.Minute, NegativeTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	svc, err := NewQueryService(Count(r, nil), ServiceOptions{Cache: c, TTL: time.Minute, NegativeTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := NewRef("acme", "late", "en-US", "USD")
+	if _, err := svc.Get(ctx, ref); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("before Create: %v, want ErrNotFound", err)
+	}
+	if sv, err := svc.Get(ctx, ref); !errors.Is(err, ErrNotFound) || sv.Outcome != flightcache.OutcomeNegativeHit {
+		t.Fatalf("second Get: %v %v, want a cached not-found", sv.Outcome, err)
+	}
+	if _, err := svc.Create(ctx, ref, Draft{DisplayName: "Late", PriceCents: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if sv, err := svc.Get(ctx, ref); err != nil || sv.Product.DisplayName != "Late" {
+		t.Fatalf("Get after Create: %+v, %v; want the new row despite the cached not-found", sv, err)
+	}
 }
