@@ -50,6 +50,15 @@ type Config struct {
 	MaxWaiters      int
 	LocalMaxEntries int
 
+	// Bloom turns on the penetration guard (flightcache mode only): a
+	// Bloom filter of the catalog's (tenant, id) pairs, built from the
+	// origin at startup and every BloomRebuild, sized for BloomExpected
+	// pairs at a false-positive rate of BloomFPRate.
+	Bloom         bool
+	BloomRebuild  time.Duration
+	BloomExpected int
+	BloomFPRate   float64
+
 	ShutdownTimeout time.Duration
 	LogLevel        string // debug, info, warn, error
 	LogFormat       string // text or json
@@ -82,6 +91,11 @@ func Default() Config {
 		ShutdownTimeout: 15 * time.Second,
 		LogLevel:        "info",
 		LogFormat:       "text",
+
+		Bloom:         true,
+		BloomRebuild:  10 * time.Minute,
+		BloomExpected: 1_000_000,
+		BloomFPRate:   0.01,
 	}
 }
 
@@ -115,6 +129,12 @@ func (c Config) Validate() error {
 		return bad("-max-in-flight and -max-waiters must not be negative")
 	case c.LocalMaxEntries < 1:
 		return bad("-local-max-entries must be at least 1")
+	case c.BloomRebuild < time.Second:
+		return bad("-bloom-rebuild must be at least 1s")
+	case c.BloomExpected < 1:
+		return bad("-bloom-expected must be at least 1")
+	case !(c.BloomFPRate > 0 && c.BloomFPRate < 1):
+		return bad("-bloom-fp-rate must be in (0, 1)")
 	case c.ShutdownTimeout <= 0:
 		return bad("-shutdown-timeout must be positive")
 	case c.LogFormat != "text" && c.LogFormat != "json":
@@ -267,6 +287,10 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	num(&c.MaxInFlight, "max-in-flight", "products loading at once before new misses get 503 (0: unlimited)")
 	num(&c.MaxWaiters, "max-waiters", "requests waiting on one load before more get 503 (0: unlimited)")
 	num(&c.LocalMaxEntries, "local-max-entries", "bound of the in-memory cache tier, in entries")
+	boolean(&c.Bloom, "bloom", "turn away product ids that cannot exist with a Bloom filter of the catalog, before the cache tiers and the origin")
+	dur(&c.BloomRebuild, "bloom-rebuild", "how often the Bloom filter is rebuilt from the origin")
+	num(&c.BloomExpected, "bloom-expected", "number of (tenant, id) pairs the Bloom filter is sized for")
+	float(&c.BloomFPRate, "bloom-fp-rate", "target false-positive rate of the Bloom filter, in (0, 1)")
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "how long a graceful shutdown waits for requests in flight")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text or json")

@@ -51,6 +51,7 @@ type Server struct {
 	breaker flightcache.SharedBreaker // nil without -redis
 	cache   *flightcache.Cache[product.Entry]
 	svc     *product.QueryService
+	guard   *penetrationGuard // nil without -bloom or in naive mode
 	handler http.Handler
 
 	closeOnce sync.Once
@@ -138,6 +139,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 				return nil, err
 			}
 		}
+		if err := s.startGuard(ctx, reg); err != nil {
+			return nil, err
+		}
 		metrics, err := promflight.New(reg, promflight.WithOperation("product"))
 		if err != nil {
 			return nil, err
@@ -153,6 +157,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 			SharedTimeout: cfg.RedisTimeout, SharedBreaker: s.breaker,
 			MaxInFlight: cfg.MaxInFlight, MaxWaiters: cfg.MaxWaiters,
 			Observer: product.WatchStale(metrics, staleWarner(log)), Logger: log,
+			Guard: s.cacheGuard(),
 		})
 		if err != nil {
 			return nil, err
@@ -168,7 +173,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 		cacheName = "naive"
 	}
 	api := httpapi.New(httpapi.Options{
-		Service: s.svc, CacheName: cacheName, Ready: s.ready,
+		Service: s.svc, Creator: creator{svc: s.svc, guard: s.guard}, CacheName: cacheName, Ready: s.ready,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), Logger: log,
 	})
 	s.handler = instrument(reg, log, api)
@@ -441,6 +446,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
+		if s.guard != nil {
+			errs = append(errs, s.guard.filter.Close())
+		}
 		if s.cache != nil {
 			errs = append(errs, s.cache.Close())
 		}

@@ -1,0 +1,258 @@
+package productd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/bloomguard"
+	"github.com/flightcache/flightcache/internal/product"
+	"github.com/flightcache/flightcache/key"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// Metric names of the penetration guard.
+const (
+	FilteredMetric            = "productd_bloom_filtered_total"
+	BloomFillRatioMetric      = "productd_bloom_fill_ratio"
+	BloomFalsePositiveMetric  = "productd_bloom_false_positive_estimate"
+	BloomRebuildSecondsMetric = "productd_bloom_rebuild_duration_seconds"
+)
+
+// recentCheckTimeout bounds the Redis lookup of a "no"; past it the answer
+// is "maybe".
+const recentCheckTimeout = 250 * time.Millisecond
+
+// createTimeout bounds the insert of a creation; see creator.
+const createTimeout = 20 * time.Second
+
+// penetrationGuard is productd's flightcache.Guard: the Bloom filter of the
+// catalog, and, with Redis, the set of products created recently on any
+// instance, which covers the time until every instance's filter was
+// rebuilt from an origin that has them.
+//
+// Why no false negative: a product is created by (1) recording it in the
+// recent set, (2) adding it to this instance's filter, (3) inserting the
+// row, (4) adding it to the filter again, then acknowledging. Another
+// instance answers "no" only if its filter lacks the pair, so its source
+// was read before (3) committed, and the recent set lacks it too, so (1)
+// is older than recentKeep. The filter refuses to answer "no" once its
+// source is older than filterMaxAge < recentKeep, so both cannot hold:
+// (1) happened before (3), which happened after the source was read, less
+// than filterMaxAge ago.
+type penetrationGuard struct {
+	filter   *bloomguard.Filter
+	recent   *recentCreations // nil without Redis
+	filtered prometheus.Counter
+}
+
+// MayExist implements flightcache.Guard on productd's cache keys.
+func (g *penetrationGuard) MayExist(ctx context.Context, k string) bool {
+	parts, err := key.Parse(k)
+	if err != nil || parts.Tenant == "" || parts.ID == "" {
+		return true // not a product key: nothing to say about it
+	}
+	if g.filter.MayContain(parts.Tenant, parts.ID) {
+		return true
+	}
+	if g.recent != nil && g.recent.contains(ctx, parts.Tenant, parts.ID) {
+		return true
+	}
+	g.filtered.Inc()
+	return false
+}
+
+// announce makes a product about to be created known before its row is
+// inserted: in the recent set first (so a failure there aborts the
+// creation before anything is stored), then in this instance's filter.
+func (g *penetrationGuard) announce(ctx context.Context, ref product.Ref) error {
+	if g.recent != nil {
+		if err := g.recent.record(ctx, ref.Tenant, ref.ID); err != nil {
+			return err
+		}
+	}
+	g.filter.Add(ref.Tenant, ref.ID)
+	return nil
+}
+
+// creator is productd's create path: announce to the guard, insert, add
+// to the filter again now that the row is committed (a rebuild whose
+// source is read after an Add trusts its source), and only then
+// acknowledge.
+type creator struct {
+	svc   *product.QueryService
+	guard *penetrationGuard // nil without -bloom
+}
+
+func (c creator) Create(ctx context.Context, ref product.Ref, d product.Draft) (product.Product, error) {
+	if c.guard == nil {
+		return c.svc.Create(ctx, ref, d)
+	}
+	if err := d.Validate(); err != nil {
+		return product.Product{}, err
+	}
+	if err := c.guard.announce(ctx, ref); err != nil {
+		return product.Product{}, err
+	}
+	// The recent set covers the creation for a minute beyond the filters'
+	// maximum age, counted from the announcement: the insert must commit
+	// well within that minute.
+	ictx, cancel := context.WithTimeout(ctx, createTimeout)
+	defer cancel()
+	out, err := c.svc.Create(ictx, ref, d)
+	if err != nil {
+		return product.Product{}, err
+	}
+	c.guard.filter.Add(ref.Tenant, ref.ID)
+	return out, nil
+}
+
+// recentCreations is a sorted set per tenant in Redis: product ids created
+// in the last keep, scored by creation time (Unix ms). Entries older than
+// keep are trimmed on every record and ignored on lookup.
+type recentCreations struct {
+	rdb    redis.UniversalClient
+	prefix string
+	keep   time.Duration
+}
+
+func (r *recentCreations) key(tenant string) string {
+	return r.prefix + "bloom:created:" + tenant
+}
+
+// record adds id to tenant's set, trims what is older than keep and lets
+// the whole set expire keep after its last write.
+func (r *recentCreations) record(ctx context.Context, tenant, id string) error {
+	now := time.Now()
+	k := r.key(tenant)
+	pipe := r.rdb.TxPipeline()
+	pipe.ZAdd(ctx, k, redis.Z{Score: float64(now.UnixMilli()), Member: id})
+	pipe.ZRemRangeByScore(ctx, k, "-inf", "("+strconv.FormatInt(now.Add(-r.keep).UnixMilli(), 10))
+	pipe.PExpire(ctx, k, r.keep)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("productd: record the creation in redis: %w", err)
+	}
+	return nil
+}
+
+// contains reports whether id was created in tenant within keep. A lookup
+// that fails answers true: a "maybe" costs an origin query at most, a
+// wrong "no" would hide a product.
+func (r *recentCreations) contains(ctx context.Context, tenant, id string) bool {
+	ctx, cancel := context.WithTimeout(ctx, recentCheckTimeout)
+	defer cancel()
+	score, err := r.rdb.ZScore(ctx, r.key(tenant), id).Result()
+	if errors.Is(err, redis.Nil) {
+		return false
+	}
+	if err != nil {
+		return true
+	}
+	return score >= float64(time.Now().Add(-r.keep).UnixMilli())
+}
+
+// newPenetrationGuard builds the filter from the origin (a failure leaves
+// it answering "maybe" until a scheduled rebuild succeeds), schedules the
+// rebuilds and registers the metrics. rdb may be nil.
+func newPenetrationGuard(ctx context.Context, cfg Config, repo *product.SQLRepository, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger) (*penetrationGuard, error) {
+	// The filter answers "maybe" once its source is older than two rebuild
+	// periods (the schedule stalled); the recent set keeps creations a
+	// minute longer than that, so every creation is covered by one or the
+	// other (see penetrationGuard).
+	maxAge := 2 * cfg.BloomRebuild
+	f, err := bloomguard.New(bloomguard.Config{
+		ExpectedItems:     uint(cfg.BloomExpected),
+		FalsePositiveRate: cfg.BloomFPRate,
+		MaxAge:            maxAge,
+		Logger:            log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	g := &penetrationGuard{
+		filter: f,
+		filtered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: FilteredMetric,
+			Help: "Product requests the Bloom filter turned away before the cache tiers and the origin.",
+		}),
+	}
+	if rdb != nil {
+		g.recent = &recentCreations{rdb: rdb, prefix: cfg.RedisPrefix, keep: maxAge + time.Minute}
+	}
+	stats := func(v func(bloomguard.Stats) float64) func() float64 {
+		return func() float64 { return v(f.Stats()) }
+	}
+	reg.MustRegister(g.filtered,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: BloomFillRatioMetric,
+			Help: "Share of the Bloom filter's bits that are set.",
+		}, stats(func(s bloomguard.Stats) float64 { return s.FillRatio })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: BloomFalsePositiveMetric,
+			Help: "Estimated false-positive rate of the Bloom filter, from its fill ratio.",
+		}, stats(func(s bloomguard.Stats) float64 { return s.EstimatedFalsePositiveRate })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: BloomRebuildSecondsMetric,
+			Help: "How long the last successful rebuild of the Bloom filter took.",
+		}, stats(func(s bloomguard.Stats) float64 { return s.RebuildDuration.Seconds() })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "productd_bloom_items",
+			Help: "(tenant, id) pairs in the Bloom filter, plus those added since its last rebuild.",
+		}, stats(func(s bloomguard.Stats) float64 { return float64(s.Items) + float64(s.Added) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "productd_bloom_rebuilds_total",
+			Help: "Successful rebuilds of the Bloom filter.",
+		}, stats(func(s bloomguard.Stats) float64 { return float64(s.Rebuilds) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "productd_bloom_rebuild_failures_total",
+			Help: "Failed rebuilds of the Bloom filter (the previous filter stayed).",
+		}, stats(func(s bloomguard.Stats) float64 { return float64(s.RebuildFailures) })),
+	)
+
+	start := time.Now()
+	if err := f.Rebuild(ctx, repo.EachID); err != nil {
+		log.LogAttrs(ctx, slog.LevelWarn, "bloom filter not built; every id may exist until a rebuild succeeds",
+			slog.Any("error", err))
+	} else {
+		s := f.Stats()
+		log.LogAttrs(ctx, slog.LevelInfo, "bloom filter built",
+			slog.Uint64("ids", s.Items), slog.Uint64("bits", uint64(s.Bits)),
+			slog.Float64("fp_estimate", s.EstimatedFalsePositiveRate), slog.Duration("took", time.Since(start)))
+	}
+	if err := f.RebuildEvery(context.WithoutCancel(ctx), cfg.BloomRebuild, repo.EachID); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+// cacheGuard is the Guard for the Cache: nil (no interface holding a nil
+// pointer) without -bloom.
+func (s *Server) cacheGuard() flightcache.Guard {
+	if s.guard == nil {
+		return nil
+	}
+	return s.guard
+}
+
+// startGuard builds the penetration guard when cfg.Bloom asks for it.
+func (s *Server) startGuard(ctx context.Context, reg prometheus.Registerer) error {
+	if !s.cfg.Bloom {
+		return nil
+	}
+	var rdb redis.UniversalClient
+	if s.rdb != nil {
+		rdb = s.rdb
+	}
+	g, err := newPenetrationGuard(ctx, s.cfg, s.repo, rdb, reg, s.log)
+	if err != nil {
+		return err
+	}
+	s.guard = g
+	return nil
+}
