@@ -1,0 +1,86 @@
+package productd
+
+import (
+	"context"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache/internal/testenv"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestBloomFlagsFollowTheEnvironment(t *testing.T) {
+	env := map[string]string{"PRODUCTD_BLOOM": "false", "PRODUCTD_BLOOM_REBUILD": "3m"}
+	c, err := ParseFlags(nil, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Bloom || c.BloomRebuild != 3*time.Minute {
+		t.Fatalf("Bloom %v, BloomRebuild %v; want the environment's false and 3m", c.Bloom, c.BloomRebuild)
+	}
+	if d := Default(); !d.Bloom || d.BloomFPRate != 0.01 {
+		t.Fatalf("defaults: Bloom %v, BloomFPRate %v; want on at 1 %%", d.Bloom, d.BloomFPRate)
+	}
+	for _, args := range [][]string{{"-bloom-rebuild", "0s"}, {"-bloom-fp-rate", "1"}, {"-bloom-expected", "0"}} {
+		if _, err := ParseFlags(args, func(string) string { return "" }, io.Discard); err == nil {
+			t.Errorf("ParseFlags(%v) accepted an out-of-range value", args)
+		}
+	}
+}
+
+func TestRecentCreationsLookupFailureAnswersMaybe(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer rdb.Close()
+	r := &recentCreations{rdb: rdb, prefix: "x:", keep: time.Minute}
+	if !r.contains(context.Background(), "acme", "p-1") {
+		t.Fatal("a failed lookup answered no: a product created elsewhere could be hidden")
+	}
+	if err := r.record(context.Background(), "acme", "p-1"); err == nil {
+		t.Fatal("record reported success without Redis")
+	}
+}
+
+func TestRecentCreationsKeepOnlyTheRecentWindow(t *testing.T) {
+	addr := testenv.RequireRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	r := &recentCreations{rdb: rdb, prefix: testenv.UniqueName("productd-recent-") + ":", keep: time.Minute}
+	t.Cleanup(func() { rdb.Del(context.Background(), r.key("acme")) })
+	if r.contains(ctx, "acme", "p-1") {
+		t.Fatal("an id never recorded answered maybe")
+	}
+	if err := r.record(ctx, "acme", "p-1"); err != nil {
+		t.Fatal(err)
+	}
+	if !r.contains(ctx, "acme", "p-1") {
+		t.Fatal("a recorded id answered no")
+	}
+	if r.contains(ctx, "globex", "p-1") {
+		t.Fatal("an id recorded for acme answered maybe for globex")
+	}
+	old := float64(time.Now().Add(-2 * time.Minute).UnixMilli())
+	if err := rdb.ZAdd(ctx, r.key("acme"), redis.Z{Score: old, Member: "p-old"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r.contains(ctx, "acme", "p-old") {
+		t.Fatal("an id recorded longer than keep ago answered maybe")
+	}
+	if err := r.record(ctx, "acme", "p-2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rdb.ZScore(ctx, r.key("acme"), "p-old").Result(); err != redis.Nil {
+		t.Fatalf("record did not trim the old entry: %v", err)
+	}
+	if ttl := rdb.PTTL(ctx, r.key("acme")).Val(); ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("set TTL %v, want (0, 1m]", ttl)
+	}
+}
