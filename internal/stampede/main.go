@@ -30,7 +30,7 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 		n        = fs.Int("n", DefaultN, "requests per herd")
 		conc     = fs.Int("concurrency", 0, fmt.Sprintf("concurrent clients; 0 means -n for a herd and %d for continuous traffic", DefaultWorkers))
 		key      = fs.String("key", DefaultKey, "hot product: tenant/id[?locale=…&currency=…]")
-		modes    = fs.String("mode", strings.Join(AllModes, ","), "comma-separated modes: naive, flightcache, early-refresh")
+		modes    = fs.String("mode", strings.Join(AllModes, ","), "comma-separated modes: naive, flightcache, early-refresh; penetration (or penetration-naive, penetration-negative, penetration-guard): -n distinct ids that do not exist")
 		duration = fs.Duration("duration", DefaultDuration, "length of the continuous traffic of early-refresh mode")
 		latency  = fs.Duration("origin-latency", DefaultOriginLatency, "in-process productd: delay of each origin query")
 		ttl      = fs.Duration("ttl", DefaultTTL, "in-process productd: cache TTL (the herd arrives right after it expires)")

@@ -94,6 +94,7 @@ func (c *Config) fill() error {
 	if len(c.Modes) == 0 {
 		c.Modes = AllModes
 	}
+	c.Modes = expandModes(c.Modes)
 	if c.Duration == 0 {
 		c.Duration = DefaultDuration
 	}
@@ -118,8 +119,8 @@ func (c *Config) fill() error {
 		return errors.New("stampede: -duration must be positive")
 	}
 	for _, m := range c.Modes {
-		if m != ModeNaive && m != ModeFlightcache && m != ModeEarlyRefresh {
-			return fmt.Errorf("stampede: unknown mode %q (want %s)", m, strings.Join(AllModes, ", "))
+		if m != ModeNaive && m != ModeFlightcache && m != ModeEarlyRefresh && !isPenetration(m) {
+			return fmt.Errorf("stampede: unknown mode %q (want %s or %s)", m, strings.Join(AllModes, ", "), strings.Join(append([]string{ModePenetration}, PenetrationModes...), ", "))
 		}
 	}
 	for _, t := range c.Targets {
@@ -260,10 +261,12 @@ func startInProcess(ctx context.Context, cfg Config, mode, db string) (*target, 
 	pc.ShutdownTimeout = 10 * time.Second
 	pc.MaxWaiters = 0
 	switch mode {
-	case ModeNaive:
+	case ModeNaive, ModePenetrationNaive:
 		pc.Mode = product.ModeNaive
 	case ModeEarlyRefresh:
 		pc.EarlyRefresh = true
+	case ModePenetrationNegative:
+		pc.Bloom = false
 	}
 	srv, err := productd.New(ctx, pc, cfg.Logger)
 	if err != nil {
@@ -347,6 +350,9 @@ type sample struct {
 }
 
 func runMode(ctx context.Context, cfg Config, client *http.Client, tg *target, mode, path string) (Result, error) {
+	if isPenetration(mode) {
+		return runPenetration(ctx, cfg, client, tg, mode)
+	}
 	continuous := mode == ModeEarlyRefresh
 	workers := cfg.Concurrency
 	if workers == 0 {

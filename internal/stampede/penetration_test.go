@@ -1,0 +1,35 @@
+package stampede
+
+import (
+	"bytes"
+	"context"
+	"testing"
+)
+
+// Distinct made-up ids: naive cache-aside and negative caching each send
+// every one to the origin; the guard sends (almost) none, and every
+// request answers 404 in all three.
+func TestPenetrationModeGuardSparesTheOriginWhereNegativeCachingCannot(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := mainWith(context.Background(), Config{Catalog: &smallCatalog, OriginLatency: 1},
+		[]string{"-json", "-mode", "penetration", "-n", "500", "-report", ""}, &stdout, &stderr, false)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	res := decode(t, stdout.Bytes())
+	naive, neg, guard := res[ModePenetrationNaive], res[ModePenetrationNegative], res[ModePenetrationGuard]
+	for _, r := range []Result{naive, neg, guard} {
+		if r.Requests != 500 || r.Errors != 0 {
+			t.Fatalf("%s: %d requests, %d not a 404 (%v)", r.Mode, r.Requests, r.Errors, r.CacheStatus)
+		}
+	}
+	if naive.OriginQueries != 500 || neg.OriginQueries != 500 {
+		t.Fatalf("origin queries: naive %d, negative caching %d; want one per distinct id", naive.OriginQueries, neg.OriginQueries)
+	}
+	if guard.OriginQueries > 10 { // 2 % of 500: the filter's false positives
+		t.Fatalf("guard: %d origin queries for 500 missing ids; want at most 10 (%v)", guard.OriginQueries, guard.CacheStatus)
+	}
+	if guard.CacheStatus["hit; detail=filtered"] < 490 {
+		t.Fatalf("guard Cache-Status %v: want the requests filtered", guard.CacheStatus)
+	}
+}
