@@ -205,7 +205,10 @@ func BenchmarkHitLocal(b *testing.B) {
 // turns it away ("no") or lets it through ("maybe": the Get then runs the
 // whole miss path, here a load that finds nothing and stores nothing), next
 // to the same miss without a Guard. guard=bloom is bloomguard on 1M IDs at
-// 1 %; guard=func a Guard that costs nothing, for the read path's share.
+// 1 %; guard=func a Guard that costs nothing, for the read path's share:
+//
+//	go test -run '^$' -bench 'BenchmarkGuard' -benchmem -count 6 .
+//	go test -run '^$' -bench 'BenchmarkHitLocal$/impl=flightcache-coarse' -benchmem -count 6 .
 func BenchmarkGuard(b *testing.B) {
 	ctx := context.Background()
 	missing := func(ctx context.Context) (*product, error) {
@@ -242,7 +245,9 @@ func BenchmarkGuard(b *testing.B) {
 		{"guard=none/miss", nil, benchKeyNames},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			local, err := memstore.New(memstore.Options[*product]{MaxEntries: 10 * benchKeys})
+			// The coarse clock, as productd runs it (compare with
+			// BenchmarkHitLocal/impl=flightcache-coarse).
+			local, err := memstore.New(memstore.Options[*product]{MaxEntries: 10 * benchKeys, ClockResolution: clock.DefaultResolution})
 			if err != nil {
 				b.Fatal(err)
 			}
