@@ -16,9 +16,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Metric names of the penetration guard.
+// Metric names of the penetration guard. The requests it turns away are
+// counted by the cache's own flightcache_filtered_total (promflight).
 const (
-	FilteredMetric            = "productd_bloom_filtered_total"
 	BloomFillRatioMetric      = "productd_bloom_fill_ratio"
 	BloomFalsePositiveMetric  = "productd_bloom_false_positive_estimate"
 	BloomRebuildSecondsMetric = "productd_bloom_rebuild_duration_seconds"
@@ -46,9 +46,8 @@ const createTimeout = 20 * time.Second
 // (1) happened before (3), which happened after the source was read, less
 // than filterMaxAge ago.
 type penetrationGuard struct {
-	filter   *bloomguard.Filter
-	recent   *recentCreations // nil without Redis
-	filtered prometheus.Counter
+	filter *bloomguard.Filter
+	recent *recentCreations // nil without Redis
 }
 
 // MayExist implements flightcache.Guard on productd's cache keys.
@@ -60,11 +59,7 @@ func (g *penetrationGuard) MayExist(ctx context.Context, k string) bool {
 	if g.filter.MayContain(parts.Tenant, parts.ID) {
 		return true
 	}
-	if g.recent != nil && g.recent.contains(ctx, parts.Tenant, parts.ID) {
-		return true
-	}
-	g.filtered.Inc()
-	return false
+	return g.recent != nil && g.recent.contains(ctx, parts.Tenant, parts.ID)
 }
 
 // announce makes a product about to be created known before its row is
@@ -174,20 +169,14 @@ func newPenetrationGuard(ctx context.Context, cfg Config, repo *product.SQLRepos
 	if err != nil {
 		return nil, err
 	}
-	g := &penetrationGuard{
-		filter: f,
-		filtered: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: FilteredMetric,
-			Help: "Product requests the Bloom filter turned away before the cache tiers and the origin.",
-		}),
-	}
+	g := &penetrationGuard{filter: f}
 	if rdb != nil {
 		g.recent = &recentCreations{rdb: rdb, prefix: cfg.RedisPrefix, keep: maxAge + time.Minute}
 	}
 	stats := func(v func(bloomguard.Stats) float64) func() float64 {
 		return func() float64 { return v(f.Stats()) }
 	}
-	reg.MustRegister(g.filtered,
+	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: BloomFillRatioMetric,
 			Help: "Share of the Bloom filter's bits that are set.",

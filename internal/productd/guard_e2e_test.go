@@ -123,7 +123,7 @@ func TestEndToEndRandomMissingIDsCostAtMostTwoPercentOriginQueries(t *testing.T)
 	}
 	wg.Wait()
 	appQueries := metric(t, c, p.url, OriginQueriesMetric)
-	filtered := metric(t, c, p.url, FilteredMetric)
+	filtered := metric(t, c, p.url, `flightcache_filtered_total{operation="product"}`)
 	p.stop(t)
 	scans := settledProductScans(t, db) - before
 
