@@ -41,10 +41,11 @@ const createTimeout = 20 * time.Second
 // row, (4) adding it to the filter again, then acknowledging. Another
 // instance answers "no" only if its filter lacks the pair, so its source
 // was read before (3) committed, and the recent set lacks it too, so (1)
-// is older than recentKeep. The filter refuses to answer "no" once its
-// source is older than filterMaxAge < recentKeep, so both cannot hold:
-// (1) happened before (3), which happened after the source was read, less
-// than filterMaxAge ago.
+// is older than the set's keep (the filters' MaxAge, 2 × -bloom-rebuild,
+// plus a minute). A filter refuses to answer "no" once its source is
+// older than MaxAge, so (3) committed less than MaxAge ago, and (1)
+// preceded (3) by at most createTimeout: (1) is younger than keep, a
+// contradiction.
 type penetrationGuard struct {
 	filter *bloomguard.Filter
 	recent *recentCreations // nil without Redis
