@@ -261,6 +261,9 @@ func (f *Filter) RebuildEvery(ctx context.Context, interval time.Duration, src S
 			case <-ctx.Done():
 				return
 			case <-t.C:
+				if ctx.Err() != nil {
+					return // select picks at random when both are ready
+				}
 				if err := f.Rebuild(ctx, src); err != nil && ctx.Err() == nil {
 					f.log.LogAttrs(ctx, slog.LevelWarn, "bloomguard: scheduled rebuild failed; keeping the current filter",
 						slog.Any("error", err))
