@@ -75,6 +75,9 @@ func TestPostRejectsBadInputBeforeCreating(t *testing.T) {
 		{"/v1/tenants/acme/products", `{"productId":"a","displayName":"x","priceCents":-1}`, "", 400, "invalid_priceCents"},
 		{"/v1/tenants/acme/products", `{"productId":"a","displayName":"x","priceCents":1,"extra":1}`, "", 400, "invalid_body"},
 		{"/v1/tenants/acme/products", `{"productId":"a","displayName":"x","priceCents":1}{}`, "", 400, "invalid_body"},
+		{"/v1/tenants/acme/products", `{"productId":"a","displayName":"x","PRICECENTS":1}`, "", 400, "invalid_body"},
+		{"/v1/tenants/acme/products", `{"productId":"a","productId":"b","displayName":"x","priceCents":1}`, "", 400, "invalid_body"},
+		{"/v1/tenants/acme/products", "{\"productId\":\"a\",\"displayName\":\"\xff\",\"priceCents\":1}", "", 400, "invalid_body"},
 		{"/v1/tenants/acme/products", `{"productId":"a","displayName":"x","priceCents":1}`, "text/plain", 415, "unsupported_media_type"},
 	} {
 		var hdr []string
