@@ -257,7 +257,7 @@ func decodePatch(w http.ResponseWriter, r *http.Request) (product.Patch, *apiErr
 	if !utf8.Valid(body) {
 		return bad("the body must be UTF-8")
 	}
-	if err := checkPatchKeys(body); err != nil {
+	if err := checkKeys(body, patchFields); err != nil {
 		return bad(err.Error())
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -271,35 +271,9 @@ func decodePatch(w http.ResponseWriter, r *http.Request) (product.Patch, *apiErr
 	return p, nil
 }
 
-// checkPatchKeys walks the top-level object's keys: each must be one of
-// the Patch's JSON names, exactly, and appear once. Malformed JSON is left
-// for the decoder to report.
-func checkPatchKeys(body []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		k, _ := t.(string)
-		if k != "displayName" && k != "priceCents" {
-			return errors.New(`unknown field; the fields are "displayName" and "priceCents", spelled exactly so`)
-		}
-		if seen[k] {
-			return errors.New("each field may appear once")
-		}
-		seen[k] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return nil
-		}
-	}
-	return nil
-}
+// patchFields are the JSON names of the Patch, the only keys a PUT body may
+// hold (see checkKeys).
+var patchFields = []string{"displayName", "priceCents"}
 
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	rd := Readiness{Ready: true, Dependencies: map[string]string{}}
