@@ -103,7 +103,7 @@ type ProductRepository interface {
 	ByID(ctx context.Context, tenant, id string) (*Product, error)
 }
 
-// ProductQueryService is seed 003's cache-aside service in Go. The Cache
+// ProductQueryService is a cache-aside product service in Go. The Cache
 // does, in order: cache lookup, single-flight on the canonical key,
 // double-check inside the flight, repository call, best-effort write-back.
 type ProductQueryService struct {

@@ -19,7 +19,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// The seed's worked example pins the direction of both ratios, which teams
+// The worked example in docs/OBSERVABILITY.md pins the direction of both ratios, which teams
 // are known to invert.
 func TestRatiosUseTheSeedsFormulas(t *testing.T) {
 	for _, c := range []struct {

@@ -3,7 +3,7 @@
 // implements flightcache.Tracer on the trace API. Both use only the API
 // packages, so any SDK and exporter plugs in.
 //
-// Metric names follow the seed's set (single_flight.request.count, …); the
+// Metric names follow the core single-flight set (single_flight.request.count, …); the
 // Prometheus equivalents that package promflight exports are listed in
 // docs/OBSERVABILITY.md. Attributes are bounded: the operation name given at
 // construction, result, reason, tier, outcome and to. No key or ID is ever an

@@ -132,7 +132,7 @@ func BenchmarkCacheHitParallel(b *testing.B) {
 	}
 }
 
-// TestHitPathDoesNotAllocate pins the cost rule: observing a cache
+// TestHitPathDoesNotAllocate pins the adapter's cost rule: observing a cache
 // hit (and an engine call) allocates nothing.
 func TestHitPathDoesNotAllocate(t *testing.T) {
 	m, err := promflight.New(prometheus.NewRegistry())

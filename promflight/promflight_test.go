@@ -90,7 +90,7 @@ func (g gathered) get(t *testing.T, name, op string, extra ...string) float64 {
 	return v
 }
 
-// stampede is the scripted scenario of the issue: hot callers on one key,
+// stampede is the scripted scenario: hot callers on one key,
 // all attached before its loader is released, then distinct keys one after
 // another. It returns once every call has returned.
 func stampede(t *testing.T, g *singleflight.Group[string, int], attached <-chan struct{}, hot, distinct int, marker string) {

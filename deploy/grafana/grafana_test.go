@@ -267,7 +267,7 @@ func TestDashboardHasTheIssuesPanels(t *testing.T) {
 			t.Errorf("panel %q does not query %s", want.title, want.mustUse)
 		}
 	}
-	// The two ratios are the seed's formulas, not their inverses.
+	// The two ratios are the documented formulas, not their inverses.
 	rpl := titles["Requests per loader"].Targets[0].Expr
 	if i, j := strings.Index(rpl, "single_flight_requests_total"), strings.Index(rpl, "single_flight_loader_started_total"); i < 0 || j < i || !strings.Contains(rpl[i:j], "/") {
 		t.Errorf("requests per loader is not requests / loader executions: %s", rpl)

@@ -108,7 +108,7 @@ func (a *api) listProducts(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		e := classify(err, a.RetryAfter)
 		if e.status >= 500 {
-			a.Logger.LogAttrs(r.Context(), slog.LevelWarn, "product batch lookup failed",
+			a.failures.Log(r.Context(), slog.LevelWarn, "product batch lookup failed",
 				slog.Int("status", e.status), slog.String("code", e.code), slog.Any("error", err))
 		}
 		writeError(w, e)

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flightcache/flightcache/internal/testenv"
 )
 
 // privateRedis is a redis-server of the test's own, on a free loopback
@@ -25,7 +27,7 @@ func startPrivateRedis(t *testing.T) *privateRedis {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		t.Skip("redis-server not installed: fault-injection tests need a private Redis")
+		testenv.Unavailable(t, "redis-server is not installed (apt-get install redis-server): fault-injection tests start a private Redis", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
