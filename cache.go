@@ -34,6 +34,15 @@ type Result[V any] struct {
 	// 0 for a value loaded by this Get or the load it shared, and for a
 	// value whose store does not keep LoadedAt.
 	Age time.Duration
+	// Scope says where the load behind a loaded or coalesced value ran:
+	// ScopeCluster when another instance loaded it and this one waited for
+	// it through the Coordinator (Outcome is then OutcomeCoalesced or
+	// OutcomeNegativeHit), ScopeLocal when it was loaded in this process.
+	// ScopeNone when no load was involved: hits (the flight's double-check
+	// included), stale values and failures. Cache-Status style reporting
+	// can tell "coalesced across the cluster" from "coalesced locally" by
+	// it.
+	Scope Scope
 }
 
 // Cache is a cache-aside read path that loads each missing key once. See the
@@ -77,6 +86,14 @@ type Cache[V any] struct {
 	breakerState atomic.Uint32
 
 	readLog, writeLog, observerLog logLimiter
+
+	// Cluster mode (coordinator.go); coord nil: process-local only.
+	coord             Coordinator
+	coalesceWait      time.Duration
+	onCoalesceTimeout WaitPolicy
+	onCoordFailure    FailurePolicy
+	coordLog          logLimiter
+	scope             atomic.Uint32 // the current Scope; see Cache.Scope
 
 	closed atomic.Bool
 	// mu orders background work against Close: a refresh is registered in
@@ -147,6 +164,11 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 	if o.Shared != nil {
 		flightTimeout += 2 * o.SharedTimeout
 	}
+	if o.Coordinator != nil {
+		// Cluster mode: the wait for another instance comes first, and
+		// the coordinator's calls are bounded like shared-tier ones.
+		flightTimeout += o.CoalesceWait + 2*o.SharedTimeout
+	}
 	sfOpts := []singleflight.Option{
 		singleflight.WithLoaderTimeout(flightTimeout),
 		singleflight.WithMaxInFlight(o.MaxInFlight),
@@ -156,6 +178,12 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 		sfOpts = append(sfOpts, singleflight.WithObserver(flightObserver[V]{c: c, obs: so}))
 	}
 	c.group = flightgroup.New[string, *flight[V]](sfOpts...)
+	c.scope.Store(uint32(ScopeLocal))
+	if o.Coordinator != nil {
+		c.coord, c.coalesceWait = o.Coordinator, o.CoalesceWait
+		c.onCoalesceTimeout, c.onCoordFailure = o.OnCoalesceTimeout, o.OnCoordinatorFailure
+		c.scope.Store(uint32(ScopeCluster))
+	}
 	return c, nil
 }
 
@@ -330,7 +358,7 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	if err := ctx.Err(); err != nil { // the caller left while the shared tier answered
 		return Result[V]{Outcome: OutcomeLoadFailed}, nil, err
 	}
-	m := &miss[V]{c: c, key: key, load: load, sharedDown: sharedDown}
+	m := &miss[V]{c: c, key: key, load: load, sharedDown: sharedDown, hasStale: stale != nil}
 	if stale != nil && c.softTimeout > 0 {
 		fl, err, late := c.doWithSoftTimeout(ctx, m)
 		if late {
@@ -382,6 +410,12 @@ func (c *Cache[V]) settle(ctx context.Context, m *miss[V], fl *flight[V], err er
 	r, err := c.answer(&fl.item, o, now, fl.notFound)
 	if o == OutcomeLoadedWriteFailed {
 		r.WriteErr = fl.writeErr
+	}
+	switch {
+	case fl.remote:
+		r.Scope = ScopeCluster
+	case !fl.found:
+		r.Scope = ScopeLocal
 	}
 	return r, m, err
 }
@@ -507,7 +541,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	if c.shared != nil {
 		e, encErr = c.encode(&it)
 	}
-	err := c.explicit(key, func() error {
+	err := c.explicit(ctx, key, func() error {
 		if c.local != nil {
 			c.local.Set(key, it)
 		}
@@ -532,9 +566,22 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 // the read path: loads in flight skip their write-back (writeGuard), and a
 // Get that starts after the write returns does not join a load that started
 // before it, since that load read the origin before the caller's change.
-func (c *Cache[V]) explicit(key string, write func() error) error {
+//
+// In cluster mode it first fences the key through the Coordinator, so that
+// loads in flight on other instances lose their write-back too; a failure
+// to fence is returned with the write's result, and the write still runs.
+func (c *Cache[V]) explicit(ctx context.Context, key string, write func() error) error {
 	defer c.group.Forget(key)
-	return c.guard.explicit(key, write)
+	if c.coord == nil {
+		return c.guard.explicit(key, write)
+	}
+	return c.guard.explicit(key, func() error {
+		ferr := c.coord.Invalidate(ctx, key)
+		if ferr != nil {
+			ferr = fmt.Errorf("%w: fence the key: %w", ErrCoordinatorUnavailable, ferr)
+		}
+		return errors.Join(write(), ferr)
+	})
 }
 
 // Delete removes key from every tier. It wins over a load of key in flight:
@@ -549,7 +596,7 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 	if err := c.admit(ctx, key); err != nil {
 		return err
 	}
-	err := c.explicit(key, func() error {
+	err := c.explicit(ctx, key, func() error {
 		if c.local != nil {
 			c.local.Delete(key)
 		}

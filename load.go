@@ -33,6 +33,10 @@ type miss[V any] struct {
 	// write-back may repair an entry the read could not decode. Written by
 	// the caller before the flight, then by run only.
 	sharedDown sharedSkip
+	// hasStale: the caller has a stale value to fall back on, so cluster
+	// mode's wait bound serves it rather than loading. Written before the
+	// flight. (It fits in sharedDown's padding: the size stays 64.)
+	hasStale bool
 	// loadCtx is the flight's loader context, for the Tracer. Written and
 	// read by the caller only, after the flight answered.
 	loadCtx context.Context
@@ -57,6 +61,9 @@ type flight[V any] struct {
 	// Tracer), so that waiters can link to the load's span, also when the
 	// load failed.
 	loadCtx context.Context
+	// remote: with found, the item is another instance's load, handed
+	// over through the Coordinator (Result.Scope ScopeCluster).
+	remote bool
 }
 
 // run is the flight, executed by the leader:
@@ -86,6 +93,9 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 			}
 			return nil, err
 		}
+	}
+	if c.coord != nil {
+		return m.coordinated(ctx, t)
 	}
 	fl, pol, err := m.loadOrigin(ctx)
 	if err != nil {

@@ -65,21 +65,48 @@ const (
 	// EventUnrequestedKey: a BatchLoadFunc returned keys it was not asked
 	// for. They were ignored (never stored, never served).
 	EventUnrequestedKey
+	// EventLeaseAcquired: this instance took a key's cluster lease and
+	// loads it for the cluster.
+	EventLeaseAcquired
+	// EventLeaseTakenOver: this instance took over a key's cluster lease
+	// that expired without a result (its holder crashed or stalled).
+	EventLeaseTakenOver
+	// EventLeaseLost: a lease could not be extended while its load ran
+	// (taken over, or the Coordinator unreachable for the lease's TTL).
+	EventLeaseLost
+	// EventFencedWriteRejected: a load's write-back was refused because a
+	// newer lease, Set or Delete of the key superseded it.
+	EventFencedWriteRejected
+	// EventFollowerWoken: this instance stopped waiting for another
+	// instance's load. Duration is how long it waited; Err is nil when the
+	// load completed, else why it stopped (ErrLeaderFailed,
+	// ErrCoalesceTimeout).
+	EventFollowerWoken
+	// EventScopeChanged: the Cache's coalescing scope moved to Scope
+	// (ScopeLocal when the Coordinator failed, with Err; ScopeCluster when
+	// it answered again).
+	EventScopeChanged
 )
 
 var eventKindNames = [...]string{
-	EventHit:            "hit",
-	EventMiss:           "miss",
-	EventNegativeHit:    "negative_hit",
-	EventStaleServed:    "stale_served",
-	EventEarlyRefresh:   "early_refresh",
-	EventWriteFailed:    "write_failed",
-	EventReadFailed:     "read_failed",
-	EventThrottled:      "throttled",
-	EventGet:            "get",
-	EventBreakerChanged: "breaker_changed",
-	EventFiltered:       "filtered",
-	EventUnrequestedKey: "unrequested_key",
+	EventHit:                 "hit",
+	EventMiss:                "miss",
+	EventNegativeHit:         "negative_hit",
+	EventStaleServed:         "stale_served",
+	EventEarlyRefresh:        "early_refresh",
+	EventWriteFailed:         "write_failed",
+	EventReadFailed:          "read_failed",
+	EventThrottled:           "throttled",
+	EventGet:                 "get",
+	EventBreakerChanged:      "breaker_changed",
+	EventFiltered:            "filtered",
+	EventUnrequestedKey:      "unrequested_key",
+	EventLeaseAcquired:       "lease_acquired",
+	EventLeaseTakenOver:      "lease_taken_over",
+	EventLeaseLost:           "lease_lost",
+	EventFencedWriteRejected: "fenced_write_rejected",
+	EventFollowerWoken:       "follower_woken",
+	EventScopeChanged:        "scope_changed",
 }
 
 // String returns a short, stable, lower-case name usable as a metric label.
@@ -99,10 +126,12 @@ type Event struct {
 	Cache    string          // Options.Name
 	Tier     Tier
 	Outcome  Outcome       // on EventGet
-	Duration time.Duration // on EventGet
+	Duration time.Duration // on EventGet and EventFollowerWoken
 	Err      error
 	// Breaker is the new state, on EventBreakerChanged.
 	Breaker BreakerState
+	// Scope is the new scope, on EventScopeChanged.
+	Scope Scope
 }
 
 // Observer receives a Cache's events. It is called synchronously on the hot

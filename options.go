@@ -83,6 +83,24 @@ type Options[V any] struct {
 	// miss; see Guard. Default none.
 	Guard Guard
 
+	// Coordinator, when set, coalesces loads across every instance that
+	// shares it (cluster mode): one load per key in the whole cluster,
+	// the others wait for it and read its value from Shared, which is
+	// therefore required. See Coordinator; package redislease provides
+	// one. Default none: loads are coalesced within the process only.
+	Coordinator Coordinator
+	// CoalesceWait bounds how long a flight waits for another instance's
+	// load before OnCoalesceTimeout applies (the flight's own load, if it
+	// comes to that, then runs under LoaderTimeout). Must be in [1ms,
+	// LoaderTimeout]. Default half of LoaderTimeout.
+	CoalesceWait time.Duration
+	// OnCoalesceTimeout is what a follower does when CoalesceWait passes.
+	// Default WaitStaleOrLoad.
+	OnCoalesceTimeout WaitPolicy
+	// OnCoordinatorFailure is what a flight does when the Coordinator
+	// cannot be reached. Default DegradeToLocal.
+	OnCoordinatorFailure FailurePolicy
+
 	// SoftTimeout, when set and a stale value exists, serves that value after
 	// SoftTimeout while the load goes on in the background to refresh the
 	// entry. Must be below LoaderTimeout. Default 0 (off). It only has an
@@ -300,6 +318,23 @@ func (o Options[V]) withDefaults() (Options[V], error) {
 		o.MaxKeyLen = limit
 	}
 
+	if o.Coordinator != nil {
+		if o.Shared == nil {
+			return bad("Coordinator", "needs a Shared tier: followers read the leader's value from it")
+		}
+		if o.CoalesceWait == 0 {
+			o.CoalesceWait = o.LoaderTimeout / 2
+		}
+		if o.CoalesceWait < time.Millisecond || o.CoalesceWait > o.LoaderTimeout {
+			return bad("CoalesceWait", "must be between 1ms and LoaderTimeout, got "+o.CoalesceWait.String())
+		}
+		if o.OnCoalesceTimeout > WaitFail {
+			return bad("OnCoalesceTimeout", "unknown policy")
+		}
+		if o.OnCoordinatorFailure > FailOnCoordinatorError {
+			return bad("OnCoordinatorFailure", "unknown policy")
+		}
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

@@ -13,6 +13,7 @@ package flightstats
 import (
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/singleflight"
@@ -53,6 +54,18 @@ type Stats struct {
 	Breaker flightcache.BreakerState
 	// BreakerTransitions counts the breaker's changes by new state.
 	BreakerTransitions BreakerTransitions
+
+	// Cluster coalescing.
+	LeasesAcquired       uint64        // loads this instance led for the cluster
+	LeasesTakenOver      uint64        // leases taken over after an expiry without result
+	LeasesLost           uint64        // leases that could not be extended while loading
+	FencedWritesRejected uint64        // write-backs refused by the fencing token
+	FollowersWoken       uint64        // waits for another instance that ended with its result
+	FollowerWaits        uint64        // waits for another instance, however they ended
+	FollowerWaitTotal    time.Duration // summed duration of FollowerWaits
+	ScopeChanges         uint64        // changes of the coalescing scope
+	// Degraded is true when the last scope change was to process-local.
+	Degraded bool
 }
 
 // BreakerTransitions counts circuit breaker state changes by new state.
@@ -130,6 +143,11 @@ type Recorder struct {
 	// breaker holds the last flightcache.BreakerState reported.
 	breaker        atomic.Uint32
 	breakerChanges [3]atomic.Uint64 // indexed by flightcache.BreakerState
+
+	leasesAcquired, leasesTakenOver, leasesLost, fencedWrites atomic.Uint64
+	followersWoken, followerWaits, scopeChanges               atomic.Uint64
+	followerWaitNanos                                         atomic.Int64
+	degraded                                                  atomic.Bool
 }
 
 var (
@@ -205,6 +223,23 @@ func (r *Recorder) ObserveCache(e flightcache.Event) {
 		if int(e.Breaker) < len(r.breakerChanges) {
 			r.breakerChanges[e.Breaker].Add(1)
 		}
+	case flightcache.EventLeaseAcquired:
+		r.leasesAcquired.Add(1)
+	case flightcache.EventLeaseTakenOver:
+		r.leasesTakenOver.Add(1)
+	case flightcache.EventLeaseLost:
+		r.leasesLost.Add(1)
+	case flightcache.EventFencedWriteRejected:
+		r.fencedWrites.Add(1)
+	case flightcache.EventFollowerWoken:
+		if e.Err == nil {
+			r.followersWoken.Add(1)
+		}
+		r.followerWaits.Add(1)
+		r.followerWaitNanos.Add(int64(e.Duration))
+	case flightcache.EventScopeChanged:
+		r.scopeChanges.Add(1)
+		r.degraded.Store(e.Scope == flightcache.ScopeLocal)
 	case flightcache.EventGet:
 		r.gets.Add(1)
 	}
@@ -259,5 +294,14 @@ func (r *Recorder) Snapshot() Stats {
 			ToHalfOpen: r.breakerChanges[flightcache.BreakerHalfOpen].Load(),
 			ToOpen:     r.breakerChanges[flightcache.BreakerOpen].Load(),
 		},
+		LeasesAcquired:       r.leasesAcquired.Load(),
+		LeasesTakenOver:      r.leasesTakenOver.Load(),
+		LeasesLost:           r.leasesLost.Load(),
+		FencedWritesRejected: r.fencedWrites.Load(),
+		FollowersWoken:       r.followersWoken.Load(),
+		FollowerWaits:        r.followerWaits.Load(),
+		FollowerWaitTotal:    time.Duration(r.followerWaitNanos.Load()),
+		ScopeChanges:         r.scopeChanges.Load(),
+		Degraded:             r.degraded.Load(),
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -181,5 +182,30 @@ func TestBreakerChangesAndFilteredGetsAreCounted(t *testing.T) {
 	}
 	if s.Filtered != 4 {
 		t.Fatalf("Filtered = %d, want 4", s.Filtered)
+	}
+}
+
+func TestClusterEventsAreCounted(t *testing.T) {
+	r := flightstats.New()
+	r.ObserveCache(flightcache.Event{Kind: flightcache.EventLeaseAcquired})
+	r.ObserveCache(flightcache.Event{Kind: flightcache.EventLeaseTakenOver})
+	r.ObserveCache(flightcache.Event{Kind: flightcache.EventLeaseLost})
+	r.ObserveCache(flightcache.Event{Kind: flightcache.EventFencedWriteRejected})
+	r.ObserveCache(flightcache.Event{Kind: flightcache.EventFollowerWoken, Duration: 2 * time.Millisecond})
+	r.ObserveCache(flightcache.Event{Kind: flightcache.EventFollowerWoken, Duration: 3 * time.Millisecond, Err: flightcache.ErrLeaderFailed})
+	r.ObserveCache(flightcache.Event{Kind: flightcache.EventScopeChanged, Scope: flightcache.ScopeLocal})
+	s := r.Snapshot()
+	if s.LeasesAcquired != 1 || s.LeasesTakenOver != 1 || s.LeasesLost != 1 || s.FencedWritesRejected != 1 {
+		t.Fatalf("lease counts %+v", s)
+	}
+	if s.FollowersWoken != 1 || s.FollowerWaits != 2 || s.FollowerWaitTotal != 5*time.Millisecond {
+		t.Fatalf("follower counts woken %d waits %d total %v; want 1, 2, 5ms", s.FollowersWoken, s.FollowerWaits, s.FollowerWaitTotal)
+	}
+	if !s.Degraded || s.ScopeChanges != 1 {
+		t.Fatalf("Degraded %v after %d changes, want true after 1", s.Degraded, s.ScopeChanges)
+	}
+	r.ObserveCache(flightcache.Event{Kind: flightcache.EventScopeChanged, Scope: flightcache.ScopeCluster})
+	if s := r.Snapshot(); s.Degraded || s.ScopeChanges != 2 {
+		t.Fatalf("Degraded %v after recovering, want false", s.Degraded)
 	}
 }

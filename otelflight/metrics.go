@@ -114,6 +114,13 @@ type Metrics struct {
 	breakerState   metric.Int64Gauge
 	breakerOpts    []metric.RecordOption
 	breakerChanges [len(metriclabels.BreakerStateNames)]counter
+
+	leaseEvents  [metriclabels.NumLeaseEvents]counter
+	fencedWrites counter
+	followerWait [metriclabels.NumFollowerResults]histogram
+	degraded     metric.Int64Gauge
+	degradedOpts []metric.RecordOption
+	scopeChanges [len(metriclabels.ScopeNames)]counter
 }
 
 var (
@@ -178,6 +185,18 @@ func NewMetrics(meter metric.Meter, opts ...MetricsOption) (*Metrics, error) {
 		// A breaker starts closed; recording it now gives the gauge a value
 		// before the first change, as the Prometheus gauge has.
 		m.breakerState.Record(context.Background(), int64(flightcache.BreakerClosed), m.breakerOpts...)
+	}
+	b.counters(m.leaseEvents[:], "flightcache.cluster.lease.count", "{lease}", "Cluster lease events: acquired, taken_over (after an expiry without result), lost (while loading).", "event", metriclabels.LeaseEventNames[:])
+	b.counter(&m.fencedWrites, "flightcache.cluster.fenced_write_rejected.count", "{write}", "Write-backs refused by the fencing token: a newer lease, Set or Delete superseded the load.")
+	b.histograms(m.followerWait[:], "flightcache.cluster.follower.wait.duration", "How long an instance waited for another instance's load, by how the wait ended (woken: the result arrived).", metriclabels.FollowerResultNames[:])
+	b.counters(m.scopeChanges[:], "flightcache.cluster.scope_change.count", "{change}", "Changes of the coalescing scope, by new scope (local: degraded, cluster: recovered).", "to", metriclabels.ScopeNames[:])
+	if b.err == nil {
+		m.degraded, b.err = meter.Int64Gauge("flightcache.cluster.degraded", metric.WithUnit("{state}"),
+			metric.WithDescription("1 while cluster coalescing has degraded to process-local because the coordinator failed, else 0."))
+		m.degradedOpts = []metric.RecordOption{metric.WithAttributeSet(b.set())}
+	}
+	if b.err == nil {
+		m.degraded.Record(context.Background(), 0, m.degradedOpts...)
 	}
 	if b.err != nil {
 		return nil, fmt.Errorf("otelflight: create instruments of operation %q: %w", cfg.operation, b.err)
@@ -322,6 +341,20 @@ func (m *Metrics) ObserveCache(e flightcache.Event) {
 		st := metriclabels.BreakerStateIndex(e.Breaker)
 		m.breakerState.Record(ctx, int64(st), m.breakerOpts...)
 		m.breakerChanges[st].add(ctx)
+	case flightcache.EventLeaseAcquired, flightcache.EventLeaseTakenOver, flightcache.EventLeaseLost:
+		i, _ := metriclabels.LeaseEvent(e.Kind)
+		m.leaseEvents[i].add(ctx)
+	case flightcache.EventFencedWriteRejected:
+		m.fencedWrites.add(ctx)
+	case flightcache.EventFollowerWoken:
+		m.followerWait[metriclabels.FollowerResult(e.Err)].record(ctx, e.Duration.Seconds())
+	case flightcache.EventScopeChanged:
+		m.scopeChanges[metriclabels.ScopeIndex(e.Scope)].add(ctx)
+		var v int64
+		if e.Scope == flightcache.ScopeLocal {
+			v = 1
+		}
+		m.degraded.Record(ctx, v, m.degradedOpts...)
 	case flightcache.EventGet:
 		o := int(e.Outcome)
 		if o >= metriclabels.NumOutcomes {

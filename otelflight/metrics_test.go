@@ -456,3 +456,37 @@ func TestNewMetricsRejectsBadConfiguration(t *testing.T) {
 		t.Error("empty operation accepted")
 	}
 }
+
+func TestClusterEventsMapToTheirInstruments(t *testing.T) {
+	m, reader := newMetrics(t, otelflight.WithOperation("product"))
+	obs := func(e flightcache.Event) { e.Cache = "product"; m.ObserveCache(e) }
+	obs(flightcache.Event{Kind: flightcache.EventLeaseAcquired})
+	obs(flightcache.Event{Kind: flightcache.EventLeaseTakenOver})
+	obs(flightcache.Event{Kind: flightcache.EventLeaseLost})
+	obs(flightcache.Event{Kind: flightcache.EventFencedWriteRejected})
+	obs(flightcache.Event{Kind: flightcache.EventFollowerWoken, Duration: time.Millisecond})
+	obs(flightcache.Event{Kind: flightcache.EventFollowerWoken, Duration: time.Millisecond, Err: flightcache.ErrLeaderFailed})
+	if v := collect(t, reader).value(t, "flightcache.cluster.degraded", op); v != 0 {
+		t.Fatalf("degraded before any scope change = %v, want 0", v)
+	}
+	obs(flightcache.Event{Kind: flightcache.EventScopeChanged, Scope: flightcache.ScopeLocal})
+	got := collect(t, reader)
+	for _, c := range []struct {
+		name string
+		attr []attribute.KeyValue
+		want float64
+	}{
+		{"flightcache.cluster.lease.count", []attribute.KeyValue{attribute.String("event", "acquired")}, 1},
+		{"flightcache.cluster.lease.count", []attribute.KeyValue{attribute.String("event", "taken_over")}, 1},
+		{"flightcache.cluster.lease.count", []attribute.KeyValue{attribute.String("event", "lost")}, 1},
+		{"flightcache.cluster.fenced_write_rejected.count", nil, 1},
+		{"flightcache.cluster.follower.wait.duration", []attribute.KeyValue{attribute.String("result", "woken")}, 1},
+		{"flightcache.cluster.follower.wait.duration", []attribute.KeyValue{attribute.String("result", "leader_failed")}, 1},
+		{"flightcache.cluster.scope_change.count", []attribute.KeyValue{attribute.String("to", "local")}, 1},
+		{"flightcache.cluster.degraded", nil, 1},
+	} {
+		if v := got.value(t, c.name, append([]attribute.KeyValue{op}, c.attr...)...); v != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.attr, v, c.want)
+		}
+	}
+}

@@ -101,6 +101,12 @@ type Metrics struct {
 	filtered       prometheus.Counter
 	breakerState   prometheus.Gauge
 	breakerChanges [len(metriclabels.BreakerStateNames)]prometheus.Counter
+
+	leaseEvents  [metriclabels.NumLeaseEvents]prometheus.Counter
+	fencedWrites prometheus.Counter
+	followerWait [metriclabels.NumFollowerResults]*durationCounts
+	degraded     prometheus.Gauge
+	scopeChanges [len(metriclabels.ScopeNames)]prometheus.Counter
 }
 
 var (
@@ -150,6 +156,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		throttled:       b.counter("flightcache", "throttled_total", "Loads answered by the failure throttle instead of the origin."),
 		filtered:        b.counter("flightcache", "filtered_total", "Gets the Guard answered \"cannot exist\" without a load."),
 		breakerState:    b.gauge("flightcache", "shared_breaker_state", "State of the shared tier's circuit breaker: 0 closed, 1 half-open, 2 open."),
+		fencedWrites:    b.counter("flightcache", "cluster_fenced_writes_rejected_total", "Write-backs refused by the fencing token: a newer lease, Set or Delete superseded the load."),
+		degraded:        b.gauge("flightcache", "cluster_degraded", "1 while cluster coalescing has degraded to process-local because the coordinator failed, else 0."),
 	}
 	rejections := b.counterVec("single_flight", "rejections_total", "Calls refused by admission without running the loader, by reason.", "reason")
 	for i, r := range metriclabels.ReasonNames {
@@ -175,6 +183,15 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	changes := b.counterVec("flightcache", "shared_breaker_transitions_total", "State changes of the shared tier's circuit breaker, by new state.", "to")
 	for i, st := range metriclabels.BreakerStateNames {
 		m.breakerChanges[i] = changes.WithLabelValues(st)
+	}
+	leases := b.counterVec("flightcache", "cluster_leases_total", "Cluster lease events: acquired, taken_over (after an expiry without result), lost (while loading).", "event")
+	for i, e := range metriclabels.LeaseEventNames {
+		m.leaseEvents[i] = leases.WithLabelValues(e)
+	}
+	copy(m.followerWait[:], b.histogram("flightcache", "cluster_follower_wait_seconds", "How long an instance waited for another instance's load, by how the wait ended (woken: the result arrived).", "result", metriclabels.FollowerResultNames[:]))
+	scopes := b.counterVec("flightcache", "cluster_scope_changes_total", "Changes of the coalescing scope, by new scope (local: degraded, cluster: recovered).", "to")
+	for i, s := range metriclabels.ScopeNames {
+		m.scopeChanges[i] = scopes.WithLabelValues(s)
 	}
 	gets := b.counterVec("flightcache", "gets_total", "Finished Gets, by outcome.", "outcome")
 	for i := range m.gets {
@@ -290,6 +307,21 @@ func (m *Metrics) ObserveCache(e flightcache.Event) {
 		st := metriclabels.BreakerStateIndex(e.Breaker)
 		m.breakerState.Set(float64(st))
 		m.breakerChanges[st].Inc()
+	case flightcache.EventLeaseAcquired, flightcache.EventLeaseTakenOver, flightcache.EventLeaseLost:
+		i, _ := metriclabels.LeaseEvent(e.Kind)
+		m.leaseEvents[i].Inc()
+	case flightcache.EventFencedWriteRejected:
+		m.fencedWrites.Inc()
+	case flightcache.EventFollowerWoken:
+		m.followerWait[metriclabels.FollowerResult(e.Err)].observe(e.Duration)
+	case flightcache.EventScopeChanged:
+		s := metriclabels.ScopeIndex(e.Scope)
+		m.scopeChanges[s].Inc()
+		if e.Scope == flightcache.ScopeLocal {
+			m.degraded.Set(1)
+		} else {
+			m.degraded.Set(0)
+		}
 	case flightcache.EventGet:
 		if o := int(e.Outcome); o < metriclabels.NumOutcomes {
 			m.gets[o].Inc()

@@ -369,9 +369,10 @@ func TestNoLabelValueDerivesFromAKey(t *testing.T) {
 	}
 	// 70 engine keys and 20 cache keys went through; the label values stay
 	// the fixed, bounded vocabulary: the operation and every value of
-	// result, reason, tier, outcome and to.
+	// result, reason, tier, outcome, to and event.
 	vocabulary := 1 + metriclabels.NumResults + metriclabels.NumReasons + len(metriclabels.TierNames) +
-		metriclabels.NumOutcomes + len(metriclabels.BreakerStateNames)
+		metriclabels.NumOutcomes + len(metriclabels.BreakerStateNames) +
+		metriclabels.NumLeaseEvents + metriclabels.NumFollowerResults + len(metriclabels.ScopeNames)
 	if len(values) > vocabulary {
 		t.Errorf("%d distinct label pairs, want a small bounded set: %v", len(values), values)
 	}
@@ -642,6 +643,57 @@ func TestBadBucketsAreAnErrorNotAPanic(t *testing.T) {
 	for _, b := range [][]float64{nil, {0.1, 0.1}, {0.2, 0.1}, {math.NaN()}, {-1}, {math.Inf(1)}} {
 		if _, err := promflight.New(prometheus.NewRegistry(), promflight.WithBuckets(b)); err == nil {
 			t.Errorf("buckets %v accepted", b)
+		}
+	}
+}
+
+func TestClusterEventsMapToTheirSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := promflight.New(reg, promflight.WithOperation("product"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := func(e flightcache.Event) { e.Cache = "product"; m.ObserveCache(e) }
+	obs(flightcache.Event{Kind: flightcache.EventLeaseAcquired})
+	obs(flightcache.Event{Kind: flightcache.EventLeaseAcquired})
+	obs(flightcache.Event{Kind: flightcache.EventLeaseTakenOver})
+	obs(flightcache.Event{Kind: flightcache.EventLeaseLost})
+	obs(flightcache.Event{Kind: flightcache.EventFencedWriteRejected})
+	obs(flightcache.Event{Kind: flightcache.EventFollowerWoken, Duration: time.Millisecond})
+	obs(flightcache.Event{Kind: flightcache.EventFollowerWoken, Duration: time.Millisecond})
+	obs(flightcache.Event{Kind: flightcache.EventFollowerWoken, Duration: time.Millisecond, Err: fmt.Errorf("x: %w", flightcache.ErrLeaderFailed)})
+	obs(flightcache.Event{Kind: flightcache.EventFollowerWoken, Duration: time.Second, Err: flightcache.ErrCoalesceTimeout})
+	if v := gather(t, reg).get(t, "flightcache_cluster_degraded", "product"); v != 0 {
+		t.Fatalf("degraded before any scope change = %v, want 0", v)
+	}
+	obs(flightcache.Event{Kind: flightcache.EventScopeChanged, Scope: flightcache.ScopeLocal})
+	if v := gather(t, reg).get(t, "flightcache_cluster_degraded", "product"); v != 1 {
+		t.Fatalf("degraded after a change to local = %v, want 1", v)
+	}
+	obs(flightcache.Event{Kind: flightcache.EventScopeChanged, Scope: flightcache.ScopeCluster})
+	got := gather(t, reg)
+	for _, c := range []struct {
+		name  string
+		label string
+		want  float64
+	}{
+		{"flightcache_cluster_leases_total", "event=acquired", 2},
+		{"flightcache_cluster_leases_total", "event=taken_over", 1},
+		{"flightcache_cluster_leases_total", "event=lost", 1},
+		{"flightcache_cluster_fenced_writes_rejected_total", "", 1},
+		{"flightcache_cluster_follower_wait_seconds", "result=woken", 2},
+		{"flightcache_cluster_follower_wait_seconds", "result=leader_failed", 1},
+		{"flightcache_cluster_follower_wait_seconds", "result=timeout", 1},
+		{"flightcache_cluster_scope_changes_total", "to=local", 1},
+		{"flightcache_cluster_scope_changes_total", "to=cluster", 1},
+		{"flightcache_cluster_degraded", "", 0},
+	} {
+		var extra []string
+		if c.label != "" {
+			extra = append(extra, c.label)
+		}
+		if v := got.get(t, c.name, "product", extra...); v != c.want {
+			t.Errorf("%s{%s} = %v, want %v", c.name, c.label, v, c.want)
 		}
 	}
 }

@@ -25,6 +25,13 @@
 // Redis therefore drops an entry by itself at its StaleUntil; the PX is
 // rounded down so Redis never keeps an entry past it.
 //
+// With Options.HashTag the Redis key is <prefix>{<h>}<key>, h being 16 hex
+// digits of SHA-256(key): a Redis Cluster hash tag that package redislease
+// extends (<prefix>{<h>}<key>|lease, |token, …) so that a key's value and
+// its coordination keys share one slot, whatever the key contains. Store.RedisKey
+// and Store.Envelope expose the layout and the exact bytes Set would write,
+// for redislease's fenced write.
+//
 // # Envelope
 //
 // The value is stored in a compact binary envelope so Meta travels with it

@@ -2,8 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/flightcache/flightcache"
@@ -41,6 +44,16 @@ type Options struct {
 	// ctx. Zero leaves the caller's ctx in charge. Needs the client's
 	// ContextTimeoutEnabled to bound a stuck socket (see the package doc).
 	Timeout time.Duration
+	// HashTag, when set, stores key under <prefix>{<h>}<key>, where <h> is
+	// 16 hex digits of the SHA-256 of key. The braces are a Redis Cluster
+	// hash tag: every Redis key derived from that name by appending to it
+	// (package redislease's lease, token and markers) lands in the same
+	// slot as the value, whatever the key itself contains ('{' and '}'
+	// included), so a script can touch them together. It costs 18 bytes per
+	// key, counted against MaxKeyLen, and requires a Prefix without '{' or
+	// '}'. The layout differs from the untagged one, so switching it on
+	// starts from an empty shared tier. Default off.
+	HashTag bool
 }
 
 // Store is a flightcache.SharedStore on Redis. It is safe for concurrent
@@ -50,7 +63,11 @@ type Store struct {
 	prefix     string
 	maxPayload int
 	timeout    time.Duration
+	hashTag    bool
 }
+
+// hashTagLen is the length of "{<16 hex digits>}".
+const hashTagLen = 18
 
 var _ flightcache.SharedStore = (*Store)(nil)
 
@@ -60,7 +77,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if client == nil {
 		return nil, &flightcache.ConfigError{Field: "client", Reason: "is nil"}
 	}
-	s := &Store{client: client, prefix: opts.Prefix, maxPayload: opts.MaxPayload, timeout: opts.Timeout}
+	s := &Store{client: client, prefix: opts.Prefix, maxPayload: opts.MaxPayload, timeout: opts.Timeout, hashTag: opts.HashTag}
 	if s.prefix == "" {
 		s.prefix = DefaultPrefix
 	}
@@ -68,7 +85,12 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		s.maxPayload = DefaultMaxPayload
 	}
 	switch {
-	case len(s.prefix) >= MaxKeyLen:
+	case s.hashTag && strings.ContainsAny(s.prefix, "{}"):
+		// A brace in the prefix could end or start the hash tag early
+		// ("x{}" makes Redis hash the whole name), splitting a key's
+		// derived names over several slots.
+		return nil, &flightcache.ConfigError{Field: "Prefix", Reason: "must not contain '{' or '}' with HashTag"}
+	case len(s.prefix)+s.tagLen() >= MaxKeyLen:
 		return nil, &flightcache.ConfigError{Field: "Prefix", Reason: fmt.Sprintf("must be shorter than %d bytes", MaxKeyLen)}
 	case s.maxPayload < 0 || s.maxPayload > maxRedisString:
 		return nil, &flightcache.ConfigError{Field: "MaxPayload", Reason: "must be between 0 and 512 MiB"}
@@ -88,17 +110,65 @@ var _ flightcache.KeyLimiter = (*Store)(nil)
 // MaxKeyLen is the longest key, in bytes, the Store accepts: MaxKeyLen less
 // the prefix. It makes the Store a flightcache.KeyLimiter, so a Cache refuses
 // at New a MaxKeyLen this tier could not store.
-func (s *Store) MaxKeyLen() int { return MaxKeyLen - len(s.prefix) }
+func (s *Store) MaxKeyLen() int { return MaxKeyLen - len(s.prefix) - s.tagLen() }
 
-// redisKey validates key and returns it with the prefix.
-func (s *Store) redisKey(key string) (string, error) {
+// HashTag reports whether keys carry a Redis Cluster hash tag; see
+// Options.HashTag.
+func (s *Store) HashTag() bool { return s.hashTag }
+
+func (s *Store) tagLen() int {
+	if s.hashTag {
+		return hashTagLen
+	}
+	return 0
+}
+
+// RedisKey returns the Redis key the Store keeps key under: the prefix, the
+// hash tag (with Options.HashTag) and key. An invalid key is a
+// *flightcache.KeyError.
+func (s *Store) RedisKey(key string) (string, error) {
 	if key == "" {
 		return "", &flightcache.KeyError{Reason: "empty"}
 	}
-	if len(s.prefix)+len(key) > MaxKeyLen {
+	if len(s.prefix)+s.tagLen()+len(key) > MaxKeyLen {
 		return "", &flightcache.KeyError{Reason: fmt.Sprintf("longer than %d bytes with the prefix", MaxKeyLen)}
 	}
-	return s.prefix + key, nil
+	if !s.hashTag {
+		return s.prefix + key, nil
+	}
+	sum := sha256.Sum256([]byte(key))
+	var b strings.Builder
+	b.Grow(len(s.prefix) + hashTagLen + len(key))
+	b.WriteString(s.prefix)
+	b.WriteByte('{')
+	b.WriteString(hex.EncodeToString(sum[:8]))
+	b.WriteByte('}')
+	b.WriteString(key)
+	return b.String(), nil
+}
+
+func (s *Store) redisKey(key string) (string, error) { return s.RedisKey(key) }
+
+// Envelope returns what Set would write for key: the Redis key, the
+// envelope bound to it and the PX (until e.StaleUntil on this host's wall
+// clock, rounded down; below a millisecond means "delete instead"). It
+// lets a writer that must make the write conditional (package redislease's
+// fenced write) store exactly what Get reads. Errors are Set's: an invalid
+// key, invalid Meta, an envelope over MaxPayload.
+func (s *Store) Envelope(key string, e flightcache.Entry) (redisKey string, payload []byte, px time.Duration, err error) {
+	rk, err := s.redisKey(key)
+	if err != nil {
+		return "", nil, 0, err
+	}
+	payload, err = Encode(rk, e)
+	if err != nil {
+		return "", nil, 0, err
+	}
+	if len(payload) > s.maxPayload {
+		return "", nil, 0, &PayloadTooLargeError{KeyHandle: keyHandle(rk), Size: len(payload), Max: s.maxPayload}
+	}
+	// Rounded down: Redis must never serve an entry past its StaleUntil.
+	return rk, payload, time.Until(e.StaleUntil).Truncate(time.Millisecond), nil
 }
 
 // withTimeout applies Options.Timeout; the returned cancel is never nil.
@@ -158,22 +228,13 @@ func (s *Store) decode(rk string, payload []byte, now time.Time) (flightcache.En
 // envelope larger than MaxPayload, an invalid key or invalid Meta sends
 // nothing to Redis and returns a typed error.
 func (s *Store) Set(ctx context.Context, key string, e flightcache.Entry) error {
-	rk, err := s.redisKey(key)
+	rk, payload, ttl, err := s.Envelope(key, e)
 	if err != nil {
 		return err
-	}
-	payload, err := Encode(rk, e)
-	if err != nil {
-		return err
-	}
-	if len(payload) > s.maxPayload {
-		return &PayloadTooLargeError{KeyHandle: keyHandle(rk), Size: len(payload), Max: s.maxPayload}
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 
-	// Rounded down: Redis must never serve an entry past its StaleUntil.
-	ttl := time.Until(e.StaleUntil).Truncate(time.Millisecond)
 	if ttl < time.Millisecond {
 		if err := s.client.Del(ctx, rk).Err(); err != nil {
 			return fmt.Errorf("redisstore: DEL expired entry: %w", err)

@@ -585,3 +585,31 @@ func TestConcurrentUseSeesOnlyWholeEntries(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestHashTagPutsTheKeyInOneSlotWhateverItContains(t *testing.T) {
+	// Key layout only: nothing is sent, so no server is needed.
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer client.Close()
+	s, err := New(client, Options{Prefix: "p:", HashTag: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"plain", "{}", "a{b}c", "}{"} {
+		rk, err := s.RedisKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The tag is the first {...} of the name: 16 hex digits, before the
+		// key, so nothing in the key can change it.
+		open, end := strings.IndexByte(rk, '{'), strings.IndexByte(rk, '}')
+		if !strings.HasPrefix(rk, "p:{") || end-open != 17 || rk[end+1:] != key {
+			t.Errorf("RedisKey(%q) = %q, want p:{<16 hex>}%s", key, rk, key)
+		}
+	}
+	if got, want := s.MaxKeyLen(), MaxKeyLen-len("p:")-18; got != want {
+		t.Errorf("MaxKeyLen = %d with HashTag, want %d", got, want)
+	}
+	if _, err := New(client, Options{Prefix: "x{}", HashTag: true}); !errors.Is(err, flightcache.ErrInvalidConfig) {
+		t.Errorf("a prefix with braces and HashTag = %v, want a config error", err)
+	}
+}

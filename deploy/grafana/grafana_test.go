@@ -253,6 +253,11 @@ func TestDashboardHasTheIssuesPanels(t *testing.T) {
 		{"Shared tier breaker state", "flightcache_shared_breaker_state"},
 		{"Shared tier breaker transitions", "flightcache_shared_breaker_transitions_total"},
 		{"Filtered Gets", "flightcache_filtered_total"},
+		{"Cluster leases", "flightcache_cluster_leases_total"},
+		{"Fenced writes rejected", "flightcache_cluster_fenced_writes_rejected_total"},
+		{"Follower wait p50/p99", "flightcache_cluster_follower_wait_seconds_bucket"},
+		{"Remote followers woken", "flightcache_cluster_follower_wait_seconds_count"},
+		{"Coalescing scope", "flightcache_cluster_degraded"},
 	} {
 		p, ok := titles[want.title]
 		if !ok {

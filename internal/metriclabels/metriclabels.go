@@ -107,3 +107,73 @@ func ResultOf(err error) int {
 	}
 	return ResultError
 }
+
+// Values of the "event" label of cluster lease events, indexing
+// LeaseEventNames.
+const (
+	LeaseAcquired = iota
+	LeaseTakenOver
+	LeaseLost
+	NumLeaseEvents
+)
+
+// LeaseEventNames are the "event" label values of cluster lease events.
+var LeaseEventNames = [NumLeaseEvents]string{"acquired", "taken_over", "lost"}
+
+// LeaseEvent maps a cache event kind to its lease event, ok false for a
+// kind that is not one.
+func LeaseEvent(k flightcache.EventKind) (int, bool) {
+	switch k {
+	case flightcache.EventLeaseAcquired:
+		return LeaseAcquired, true
+	case flightcache.EventLeaseTakenOver:
+		return LeaseTakenOver, true
+	case flightcache.EventLeaseLost:
+		return LeaseLost, true
+	}
+	return 0, false
+}
+
+// Values of the "result" label of a follower's wait, indexing
+// FollowerResultNames.
+const (
+	FollowerWoken = iota
+	FollowerLeaderFailed
+	FollowerTimeout
+	FollowerOther
+	NumFollowerResults
+)
+
+// FollowerResultNames are the "result" label values of a follower's wait:
+// woken by the leader's completion, by its failure, or given up.
+var FollowerResultNames = [NumFollowerResults]string{"woken", "leader_failed", "timeout", "other"}
+
+// FollowerResult classifies the Err of an EventFollowerWoken.
+func FollowerResult(err error) int {
+	switch {
+	case err == nil:
+		return FollowerWoken
+	case errors.Is(err, flightcache.ErrLeaderFailed):
+		return FollowerLeaderFailed
+	case errors.Is(err, flightcache.ErrCoalesceTimeout):
+		return FollowerTimeout
+	}
+	return FollowerOther
+}
+
+// ScopeNames are the "to" label values of scope changes, indexed by
+// flightcache.Scope.
+var ScopeNames = [...]string{
+	flightcache.ScopeNone:    flightcache.ScopeNone.String(),
+	flightcache.ScopeLocal:   flightcache.ScopeLocal.String(),
+	flightcache.ScopeCluster: flightcache.ScopeCluster.String(),
+}
+
+// ScopeIndex returns s's index in ScopeNames, mapping unknown scopes to
+// ScopeNone.
+func ScopeIndex(s flightcache.Scope) int {
+	if int(s) < len(ScopeNames) {
+		return int(s)
+	}
+	return int(flightcache.ScopeNone)
+}

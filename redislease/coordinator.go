@@ -1,0 +1,340 @@
+package redislease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults and bounds of Options.
+const (
+	// DefaultLeaseTTL is long enough to ride out a garbage-collection pause
+	// or a slow Redis round trip between heartbeats (every TTL/3), short
+	// enough that a crashed leader is replaced within a few seconds.
+	DefaultLeaseTTL = 3 * time.Second
+	// DefaultFailureWindow is how long a failed load answers for its key:
+	// long enough to absorb a retry storm, short enough that the next try
+	// soon reaches the origin again.
+	DefaultFailureWindow = time.Second
+	// DefaultTimeout bounds one Redis call, as flightcache's
+	// DefaultSharedTimeout does for the shared tier.
+	DefaultTimeout = 250 * time.Millisecond
+
+	minLeaseTTL = 100 * time.Millisecond
+	maxLeaseTTL = time.Minute
+	// tokenTTL keeps a key's token key well past any load (LoaderTimeout is
+	// at most 10 minutes); after that the token is re-seeded from the
+	// server clock, which keeps it monotonic (see scripts.go).
+	tokenTTL = time.Hour
+	// The follower's safety-net re-check: jittered, doubling, never
+	// sooner than minRecheck, never later than maxRecheck.
+	minRecheck = 50 * time.Millisecond
+	maxRecheck = time.Second
+	// expiryGrace is added to a lease's remaining TTL before a follower
+	// tries to take it over, so that it looks just after the expiry.
+	expiryGrace = 2 * time.Millisecond
+	// maxFailureMessage bounds the failed load's message carried to the
+	// other instances.
+	maxFailureMessage = 256
+)
+
+// ErrUnreachable is matched by New's error when Redis does not answer.
+var ErrUnreachable = errors.New("redislease: redis unreachable")
+
+// Options configures a Coordinator. The zero value is valid.
+type Options struct {
+	// LeaseTTL is how long a lease lasts without a heartbeat; the holder
+	// extends it every LeaseTTL/3 while it loads. A crashed holder is
+	// replaced within LeaseTTL plus one follower re-check. Must be in
+	// [100ms, 1m]. Default DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// FailureWindow is how long a failed load keeps answering for its key
+	// on every instance (ErrLeaderFailed) instead of a new load. Must be in
+	// [1ms, 1m]. Default DefaultFailureWindow.
+	FailureWindow time.Duration
+	// Timeout bounds each Redis call. Must be in [1ms, 10s]. Default
+	// DefaultTimeout.
+	Timeout time.Duration
+}
+
+// Coordinator is a flightcache.Coordinator on Redis. It shares its client
+// and key layout with a redisstore.Store (built with HashTag), so its fenced
+// write stores exactly what the Store reads. It is safe for concurrent use
+// and does not own the client. Close it after the Caches that use it.
+type Coordinator struct {
+	client     redis.UniversalClient
+	store      *redisstore.Store
+	cluster    *redis.ClusterClient // nil outside Redis Cluster
+	leaseTTL   time.Duration
+	failWindow time.Duration
+	timeout    time.Duration
+
+	mu     sync.Mutex
+	subs   map[string]*subscriber // per shard address ("" outside Cluster); guarded by mu
+	closed bool                   // guarded by mu
+}
+
+var _ flightcache.Coordinator = (*Coordinator)(nil)
+
+// New returns a Coordinator on client, for the keys of store. It checks
+// the options, then PINGs Redis (every master, on a Cluster) and returns an
+// error matching ErrUnreachable if it does not answer within ctx and
+// Options.Timeout: asking for cluster mode against a Redis that is not
+// there is a configuration error, reported at start, never a silent
+// fallback to process-local coalescing.
+func New(ctx context.Context, client redis.UniversalClient, store *redisstore.Store, opts Options) (*Coordinator, error) {
+	switch {
+	case client == nil:
+		return nil, &flightcache.ConfigError{Field: "client", Reason: "is nil"}
+	case store == nil:
+		return nil, &flightcache.ConfigError{Field: "store", Reason: "is nil"}
+	case !store.HashTag():
+		return nil, &flightcache.ConfigError{Field: "store", Reason: "must be built with redisstore.Options.HashTag, so a key's value, lease and token share a Redis Cluster slot"}
+	}
+	c := &Coordinator{client: client, store: store, leaseTTL: opts.LeaseTTL, failWindow: opts.FailureWindow, timeout: opts.Timeout, subs: make(map[string]*subscriber)}
+	if c.leaseTTL == 0 {
+		c.leaseTTL = DefaultLeaseTTL
+	}
+	if c.failWindow == 0 {
+		c.failWindow = DefaultFailureWindow
+	}
+	if c.timeout == 0 {
+		c.timeout = DefaultTimeout
+	}
+	switch {
+	case c.leaseTTL < minLeaseTTL || c.leaseTTL > maxLeaseTTL:
+		return nil, &flightcache.ConfigError{Field: "LeaseTTL", Reason: "must be between 100ms and 1m, got " + c.leaseTTL.String()}
+	case c.failWindow < time.Millisecond || c.failWindow > time.Minute:
+		return nil, &flightcache.ConfigError{Field: "FailureWindow", Reason: "must be between 1ms and 1m, got " + c.failWindow.String()}
+	case c.timeout < time.Millisecond || c.timeout > 10*time.Second:
+		return nil, &flightcache.ConfigError{Field: "Timeout", Reason: "must be between 1ms and 10s, got " + c.timeout.String()}
+	}
+	c.cluster, _ = client.(*redis.ClusterClient)
+	pctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var err error
+	if c.cluster != nil {
+		err = c.cluster.ForEachMaster(pctx, func(ctx context.Context, m *redis.Client) error {
+			return m.Ping(ctx).Err()
+		})
+	} else {
+		err = client.Ping(pctx).Err()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: cluster coalescing was asked for, but PING failed (ask for process-local coalescing explicitly if that is what you want): %w", ErrUnreachable, err)
+	}
+	return c, nil
+}
+
+// LeaseTTL returns the lease TTL in use.
+func (c *Coordinator) LeaseTTL() time.Duration { return c.leaseTTL }
+
+// Close ends the subscriptions. Leases still held are not released; they
+// expire. Close is idempotent.
+func (c *Coordinator) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	subs := c.subs
+	c.subs = nil
+	c.mu.Unlock()
+	var errs []error
+	for _, s := range subs {
+		errs = append(errs, s.close())
+	}
+	return errors.Join(errs...)
+}
+
+// keys are the Redis names of one cache key. All extend the store's name
+// for the key, which begins with its hash tag, so all map to one slot.
+type keys struct {
+	key                                      string // the cache key
+	value, lease, token, done, fail, channel string
+}
+
+func (c *Coordinator) keysFor(key string) (keys, error) {
+	rk, err := c.store.RedisKey(key)
+	if err != nil {
+		return keys{}, err
+	}
+	return keys{key: key, value: rk, lease: rk + "|lease", token: rk + "|token", done: rk + "|done", fail: rk + "|fail", channel: rk + "|ch"}, nil
+}
+
+// scriptKeys lists the keys each script touches, for tests that check
+// they share one slot.
+func (k keys) all() []string {
+	return []string{k.value, k.lease, k.token, k.done, k.fail, k.channel}
+}
+
+func (c *Coordinator) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+
+// acquireReply is acquireScript's answer.
+type acquireReply struct {
+	kind  int64 // 0 leader, 1 held by another, 2 done, 3 failed
+	token uint64
+	pttl  time.Duration
+	msg   string
+}
+
+func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64) (acquireReply, error) {
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	v, err := acquireScript.Run(ctx, c.client, []string{k.lease, k.token, k.done, k.fail},
+		ms(c.leaseTTL), strconv.FormatUint(after, 10), ms(tokenTTL)).Slice()
+	if err != nil {
+		return acquireReply{}, fmt.Errorf("redislease: acquire: %w", err)
+	}
+	var r acquireReply
+	if len(v) < 2 {
+		return r, errors.New("redislease: acquire: malformed reply")
+	}
+	r.kind, _ = v[0].(int64)
+	s, _ := v[1].(string)
+	if r.kind == 3 {
+		tok, msg, _ := strings.Cut(s, " ")
+		s, r.msg = tok, msg
+	}
+	if r.token, err = strconv.ParseUint(s, 10, 64); err != nil {
+		return r, fmt.Errorf("redislease: acquire: malformed token: %w", err)
+	}
+	if r.kind == 1 && len(v) >= 3 {
+		p, _ := v[2].(int64)
+		r.pttl = time.Duration(max(p, 0)) * time.Millisecond
+	}
+	return r, nil
+}
+
+// Claim implements flightcache.Coordinator. A follower subscribes to the
+// key's channel before it looks at the lease a second time, so a completion
+// between the two cannot be missed; any message, or a safety-net timer
+// (jittered, doubling from 50ms to 1s, and due just after the lease's
+// expiry), makes it look again with one script, which also takes the lease
+// over when it expired without a result.
+func (c *Coordinator) Claim(ctx context.Context, key string, req flightcache.ClaimRequest) (flightcache.Claim, error) {
+	k, err := c.keysFor(key)
+	if err != nil {
+		return flightcache.Claim{}, err
+	}
+	start := time.Now()
+	deadline := start.Add(req.Wait)
+	var (
+		w        *waiter
+		observed uint64 // the token of the lease this follower waits on
+		backoff  = minRecheck
+		timer    *time.Timer
+	)
+	defer func() {
+		if w != nil {
+			w.release()
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		r, err := c.acquire(ctx, k, req.After)
+		if err != nil {
+			return flightcache.Claim{Waited: time.Since(start)}, err
+		}
+		switch r.kind {
+		case 0:
+			l := c.startLease(k, r.token, observed != 0)
+			return flightcache.Claim{Lease: l, Waited: time.Since(start)}, nil
+		case 2:
+			return flightcache.Claim{Done: r.token, Waited: time.Since(start)}, nil
+		case 3:
+			return flightcache.Claim{Waited: time.Since(start)}, fmt.Errorf("%w: %s", flightcache.ErrLeaderFailed, r.msg)
+		}
+		if w == nil {
+			if w, err = c.subscribe(ctx, k.channel); err != nil {
+				return flightcache.Claim{Waited: time.Since(start)}, err
+			}
+			continue // look again: from now on no broadcast is missed
+		}
+		observed = r.token
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			return flightcache.Claim{Waited: time.Since(start)}, flightcache.ErrCoalesceTimeout
+		}
+		// Jitter in [backoff/2, backoff): followers on many instances do
+		// not look in step.
+		d := backoff/2 + rand.N(backoff/2)
+		d = min(d, r.pttl+expiryGrace, remaining)
+		backoff = min(backoff*2, maxRecheck)
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-w.ch:
+			timer.Stop()
+		case <-timer.C:
+		case <-ctx.Done():
+			return flightcache.Claim{Waited: time.Since(start)}, ctx.Err()
+		}
+	}
+}
+
+// Invalidate implements flightcache.Coordinator: a new token that no lease
+// holds fences every load of key in flight, and the key's completion and
+// failure markers are forgotten.
+func (c *Coordinator) Invalidate(ctx context.Context, key string) error {
+	k, err := c.keysFor(key)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	if err := invalidateScript.Run(ctx, c.client, []string{k.token, k.done, k.fail}, ms(tokenTTL)).Err(); err != nil {
+		return fmt.Errorf("redislease: invalidate: %w", err)
+	}
+	return nil
+}
+
+// publish wakes the key's followers on every instance. A lost message
+// costs a follower one safety-net re-check, so a failure is not reported.
+func (c *Coordinator) publish(ctx context.Context, k keys, msg string) {
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	if c.cluster != nil {
+		_ = c.cluster.SPublish(ctx, k.channel, msg).Err()
+		return
+	}
+	_ = c.client.Publish(ctx, k.channel, msg).Err()
+}
+
+// Token returns the current fencing token of key (0 when none was ever
+// issued or it expired), for operators and tests.
+func (c *Coordinator) Token(ctx context.Context, key string) (uint64, error) {
+	k, err := c.keysFor(key)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	s, err := c.client.Get(ctx, k.token).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("redislease: token: %w", err)
+	}
+	return strconv.ParseUint(s, 10, 64)
+}

@@ -1,0 +1,129 @@
+package redislease
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/flightcache/flightcache"
+)
+
+// lease is a held lease. Its heartbeat goroutine extends it every TTL/3
+// until Complete or Fail stops it.
+type lease struct {
+	c         *Coordinator
+	k         keys
+	token     uint64
+	tok       string // token in decimal, as stored
+	takenOver bool
+
+	lost     chan struct{} // closed once, by the heartbeat, when the lease is lost
+	stop     chan struct{} // closed once, by end, to stop the heartbeat
+	stopped  chan struct{} // closed by the heartbeat when it returns
+	stopOnce sync.Once
+}
+
+var _ flightcache.Lease = (*lease)(nil)
+
+func (c *Coordinator) startLease(k keys, token uint64, takenOver bool) *lease {
+	l := &lease{
+		c: c, k: k, token: token, tok: strconv.FormatUint(token, 10), takenOver: takenOver,
+		lost: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{}),
+	}
+	go l.heartbeat()
+	return l
+}
+
+func (l *lease) Token() uint64         { return l.token }
+func (l *lease) TakenOver() bool       { return l.takenOver }
+func (l *lease) Lost() <-chan struct{} { return l.lost }
+
+// heartbeat extends the lease every TTL/3. It gives up, closing lost, when
+// the lease is no longer this token's, or when no extension succeeded for
+// a whole TTL (by then the lease has expired in Redis anyway).
+func (l *lease) heartbeat() {
+	defer close(l.stopped)
+	every := l.c.leaseTTL / 3
+	t := time.NewTicker(every)
+	defer t.Stop()
+	lastOK := time.Now()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := l.c.opCtx(context.Background())
+		n, err := extendScript.Run(ctx, l.c.client, []string{l.k.lease}, l.tok, ms(l.c.leaseTTL)).Int64()
+		cancel()
+		switch {
+		case err == nil && n == 1:
+			lastOK = time.Now()
+			continue
+		case err == nil || time.Since(lastOK) >= l.c.leaseTTL:
+			close(l.lost)
+			return
+		}
+	}
+}
+
+// end stops the heartbeat and waits for it, so no extension can race the
+// release.
+func (l *lease) end() {
+	l.stopOnce.Do(func() { close(l.stop) })
+	<-l.stopped
+}
+
+// Complete implements flightcache.Lease: the fenced write, the done marker
+// and the release in one script, then the broadcast.
+func (l *lease) Complete(ctx context.Context, e *flightcache.Entry) (bool, error) {
+	l.end()
+	store, payload, px := "0", []byte(nil), int64(0)
+	if e != nil {
+		_, p, ttl, err := l.c.store.Envelope(l.k.key, *e)
+		if err != nil {
+			// Nothing is stored, but the followers must still hear the
+			// load is over and the lease must go.
+			_, _ = l.complete(ctx, "0", nil, 0)
+			return false, err
+		}
+		store, payload, px = "1", p, ttl.Milliseconds()
+	}
+	return l.complete(ctx, store, payload, px)
+}
+
+func (l *lease) complete(ctx context.Context, store string, payload []byte, px int64) (bool, error) {
+	sctx, cancel := l.c.opCtx(ctx)
+	n, err := completeScript.Run(sctx, l.c.client, []string{l.k.lease, l.k.token, l.k.value, l.k.done},
+		l.tok, store, payload, px, ms(l.c.leaseTTL)).Int64()
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("redislease: complete: %w", err)
+	}
+	l.c.publish(ctx, l.k, "done "+l.tok)
+	return n == 1, nil
+}
+
+// Fail implements flightcache.Lease: the failure marker and the release in
+// one script, then the broadcast. The message carried to other instances is
+// err's text, cut to 256 bytes.
+func (l *lease) Fail(ctx context.Context, err error) error {
+	l.end()
+	msg := "load failed"
+	if err != nil {
+		msg = err.Error()
+	}
+	if len(msg) > maxFailureMessage {
+		msg = msg[:maxFailureMessage]
+	}
+	sctx, cancel := l.c.opCtx(ctx)
+	ferr := failScript.Run(sctx, l.c.client, []string{l.k.lease, l.k.token, l.k.fail}, l.tok, msg, ms(l.c.failWindow)).Err()
+	cancel()
+	if ferr != nil {
+		return fmt.Errorf("redislease: fail: %w", ferr)
+	}
+	l.c.publish(ctx, l.k, "fail "+l.tok)
+	return nil
+}

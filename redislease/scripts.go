@@ -1,0 +1,95 @@
+package redislease
+
+import "github.com/redis/go-redis/v9"
+
+// The scripts. Each touches only the keys of one cache key, which all share
+// the store's hash tag, so each runs in one slot of a Redis Cluster. Tokens
+// travel as decimal strings: they exceed what a Lua number prints exactly
+// with tostring, and string.format('%.0f') is exact below 2^53.
+//
+// Token invariant: a key's token only grows. Every new token is
+// max(previous + 1, the Redis server's clock in microseconds), so it stays
+// above every earlier token even after the token key expired or Redis
+// restarted empty (the clock has moved on), as long as the server's clock
+// does not go back; a fenced write then compares for equality with the
+// current token, which no older token can match.
+
+// acquireScript: KEYS lease, token, done, fail; ARGV lease TTL ms, after
+// (a completion token already seen), token TTL ms. Replies:
+//
+//	{0, token}           this caller now holds the lease
+//	{1, token, pttl}     another holder; its token and the lease's ms left
+//	{2, token}           a load newer than after completed (done marker)
+//	{3, "token message"} a load failed within the failure window
+var acquireScript = redis.NewScript(`
+local f = redis.call('GET', KEYS[4])
+if f then return {3, f} end
+local d = redis.call('GET', KEYS[3])
+if d and tonumber(d) > tonumber(ARGV[2]) then return {2, d} end
+local l = redis.call('GET', KEYS[1])
+if l then return {1, l, redis.call('PTTL', KEYS[1])} end
+local t = redis.call('INCR', KEYS[2])
+local now = redis.call('TIME')
+local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+if t < floor then t = floor end
+local ts = string.format('%.0f', t)
+redis.call('SET', KEYS[2], ts, 'PX', ARGV[3])
+redis.call('SET', KEYS[1], ts, 'PX', ARGV[1])
+return {0, ts}
+`)
+
+// extendScript: KEYS lease; ARGV token, lease TTL ms. 1 when the lease is
+// still this token's and was extended, 0 when it is gone or another's.
+var extendScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+	return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+`)
+
+// completeScript: KEYS lease, token, value, done; ARGV token, store ("1"
+// to write the value), envelope, value PX ms, done marker PX ms. The fenced
+// write: the value is stored only while ARGV token is the key's newest
+// token. Then the done marker (only for a current token) and the release
+// (compare-and-delete). 1 when the token was current, 0 when fenced.
+var completeScript = redis.NewScript(`
+local current = redis.call('GET', KEYS[2]) == ARGV[1]
+if current then
+	if ARGV[2] == '1' then
+		if tonumber(ARGV[4]) > 0 then
+			redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
+		else
+			redis.call('DEL', KEYS[3])
+		end
+	end
+	redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5])
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+if current then return 1 end
+return 0
+`)
+
+// failScript: KEYS lease, token, fail; ARGV token, message, failure window
+// ms. Records the failure marker (only for a current token) and releases
+// the lease.
+var failScript = redis.NewScript(`
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+	redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. ARGV[2], 'PX', ARGV[3])
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
+`)
+
+// invalidateScript: KEYS token, done, fail; ARGV token TTL ms. Issues a new
+// token that no lease holds, so every write in flight is fenced, and
+// forgets the completion and failure markers. Returns the new token.
+var invalidateScript = redis.NewScript(`
+local t = redis.call('INCR', KEYS[1])
+local now = redis.call('TIME')
+local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+if t < floor then t = floor end
+local ts = string.format('%.0f', t)
+redis.call('SET', KEYS[1], ts, 'PX', ARGV[1])
+redis.call('DEL', KEYS[2], KEYS[3])
+return ts
+`)
