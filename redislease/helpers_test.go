@@ -99,6 +99,10 @@ func newInstance(t testing.TB, client redis.UniversalClient, prefix string, cfg 
 	opts := flightcache.Options[string]{
 		Local: local, Shared: store, TTL: time.Minute, Jitter: flightcache.DisableJitter,
 		Observer: in.rec, Logger: quietLogger,
+		// The herd's 2,000 concurrent reads on a shared, slow machine
+		// under -race: the default 250ms would time reads out, and a Get
+		// whose shared read timed out coalesces within its process only.
+		SharedTimeout: 2 * time.Second,
 	}
 	if !cfg.local {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
