@@ -216,7 +216,7 @@ func (c *Cache[V]) setScope(ctx context.Context, s Scope, why error) {
 func (m *miss[V]) coordinated(ctx context.Context, t ticket) (*flight[V], error) {
 	c := m.c
 	if m.sharedDown != sharedUsable {
-		return m.coordinatorFailed(ctx, t, m.sharedDown.err())
+		return m.coordinatorFailed(ctx, t, fmt.Errorf("flightcache: coordinator not asked, the shared tier is unavailable: %w", m.sharedDown.err()))
 	}
 	var after uint64
 	deadline := time.Now().Add(c.coalesceWait)

@@ -105,3 +105,25 @@ func TestCoordinatorFailureDegradesOrFailsPerPolicy(t *testing.T) {
 		t.Fatalf("Fetch after that Set = %+v, %v; want the Set value from the shared tier", r, err)
 	}
 }
+
+// A Get whose shared read timed out does not ask the Coordinator, which
+// lives on the same Redis: it pays one shared timeout, not two, and
+// coalesces within the process (DegradeToLocal).
+func TestGetThatFoundTheSharedTierDownDoesNotAskTheCoordinator(t *testing.T) {
+	coord := &downCoordinator{}
+	coord.up.Store(true)
+	shared := newMapShared(time.Now)
+	shared.readErr = context.DeadlineExceeded
+	c := newCache(t, flightcache.Options[*product]{Shared: shared, Coordinator: coord})
+	var o origin
+	r, err := c.Fetch(context.Background(), "p:1", o.load("1"))
+	if err != nil || r.Value == nil || o.calls.Load() != 1 {
+		t.Fatalf("Fetch = %+v, %v after %d loads; want the origin's value", r, err, o.calls.Load())
+	}
+	if n := coord.claims.Load(); n != 0 {
+		t.Fatalf("the coordinator was asked %d times after the shared read timed out, want 0", n)
+	}
+	if s := c.Scope(); s != flightcache.ScopeLocal {
+		t.Fatalf("Scope() = %v, want local while the shared tier is down", s)
+	}
+}
