@@ -428,6 +428,7 @@ func (b *batch[V]) settle(bk *batchKey[V], fl *flight[V], err error) {
 	if o == OutcomeLoadedWriteFailed {
 		r.WriteErr = fl.writeErr
 	}
+	r.Scope = fl.scope()
 }
 
 // serveStale answers a key with its stale value; why is the reason the

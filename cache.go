@@ -411,12 +411,7 @@ func (c *Cache[V]) settle(ctx context.Context, m *miss[V], fl *flight[V], err er
 	if o == OutcomeLoadedWriteFailed {
 		r.WriteErr = fl.writeErr
 	}
-	switch {
-	case fl.remote:
-		r.Scope = ScopeCluster
-	case !fl.found:
-		r.Scope = ScopeLocal
-	}
+	r.Scope = fl.scope()
 	return r, m, err
 }
 

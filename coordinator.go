@@ -259,6 +259,17 @@ func (m *miss[V]) coordinated(ctx context.Context, t ticket) (*flight[V], error)
 	}
 }
 
+// scope is Result.Scope for a caller of the flight.
+func (fl *flight[V]) scope() Scope {
+	switch {
+	case fl.remote:
+		return ScopeCluster
+	case !fl.found:
+		return ScopeLocal
+	}
+	return ScopeNone
+}
+
 func (c *Cache[V]) emitWoken(ctx context.Context, waited time.Duration, err error) {
 	if c.obs != nil {
 		c.observe(Event{Kind: EventFollowerWoken, Ctx: ctx, Cache: c.name, Tier: TierShared, Duration: waited, Err: err})
