@@ -18,8 +18,8 @@ func TestRedisClusterCoalescesAndTakesOverInOneSlotPerKey(t *testing.T) {
 	newCluster := func(hooks ...redis.Hook) redis.UniversalClient {
 		c := redis.NewUniversalClient(&redis.UniversalOptions{
 			Addrs: addrs, IsClusterMode: true, ContextTimeoutEnabled: true, MaxRetries: -1,
-			DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
-			PoolSize: 64, PoolTimeout: 2 * time.Second,
+			DialTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
+			PoolSize: 256, PoolTimeout: 5 * time.Second,
 		})
 		if _, ok := c.(*redis.ClusterClient); !ok {
 			t.Fatalf("UniversalClient is a %T, want a ClusterClient", c)
@@ -62,7 +62,7 @@ func TestRedisClusterCoalescesAndTakesOverInOneSlotPerKey(t *testing.T) {
 	})
 
 	t.Run("Herd", func(t *testing.T) {
-		ins := newInstances(t, herdInstances, func() redis.UniversalClient { return newCluster() }, "herd:", instanceConfig{lease: Options{Timeout: 2 * time.Second}})
+		ins := newInstances(t, herdInstances, func() redis.UniversalClient { return newCluster() }, "herd:", instanceConfig{lease: Options{Timeout: 5 * time.Second}})
 		results, calls := herd(t, ins, "product:42")
 		if calls != 1 {
 			t.Fatalf("origin called %d times on Redis Cluster, want exactly 1", calls)

@@ -68,7 +68,7 @@ func checkHerd(t *testing.T, results []getResult) (cluster int) {
 
 func TestClusterModeLoadsOnceForEightInstances(t *testing.T) {
 	addr, prefix := sharedRedis(t)
-	ins := newInstances(t, herdInstances, func() redis.UniversalClient { return newClient(t, addr) }, prefix, instanceConfig{lease: Options{Timeout: 2 * time.Second}})
+	ins := newInstances(t, herdInstances, func() redis.UniversalClient { return newClient(t, addr) }, prefix, instanceConfig{lease: Options{Timeout: 5 * time.Second}})
 	results, calls := herd(t, ins, "product:42")
 	if calls != 1 {
 		for i, in := range ins {

@@ -31,8 +31,10 @@ func clientOptions(addr string) *redis.Options {
 		Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1,
 		// Generous: the machine running the tests is shared and slow under
 		// -race; a dead server still fails at once (connection refused).
-		DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
-		PoolSize: 64, PoolTimeout: 2 * time.Second,
+		// A connection for each of an instance's 250 herd Gets, so none
+		// waits for the pool.
+		DialTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
+		PoolSize: 256, PoolTimeout: 5 * time.Second,
 		DialerRetries: 1, DialerRetryTimeout: time.Millisecond,
 	}
 }
@@ -102,7 +104,7 @@ func newInstance(t testing.TB, client redis.UniversalClient, prefix string, cfg 
 		// The herd's 2,000 concurrent reads on a shared, slow machine
 		// under -race: the default 250ms would time reads out, and a Get
 		// whose shared read timed out coalesces within its process only.
-		SharedTimeout: 2 * time.Second,
+		SharedTimeout: 5 * time.Second,
 	}
 	if !cfg.local {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
