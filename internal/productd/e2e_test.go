@@ -257,12 +257,18 @@ func herd(t *testing.T, p *process, n int) {
 	if status["fwd=miss; stored"] != 1 {
 		t.Fatalf("Cache-Status counts %v: want exactly one stored miss", status)
 	}
+	// One origin query, whatever the timing. The engine may run more than
+	// one flight: a request that missed the memory tier just before the
+	// first flight stored the value, and reached the engine just after
+	// that flight ended, starts a flight of its own, whose double-check
+	// finds the value (no origin query). On a loaded machine the herd's
+	// arrival spreads enough for that to happen a few times.
 	queries := metric(t, c, p.url, OriginQueriesMetric)
 	loads := metric(t, c, p.url, `single_flight_loader_started_total{operation="product"}`)
-	if queries != 1 || loads != 1 {
-		t.Fatalf("%d concurrent cold requests: %v origin queries and %v loader executions, want exactly 1 each (Cache-Status: %v)", n, queries, loads, status)
+	if queries != 1 || loads < 1 {
+		t.Fatalf("%d concurrent cold requests: %v origin queries and %v flights, want exactly 1 origin query (Cache-Status: %v)", n, queries, loads, status)
 	}
-	t.Logf("%d requests, 1 origin query; Cache-Status: %v", n, status)
+	t.Logf("%d requests, 1 origin query, %v flights; Cache-Status: %v", n, loads, status)
 }
 
 func TestEndToEndHerdMakesOneOriginQuerySQLite(t *testing.T) {
