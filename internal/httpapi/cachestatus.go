@@ -29,7 +29,11 @@ import (
 //     zero: up for a fresh value, so that a client waiting ttl seconds is
 //     sure to see it expired; down for a stale one, which is always
 //     negative. Only when the value is cached.
-//   - detail (§2.8): what the RFC has no parameter for (see below).
+//   - detail (§2.8): what the RFC has no parameter for (see below). With
+//     collapsed, it says where the shared load ran: coalesced-local (in
+//     this process) or coalesced-cluster (on another instance, in cluster
+//     mode; the value arrived through Redis). Each detail is an RFC 8941
+//     token.
 //
 // fwd-status (§2.3) is never sent: the origin is a database, not an HTTP
 // server, so there is no status it returned. key (§2.7) is never sent:
@@ -42,7 +46,8 @@ import (
 //	flightcache; hit; ttl=42
 //	flightcache; hit; ttl=42; detail=shared
 //	flightcache; fwd=miss; stored; ttl=300
-//	flightcache; fwd=miss; collapsed; ttl=300
+//	flightcache; fwd=miss; collapsed; ttl=300; detail=coalesced-local
+//	flightcache; fwd=miss; collapsed; ttl=300; detail=coalesced-cluster
 //	flightcache; hit; ttl=17; detail=not-found
 //	flightcache; fwd=stale; ttl=-4; detail=origin-error
 //	flightcache; hit; ttl=-4; detail=origin-throttled
@@ -91,6 +96,12 @@ func CacheStatus(cache string, sv product.Served, err error) string {
 	case flightcache.OutcomeCoalesced:
 		param("fwd=miss")
 		param("collapsed")
+		switch sv.Scope {
+		case flightcache.ScopeLocal:
+			detail = "coalesced-local"
+		case flightcache.ScopeCluster:
+			detail = "coalesced-cluster"
+		}
 	case flightcache.OutcomeLoadedWriteFailed:
 		param("fwd=miss")
 		detail, ttl = "write-failed", false

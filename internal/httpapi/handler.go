@@ -71,6 +71,9 @@ type Readiness struct {
 	Ready bool
 	// Dependencies maps a dependency's name to its state.
 	Dependencies map[string]string
+	// Coalescing is the scope loads are coalesced in right now ("cluster",
+	// "local", "local (degraded)", "none"); empty leaves it out.
+	Coalescing string
 }
 
 type api struct {
@@ -284,9 +287,10 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	body := struct {
 		Status       string            `json:"status"`
+		Coalescing   string            `json:"coalescing,omitempty"`
 		Dependencies map[string]string `json:"dependencies"`
 		Error        *ErrorDetail      `json:"error,omitempty"`
-	}{Status: "ready", Dependencies: rd.Dependencies}
+	}{Status: "ready", Coalescing: rd.Coalescing, Dependencies: rd.Dependencies}
 	if !rd.Ready {
 		a.failures.Log(r.Context(), slog.LevelWarn, "not ready", slog.Any("dependencies", rd.Dependencies))
 		body.Status = "not_ready"

@@ -516,6 +516,11 @@ func TestCacheStatusFollowsRFC9211ForEveryOutcome(t *testing.T) {
 		s.StaleCause = cause
 		return s
 	}
+	scoped := func(o flightcache.Outcome, scope flightcache.Scope) product.Served {
+		s := sv(o, 300*time.Second)
+		s.Scope = scope
+		return s
+	}
 	failed := product.Served{Outcome: flightcache.OutcomeLoadFailed}
 	originDown := errors.New("connection refused")
 	throttled := &flightcache.ThrottledError{Err: originDown}
@@ -530,6 +535,9 @@ func TestCacheStatusFollowsRFC9211ForEveryOutcome(t *testing.T) {
 		{"§2.1 hit; the background refresh is not this request's forward", sv(flightcache.OutcomeRefreshed, time.Second), nil, "flightcache; hit; ttl=1; detail=early-refresh"},
 		{"§2.2 fwd=miss: nothing cached; §2.5 stored", sv(flightcache.OutcomeLoaded, 300*time.Second), nil, "flightcache; fwd=miss; stored; ttl=300"},
 		{"§2.2 fwd=miss; §2.6 collapsed into another request's load", sv(flightcache.OutcomeCoalesced, 300*time.Second), nil, "flightcache; fwd=miss; collapsed; ttl=300"},
+		{"§2.6 collapsed into a load of this process; §2.8 detail says so", scoped(flightcache.OutcomeCoalesced, flightcache.ScopeLocal), nil, "flightcache; fwd=miss; collapsed; ttl=300; detail=coalesced-local"},
+		{"§2.6 collapsed into another instance's load (cluster mode); §2.8 detail says so", scoped(flightcache.OutcomeCoalesced, flightcache.ScopeCluster), nil, "flightcache; fwd=miss; collapsed; ttl=300; detail=coalesced-cluster"},
+		{"§2.5 stored: this request's load led the cluster; no coalescing detail", scoped(flightcache.OutcomeLoaded, flightcache.ScopeLocal), nil, "flightcache; fwd=miss; stored; ttl=300"},
 		{"§2.5 stored: a not-found is stored as a tombstone", sv(flightcache.OutcomeLoaded, 30*time.Second), product.ErrNotFoundCached, "flightcache; fwd=miss; stored; ttl=30; detail=not-found"},
 		{"§2.1 hit on a cached not-found", sv(flightcache.OutcomeNegativeHit, 17*time.Second), product.ErrNotFoundCached, "flightcache; hit; ttl=17; detail=not-found"},
 		{"§2.2 fwd=stale: only a stale value was cached and the request went forward; §2.4 negative ttl is stale", stale(originDown), nil, "flightcache; fwd=stale; ttl=-4; detail=origin-error"},

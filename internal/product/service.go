@@ -62,6 +62,10 @@ type Served struct {
 	// asked), or flightcache.ErrSoftTimeout. It is known only when the
 	// Cache's Observer comes from WatchStale; nil otherwise.
 	StaleCause error
+	// Scope is, with OutcomeCoalesced, where the load this request shared
+	// ran: flightcache.ScopeLocal in this process, ScopeCluster on another
+	// instance (cluster mode). ScopeNone otherwise.
+	Scope flightcache.Scope
 }
 
 // ServiceOptions configures a QueryService.
@@ -260,7 +264,7 @@ func (s *QueryService) Get(ctx context.Context, ref Ref) (Served, error) {
 	}
 	note := new(staleNote)
 	r, err := s.opts.Cache.Fetch(context.WithValue(ctx, staleNoteKey{}, note), k, load)
-	sv := Served{Product: r.Value.Product, Outcome: r.Outcome}
+	sv := Served{Product: r.Value.Product, Outcome: r.Outcome, Scope: r.Scope}
 	if r.Outcome == flightcache.OutcomeStale {
 		sv.StaleCause = note.why
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/internal/product"
+	"github.com/flightcache/flightcache/redislease"
 )
 
 // Config is everything productd can be told. Every field has a flag and a
@@ -32,7 +33,19 @@ type Config struct {
 	RedisPrefix  string // key prefix in Redis
 	// RedisTimeout bounds every Redis call of the request path (the cache's
 	// SharedTimeout) and the readiness ping.
-	RedisTimeout  time.Duration
+	RedisTimeout time.Duration
+	// Coalesce is how far loads are coalesced: CoalesceCluster (one load
+	// per key across every instance sharing the Redis) or CoalesceLocal
+	// (one per key per process). Empty picks cluster with -redis, local
+	// without; cluster without -redis is a configuration error.
+	Coalesce string
+	// LeaseTTL is the cluster lease's life without a heartbeat: a crashed
+	// loader is replaced within about this long.
+	LeaseTTL time.Duration
+	// CoalesceWait bounds how long a request waits for another instance's
+	// load (0: half the loader timeout); past it the request is served
+	// stale, or loads on its own without caching the result.
+	CoalesceWait  time.Duration
 	OriginLatency time.Duration // artificial delay per origin lookup
 
 	Mode        product.Mode // flightcache or naive
@@ -69,6 +82,12 @@ type Config struct {
 	Catalog *product.Catalog
 }
 
+// The coalescing scopes of Config.Coalesce.
+const (
+	CoalesceCluster = "cluster"
+	CoalesceLocal   = "local"
+)
+
 // Default returns the configuration productd runs with when nothing is set.
 func Default() Config {
 	return Config{
@@ -79,6 +98,7 @@ func Default() Config {
 		SeedProducts:    product.DemoCatalog.ProductsPerTenant,
 		RedisPrefix:     "productd:",
 		RedisTimeout:    flightcache.DefaultSharedTimeout,
+		LeaseTTL:        redislease.DefaultLeaseTTL,
 		FailureThrottle: 2 * time.Second,
 		Mode:            product.ModeFlightcache,
 		TTL:             5 * time.Minute,
@@ -125,6 +145,16 @@ func (c Config) Validate() error {
 		return bad("-redis-timeout must be between 1ms and 10s")
 	case c.LoaderTimeout < time.Millisecond || c.LoaderTimeout > 10*time.Minute:
 		return bad("-loader-timeout must be between 1ms and 10m")
+	case c.Coalesce != "" && c.Coalesce != CoalesceCluster && c.Coalesce != CoalesceLocal:
+		return bad("-coalesce must be cluster or local")
+	case c.Coalesce == CoalesceCluster && c.Redis == "":
+		return bad("-coalesce cluster needs -redis: the instances coordinate through Redis (use -coalesce local, or set -redis)")
+	case c.Coalesce == CoalesceCluster && c.Mode == product.ModeNaive:
+		return bad("-coalesce cluster does not apply to -mode naive, which coalesces nothing")
+	case c.LeaseTTL < 100*time.Millisecond || c.LeaseTTL > time.Minute:
+		return bad("-lease-ttl must be between 100ms and 1m")
+	case c.CoalesceWait < 0 || c.CoalesceWait > c.LoaderTimeout:
+		return bad("-coalesce-wait must be between 0 and -loader-timeout")
 	case c.MaxInFlight < 0 || c.MaxWaiters < 0:
 		return bad("-max-in-flight and -max-waiters must not be negative")
 	case c.LocalMaxEntries < 1:
@@ -150,6 +180,21 @@ func (c Config) Validate() error {
 		return err
 	}
 	return nil
+}
+
+// Coalescing is the scope c asks for: CoalesceCluster or CoalesceLocal
+// (Coalesce, or its default: cluster with -redis, local without), or
+// "none" in naive mode.
+func (c Config) Coalescing() string {
+	switch {
+	case c.Mode == product.ModeNaive:
+		return "none"
+	case c.Coalesce != "":
+		return c.Coalesce
+	case c.Redis != "":
+		return CoalesceCluster
+	}
+	return CoalesceLocal
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -275,6 +320,9 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	secret(&c.Redis, "redis", "redis:// `url` of the shared cache tier; empty keeps the cache in memory only")
 	str(&c.RedisPrefix, "redis-prefix", "prefix of productd's keys in Redis")
 	dur(&c.RedisTimeout, "redis-timeout", "bound of each Redis call on the request path (1ms to 10s); a hung Redis costs a request at most this per call")
+	str(&c.Coalesce, "coalesce", "how far loads are coalesced: cluster (one origin load per key across every instance sharing -redis; the default with -redis) or local (one per key per process; the default without -redis, and the only way to get it with -redis)")
+	dur(&c.LeaseTTL, "lease-ttl", "cluster mode: life of a key's load lease without a heartbeat (100ms to 1m; extended every third of it while the load runs); a crashed loader is replaced within about this long")
+	dur(&c.CoalesceWait, "coalesce-wait", "cluster mode: how long a request waits for another instance's load before it serves a stale value, or loads without caching (0: half -loader-timeout)")
 	dur(&c.OriginLatency, "origin-latency", "artificial delay added to each origin lookup (demos, tests), e.g. 200ms")
 	str(&mode, "mode", "read path: flightcache (coalesced) or naive (uncoordinated cache-aside, to show the herd)")
 	dur(&c.TTL, "cache-ttl", "how long a product stays fresh in the cache (1s to 24h)")

@@ -45,7 +45,7 @@ func TestHelpDocumentsEveryFlagWithItsVariable(t *testing.T) {
 	}
 	for _, name := range []string{"addr", "db", "db-max-conns", "seed", "redis", "redis-prefix", "origin-latency", "mode",
 		"cache-ttl", "negative-ttl", "cache-jitter", "stale-for", "early-refresh", "loader-timeout", "max-in-flight",
-		"max-waiters", "local-max-entries", "shutdown-timeout", "log-level", "log-format"} {
+		"max-waiters", "local-max-entries", "shutdown-timeout", "log-level", "log-format", "coalesce", "lease-ttl", "coalesce-wait"} {
 		v := "PRODUCTD_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 		if !strings.Contains(out.String(), "-"+name) || !strings.Contains(out.String(), v) {
 			t.Errorf("-h does not document -%s with %s", name, v)
@@ -67,12 +67,44 @@ func TestInvalidSettingsAreRejected(t *testing.T) {
 		{args: []string{"-log-level", "loud"}},
 		{args: []string{"-db", ""}},
 		{args: []string{"stray"}},
+		{args: []string{"-coalesce", "global"}},
+		{args: []string{"-coalesce", "cluster"}}, // without -redis
+		{env: map[string]string{"PRODUCTD_COALESCE": "cluster"}},
+		{args: []string{"-coalesce", "cluster", "-redis", "redis://127.0.0.1:6379", "-mode", "naive"}},
+		{args: []string{"-redis", "redis://127.0.0.1:6379", "-lease-ttl", "10ms"}},
+		{args: []string{"-coalesce-wait", "1h"}},
 		{env: map[string]string{"PRODUCTD_CACHE_TTL": "soon"}},
 		{env: map[string]string{"PRODUCTD_SEED": "maybe"}},
 	}
 	for _, tc := range tests {
 		if _, err := ParseFlags(tc.args, env(tc.env), &bytes.Buffer{}); err == nil {
 			t.Errorf("ParseFlags(%q, %v) accepted an invalid setting", tc.args, tc.env)
+		}
+	}
+}
+
+// -redis alone means cluster coalescing; process-local coalescing with
+// Redis must be asked for, by flag or variable.
+func TestRedisImpliesClusterCoalescingUnlessLocalIsAskedFor(t *testing.T) {
+	tests := []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{args: nil, want: CoalesceLocal},
+		{args: []string{"-redis", "redis://127.0.0.1:6379"}, want: CoalesceCluster},
+		{args: []string{"-redis", "redis://127.0.0.1:6379", "-coalesce", "local"}, want: CoalesceLocal},
+		{args: []string{"-redis", "redis://127.0.0.1:6379"}, env: map[string]string{"PRODUCTD_COALESCE": "local"}, want: CoalesceLocal},
+		{args: []string{"-coalesce", "local"}, want: CoalesceLocal},
+		{args: []string{"-redis", "redis://127.0.0.1:6379", "-mode", "naive"}, want: "none"},
+	}
+	for _, tc := range tests {
+		c, err := ParseFlags(tc.args, env(tc.env), &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("ParseFlags(%q, %v): %v", tc.args, tc.env, err)
+		}
+		if got := c.Coalescing(); got != tc.want {
+			t.Errorf("ParseFlags(%q, %v).Coalescing() = %q, want %q", tc.args, tc.env, got, tc.want)
 		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/flightcache/flightcache/internal/ratelog"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/promflight"
+	"github.com/flightcache/flightcache/redislease"
 	"github.com/flightcache/flightcache/redisstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -48,7 +49,9 @@ type Server struct {
 	counted *product.CountingRepository
 	local   *memstore.Store[product.Entry]
 	rdb     *redis.Client             // nil without -redis
+	store   *redisstore.Store         // nil without -redis
 	breaker flightcache.SharedBreaker // nil without -redis
+	coord   *redislease.Coordinator   // nil unless cluster coalescing
 	cache   *flightcache.Cache[product.Entry]
 	svc     *product.QueryService
 	guard   *penetrationGuard // nil without -bloom or in naive mode
@@ -150,8 +153,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 		if jitter == 0 {
 			jitter = flightcache.DisableJitter
 		}
+		var coord flightcache.Coordinator
+		if cfg.Coalescing() == CoalesceCluster {
+			if err := s.connectCoordinator(ctx); err != nil {
+				return nil, err
+			}
+			coord = s.coord
+		}
 		s.cache, err = flightcache.New(flightcache.Options[product.Entry]{
-			Name: "product", Local: s.local, Shared: shared,
+			Name: "product", Local: s.local, Shared: shared, Coordinator: coord, CoalesceWait: cfg.CoalesceWait,
 			TTL: cfg.TTL, NegativeTTL: cfg.NegativeTTL, Jitter: jitter, StaleFor: cfg.StaleFor,
 			EarlyRefresh: cfg.EarlyRefresh, LoaderTimeout: cfg.LoaderTimeout, FailureThrottle: cfg.FailureThrottle,
 			SharedTimeout: cfg.RedisTimeout, SharedBreaker: s.breaker,
@@ -263,7 +273,26 @@ func (s *Server) connectRedis(ctx context.Context) (flightcache.SharedStore, err
 		return nil, err
 	}
 	s.breaker = b
-	return redisstore.New(s.rdb, redisstore.Options{Prefix: s.cfg.RedisPrefix, Timeout: s.cfg.RedisTimeout})
+	// HashTag in both coalescing modes, so that instances in either mode
+	// share the values (a rolling switch of -coalesce keeps the cache).
+	s.store, err = redisstore.New(s.rdb, redisstore.Options{Prefix: s.cfg.RedisPrefix, Timeout: s.cfg.RedisTimeout, HashTag: true})
+	if err != nil {
+		return nil, err
+	}
+	return s.store, nil
+}
+
+// connectCoordinator builds the cluster coordinator on the Redis of the
+// shared tier. Redis was just PINGed; redislease.New PINGs again and
+// refuses if it does not answer: cluster mode asked for (or implied by
+// -redis) is never silently replaced by process-local coalescing.
+func (s *Server) connectCoordinator(ctx context.Context) error {
+	c, err := redislease.New(ctx, s.rdb, s.store, redislease.Options{LeaseTTL: s.cfg.LeaseTTL, Timeout: s.cfg.RedisTimeout})
+	if err != nil {
+		return fmt.Errorf("productd: cluster coalescing (-coalesce cluster, the default with -redis): %w", err)
+	}
+	s.coord = c
+	return nil
 }
 
 // redisLogger is go-redis' internal logger, writing through slog.
@@ -345,12 +374,13 @@ func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // ready is /readyz. The instance can serve while the origin answers a
 // query on the products table: that alone decides. Redis is reported but
-// never makes the instance unready, since without it requests still go to
+// never makes the instance unready, not even in cluster mode (which then
+// degrades to process-local coalescing), since without it requests still go to
 // the memory tier and the origin; a load balancer that dropped every
 // instance when the shared Redis went down would turn a degraded cache
 // into a full outage.
 func (s *Server) ready(ctx context.Context) httpapi.Readiness {
-	rd := httpapi.Readiness{Ready: true, Dependencies: map[string]string{"db": "up"}}
+	rd := httpapi.Readiness{Ready: true, Dependencies: map[string]string{"db": "up"}, Coalescing: s.Coalescing()}
 	if err := s.repo.CanServe(ctx); err != nil {
 		rd.Ready, rd.Dependencies["db"] = false, "down"
 	}
@@ -366,6 +396,23 @@ func (s *Server) ready(ctx context.Context) httpapi.Readiness {
 		}
 	}
 	return rd
+}
+
+// Coalescing is the scope loads are coalesced in right now, as /readyz
+// and the startup log show it: "cluster"; "local (degraded)" when cluster
+// mode was asked for but Redis fails at run time (each new load retries
+// the coordinator, so it comes back by itself); "local" when asked for
+// (or without -redis); "none" in naive mode.
+func (s *Server) Coalescing() string {
+	switch {
+	case s.cache == nil:
+		return "none"
+	case s.coord == nil:
+		return CoalesceLocal
+	case s.cache.Scope() == flightcache.ScopeCluster:
+		return CoalesceCluster
+	}
+	return CoalesceLocal + " (degraded)"
 }
 
 // Handler is the server's HTTP handler, for tests and embedding.
@@ -404,10 +451,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
-	scope := "process-local"
-	if s.cfg.Mode == product.ModeNaive {
-		scope = "none (naive mode)"
-	}
+	scope := s.Coalescing()
 	s.log.LogAttrs(ctx, slog.LevelInfo, "productd listening",
 		slog.String("addr", ln.Addr().String()),
 		slog.String("mode", string(s.cfg.Mode)),
@@ -451,6 +495,9 @@ func (s *Server) Close() error {
 		}
 		if s.cache != nil {
 			errs = append(errs, s.cache.Close())
+		}
+		if s.coord != nil {
+			errs = append(errs, s.coord.Close())
 		}
 		if s.local != nil {
 			s.local.Close()
