@@ -259,7 +259,11 @@ func (s *Server) connectRedis(ctx context.Context) (flightcache.SharedStore, err
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := s.rdb.Ping(pctx).Err(); err != nil {
-		return nil, fmt.Errorf("productd: -redis: Redis at %s does not answer at startup (start it, fix -redis, or leave -redis empty for a memory-only cache): %w", opt.Addr, err)
+		why := "start it, fix -redis, or leave -redis empty for a memory-only cache"
+		if s.cfg.Coalescing() == CoalesceCluster {
+			why = "cluster coalescing, the default with -redis, needs it: start it, fix -redis, or ask for -coalesce local explicitly"
+		}
+		return nil, fmt.Errorf("productd: -redis: Redis at %s does not answer at startup (%s): %w", opt.Addr, why, err)
 	}
 	b, err := breaker.New(breaker.Options{OnStateChange: func(from, to flightcache.BreakerState) {
 		lvl := slog.LevelWarn

@@ -1,0 +1,485 @@
+package productd
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache/internal/testenv"
+)
+
+// Cluster mode end to end: productd instances as real OS processes sharing
+// one PostgreSQL database and one Redis, the property being about
+// processes (one origin load per key across all of them).
+
+// Metric samples the cluster tests read from /metrics.
+const (
+	fencedMetric    = `flightcache_cluster_fenced_writes_rejected_total{operation="product"}`
+	takenOverMetric = `flightcache_cluster_leases_total{event="taken_over",operation="product"}`
+	acquiredMetric  = `flightcache_cluster_leases_total{event="acquired",operation="product"}`
+)
+
+// startInstances starts n productd processes on one database and one Redis
+// with args. The first one migrates and seeds the database alone, so the
+// others find it ready.
+func startInstances(t *testing.T, n int, args ...string) []*process {
+	t.Helper()
+	ps := make([]*process, n)
+	for i := range ps {
+		ps[i] = startProductd(t, args...)
+	}
+	return ps
+}
+
+// clusterArgs are the flags every instance of a cluster test gets: a
+// fresh database, the shared Redis under a prefix of the test's own, a
+// small catalog.
+func clusterArgs(t *testing.T, redisURL string, extra ...string) []string {
+	t.Helper()
+	return append([]string{"-db", testenv.PostgresDB(t), "-redis", redisURL,
+		"-redis-prefix", testenv.UniqueName("productd-cluster-") + ":", "-seed-products", "20",
+		"-failure-throttle", "0"}, extra...)
+}
+
+func sharedRedisURL(t *testing.T) string {
+	return "redis://" + testenv.RequireRedis(t) + "/0"
+}
+
+// sumMetric adds sample over every instance still running.
+func sumMetric(t *testing.T, c *http.Client, ps []*process, sample string) float64 {
+	t.Helper()
+	var sum float64
+	for _, p := range ps {
+		sum += metric(t, c, p.url, sample)
+	}
+	return sum
+}
+
+// answer is one response of a herd.
+type answer struct {
+	status int
+	body   string
+	cache  string // Cache-Status
+	err    error
+	took   time.Duration
+}
+
+// spreadHerd fires n GETs of path, released together, spread round-robin
+// over ps, and returns every answer.
+func spreadHerd(t *testing.T, c *http.Client, ps []*process, n int, path string) []answer {
+	t.Helper()
+	for _, p := range ps {
+		warmConnections(t, c, p.url, n/len(ps)+1)
+	}
+	out := make([]answer, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			out[i] = get(c, ps[i%len(ps)].url+path)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return out
+}
+
+func get(c *http.Client, url string) answer {
+	begin := time.Now()
+	resp, err := c.Get(url)
+	if err != nil {
+		return answer{err: err, took: time.Since(begin)}
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return answer{status: resp.StatusCode, body: string(b), cache: resp.Header.Get("Cache-Status"), err: err, took: time.Since(begin)}
+}
+
+// cacheKinds counts answers by Cache-Status without the ttl.
+func cacheKinds(as []answer) map[string]int {
+	m := map[string]int{}
+	for _, a := range as {
+		k := a.cache
+		if i := strings.Index(k, "; ttl="); i >= 0 {
+			rest := k[i+len("; ttl="):]
+			if j := strings.Index(rest, ";"); j >= 0 {
+				k = k[:i] + rest[j:]
+			} else {
+				k = k[:i]
+			}
+		}
+		m[k]++
+	}
+	return m
+}
+
+// requireOneBody fails unless every answer is a 200 with the same body.
+func requireOneBody(t *testing.T, as []answer) string {
+	t.Helper()
+	bodies := map[string]int{}
+	for _, a := range as {
+		if a.err != nil {
+			t.Fatalf("a request failed: %v", a.err)
+		}
+		bodies[fmt.Sprintf("%d %s", a.status, a.body)]++
+	}
+	if len(bodies) != 1 {
+		t.Fatalf("%d different answers: %v", len(bodies), bodies)
+	}
+	for b := range bodies {
+		if !strings.HasPrefix(b, "200 ") {
+			t.Fatalf("answer %s", b)
+		}
+		return b
+	}
+	return ""
+}
+
+func readyz(t *testing.T, c *http.Client, p *process) string {
+	t.Helper()
+	a := get(c, p.url+"/readyz")
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	var body struct {
+		Coalescing string `json:"coalescing"`
+	}
+	if err := json.Unmarshal([]byte(a.body), &body); err != nil {
+		t.Fatalf("/readyz: %v: %s", err, a.body)
+	}
+	return body.Coalescing
+}
+
+const herdPath = "/v1/tenants/globex/products/p-00007?locale=fr-FR&currency=GBP"
+
+func TestClusterHerdOnEightInstancesMakesOneOriginQuery(t *testing.T) {
+	t.Parallel()
+	ps := startInstances(t, 8, clusterArgs(t, sharedRedisURL(t), "-origin-latency", "200ms")...)
+	c := herdClient(2000)
+	defer c.CloseIdleConnections()
+	if got := readyz(t, c, ps[0]); got != "cluster" {
+		t.Fatalf("/readyz coalescing %q, want cluster", got)
+	}
+	as := spreadHerd(t, c, ps, 2000, herdPath)
+	requireOneBody(t, as)
+	kinds := cacheKinds(as)
+	if q := sumMetric(t, c, ps, OriginQueriesMetric); q != 1 {
+		t.Fatalf("8 instances, 2000 concurrent requests in cluster mode: %v origin queries, want 1 (Cache-Status: %v)", q, kinds)
+	}
+	if kinds["flightcache; fwd=miss; stored"] != 1 || kinds["flightcache; fwd=miss; collapsed; detail=coalesced-cluster"] == 0 {
+		t.Fatalf("Cache-Status counts %v: want one stored miss and some coalesced-cluster answers", kinds)
+	}
+	t.Logf("cluster mode: 2000 requests on 8 instances, 1 origin query; Cache-Status: %v", kinds)
+}
+
+func TestLocalHerdOnEightInstancesMakesAtMostOneOriginQueryPerInstance(t *testing.T) {
+	t.Parallel()
+	ps := startInstances(t, 8, clusterArgs(t, sharedRedisURL(t), "-origin-latency", "200ms", "-coalesce", "local")...)
+	c := herdClient(2000)
+	defer c.CloseIdleConnections()
+	if got := readyz(t, c, ps[0]); got != "local" {
+		t.Fatalf("/readyz coalescing %q, want local", got)
+	}
+	as := spreadHerd(t, c, ps, 2000, herdPath)
+	requireOneBody(t, as)
+	kinds := cacheKinds(as)
+	q := sumMetric(t, c, ps, OriginQueriesMetric)
+	if q < 1 || q > 8 {
+		t.Fatalf("8 instances, 2000 concurrent requests in local mode: %v origin queries, want 1 to 8 (Cache-Status: %v)", q, kinds)
+	}
+	if kinds["flightcache; fwd=miss; collapsed; detail=coalesced-cluster"] != 0 {
+		t.Fatalf("local mode answered coalesced-cluster: %v", kinds)
+	}
+	t.Logf("local mode: 2000 requests on 8 instances, %v origin queries; Cache-Status: %v", q, kinds)
+}
+
+// waitForLeader returns the index of the instance whose origin query for
+// the key has started (its counter moved), polling every instance.
+func waitForLeader(t *testing.T, c *http.Client, ps []*process, within time.Duration) int {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		for i, p := range ps {
+			if metric(t, c, p.url, OriginQueriesMetric) > 0 {
+				return i
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no instance reached the origin within %v", within)
+		}
+		time.Sleep(2 * time.Millisecond) // polling other processes' metrics
+	}
+}
+
+// herdInBackground sends n GETs of path spread over ps, and delivers the
+// answers when all are in.
+func herdInBackground(c *http.Client, ps []*process, n int, path string) <-chan []answer {
+	done := make(chan []answer, 1)
+	go func() {
+		out := make([]answer, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out[i] = get(c, ps[i%len(ps)].url+path)
+			}()
+		}
+		wg.Wait()
+		done <- out
+	}()
+	return done
+}
+
+func without(ps []*process, i int) []*process {
+	return append(append([]*process(nil), ps[:i]...), ps[i+1:]...)
+}
+
+func TestClusterLeaderKilledMidLoadIsReplacedWithinTheLeaseTTL(t *testing.T) {
+	t.Parallel()
+	const leaseTTL = 500 * time.Millisecond
+	ps := startInstances(t, 4, clusterArgs(t, sharedRedisURL(t), "-origin-latency", "1s",
+		"-lease-ttl", leaseTTL.String(), "-coalesce-wait", "8s", "-loader-timeout", "10s")...)
+	c := herdClient(400)
+	defer c.CloseIdleConnections()
+	for _, p := range ps {
+		warmConnections(t, c, p.url, 100)
+	}
+	done := herdInBackground(c, ps, 400, herdPath)
+	leader := waitForLeader(t, c, ps, 10*time.Second)
+	if err := ps[leader].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	rest := without(ps, leader)
+	// The takeover: a surviving instance starts the second origin query.
+	deadline := killed.Add(leaseTTL + 2*time.Second)
+	for sumMetric(t, c, rest, OriginQueriesMetric) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no instance took over within the lease TTL (%v) plus 2s", leaseTTL)
+		}
+		time.Sleep(2 * time.Millisecond) // polling other processes' metrics
+	}
+	takeover := time.Since(killed)
+	as := <-done
+	var survivors []answer
+	for i, a := range as {
+		if i%len(ps) != leader {
+			survivors = append(survivors, a)
+		}
+	}
+	requireOneBody(t, survivors)
+	if q := 1 + sumMetric(t, c, rest, OriginQueriesMetric); q != 2 {
+		t.Fatalf("origin queries %v, want 2 (the killed leader's and the takeover's)", q)
+	}
+	if n := sumMetric(t, c, rest, takenOverMetric); n != 1 {
+		t.Fatalf("leases taken over: %v, want 1", n)
+	}
+	t.Logf("leader killed; takeover after %v (lease TTL %v); %d requests on the survivors all 200", takeover, leaseTTL, len(survivors))
+}
+
+// A leader frozen (SIGSTOP) past its lease loses it to another instance;
+// when it thaws, its write is refused by the fencing token, and every
+// reader keeps the takeover's value.
+func TestClusterPausedLeaderWriteIsFenced(t *testing.T) {
+	t.Parallel()
+	const leaseTTL = 300 * time.Millisecond
+	args := clusterArgs(t, sharedRedisURL(t), "-origin-latency", "1s", "-lease-ttl", leaseTTL.String(),
+		"-coalesce-wait", "8s", "-loader-timeout", "10s")
+	ps := startInstances(t, 2, args...)
+	a, b := ps[0], ps[1]
+	c := herdClient(4)
+	defer c.CloseIdleConnections()
+	fromA := herdInBackground(c, []*process{a}, 1, herdPath)
+	waitForLeader(t, c, []*process{a}, 10*time.Second)
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			a.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}
+	defer thaw()
+	// B waits out A's lease, takes it over, loads and writes.
+	ansB := get(c, b.url+herdPath)
+	if ansB.err != nil || ansB.status != 200 {
+		t.Fatalf("request on B during A's pause: %v %d %s", ansB.err, ansB.status, ansB.body)
+	}
+	if n := metric(t, c, b.url, takenOverMetric); n != 1 {
+		t.Fatalf("B's leases taken over: %v, want 1", n)
+	}
+	thaw()
+	ansA := <-fromA
+	if ansA[0].err != nil || ansA[0].status != 200 {
+		t.Fatalf("A's request after the thaw: %v %d", ansA[0].err, ansA[0].status)
+	}
+	if n := metric(t, c, a.url, fencedMetric); n != 1 {
+		t.Fatalf("A's fenced writes rejected: %v, want 1", n)
+	}
+	// Every reader, on both instances, sees the takeover's value.
+	for _, p := range ps {
+		if got := get(c, p.url+herdPath); got.status != 200 || got.body != ansB.body {
+			t.Fatalf("after the thaw %s answers %d %s, want B's %s", p.url, got.status, got.body, ansB.body)
+		}
+	}
+	if ansA[0].body != ansB.body {
+		t.Fatalf("A's own request got %s, want the stored value %s", ansA[0].body, ansB.body)
+	}
+}
+
+// An origin error on the leading instance reaches the followers on every
+// instance at once, not after the lease TTL; the next request after the
+// failure window loads again.
+func TestClusterLeaderFailureReachesEveryInstanceBeforeTheLeaseTTL(t *testing.T) {
+	t.Parallel()
+	const leaseTTL = 10 * time.Second
+	dsn := testenv.PostgresDB(t)
+	args := []string{"-db", dsn, "-redis", sharedRedisURL(t), "-redis-prefix", testenv.UniqueName("productd-cluster-") + ":",
+		"-seed-products", "20", "-failure-throttle", "0", "-origin-latency", "300ms",
+		"-lease-ttl", leaseTTL.String(), "-coalesce-wait", "15s", "-loader-timeout", "20s"}
+	ps := startInstances(t, 4, args...)
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	// The origin fails: its table is gone for a moment.
+	if _, err := db.ExecContext(ctx, `ALTER TABLE products RENAME TO products_away`); err != nil {
+		t.Fatal(err)
+	}
+	c := herdClient(200)
+	defer c.CloseIdleConnections()
+	as := spreadHerd(t, c, ps, 200, herdPath)
+	var slowest time.Duration
+	for _, a := range as {
+		if a.err != nil || a.status < 500 {
+			t.Fatalf("with the origin failing, a request got %v %d %s", a.err, a.status, a.body)
+		}
+		slowest = max(slowest, a.took)
+	}
+	if slowest > leaseTTL/2 {
+		t.Fatalf("the slowest failed request took %v, want well under the lease TTL %v", slowest, leaseTTL)
+	}
+	if q := sumMetric(t, c, ps, OriginQueriesMetric); q > 4 {
+		t.Fatalf("%v origin queries for one failing key, want at most one per instance", q)
+	}
+	if _, err := db.ExecContext(ctx, `ALTER TABLE products_away RENAME TO products`); err != nil {
+		t.Fatal(err)
+	}
+	// After the failure window (1s), a request loads again and succeeds.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a := get(c, ps[1].url+herdPath)
+		if a.status == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no request succeeded within 10s after the origin came back: %d %s", a.status, a.body)
+		}
+		time.Sleep(50 * time.Millisecond) // polling for the failure window to pass
+	}
+	t.Logf("200 requests on 4 instances failed within %v (lease TTL %v)", slowest, leaseTTL)
+}
+
+// Redis killed and restarted on the same port while requests run: under
+// the default degrade policy every request is served, none hangs, /readyz
+// shows the degraded scope, and cluster scope comes back with Redis.
+func TestClusterRedisRestartMidFlightServesEveryRequest(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	ps := startInstances(t, 3, clusterArgs(t, "redis://"+srv.Addr+"/0", "-origin-latency", "50ms",
+		"-lease-ttl", "500ms", "-redis-timeout", "100ms")...)
+	c := herdClient(60)
+	defer c.CloseIdleConnections()
+	c.Timeout = 10 * time.Second
+	// round sends one request per product per instance, for products not
+	// asked for before, so that each makes a load (and asks the coordinator).
+	next := 0
+	round := func() []answer {
+		var paths []string
+		for range 5 {
+			next++
+			paths = append(paths, fmt.Sprintf("/v1/tenants/acme/products/p-%05d", next))
+		}
+		out := make([]answer, len(paths)*len(ps))
+		var wg sync.WaitGroup
+		for i := range out {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out[i] = get(c, ps[i%len(ps)].url+paths[i/len(ps)])
+			}()
+		}
+		wg.Wait()
+		return out
+	}
+	check := func(phase string, as []answer) {
+		t.Helper()
+		for _, a := range as {
+			if a.err != nil || a.status != 200 {
+				t.Fatalf("%s: a request got %v %d %s", phase, a.err, a.status, a.body)
+			}
+		}
+	}
+	check("before the restart", round())
+	inflight := herdInBackground(c, ps, 30, "/v1/tenants/acme/products/p-00019")
+	srv.Kill()
+	check("while Redis is down", round())
+	check("in flight across the kill", <-inflight)
+	if got := readyz(t, c, ps[0]); got != "local (degraded)" {
+		t.Fatalf("/readyz coalescing %q while Redis is down, want local (degraded)", got)
+	}
+	srv.Start()
+	// Cluster scope comes back by itself on the next loads.
+	deadline := time.Now().Add(10 * time.Second)
+	for readyz(t, c, ps[0]) != "cluster" {
+		check("after the restart", round())
+		if time.Now().After(deadline) {
+			t.Fatal("cluster scope did not come back within 10s of Redis")
+		}
+	}
+	check("after the restart", round())
+}
+
+// Cluster mode against a Redis that is not there is refused at startup,
+// with a message that says what was asked for and how to get the other.
+func TestClusterModeWithUnreachableRedisFailsAtStartup(t *testing.T) {
+	t.Parallel()
+	port := testenv.FreePort(t)
+	for _, args := range [][]string{
+		{"-redis", fmt.Sprintf("redis://127.0.0.1:%d/0", port)},
+		{"-redis", fmt.Sprintf("redis://127.0.0.1:%d/0", port), "-coalesce", "cluster"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, productdBinary(t), append([]string{"-addr", "127.0.0.1:0", "-db", t.TempDir() + "/p.db", "-seed-products", "5"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+			t.Fatalf("productd %q: %v, want exit status 1\n%s", args, err, out)
+		}
+		if !strings.Contains(string(out), "does not answer at startup") || !strings.Contains(string(out), strconv.Itoa(port)) {
+			t.Fatalf("productd %q: unclear message:\n%s", args, out)
+		}
+	}
+	out, err := exec.Command(productdBinary(t), "-coalesce", "cluster").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "-coalesce cluster needs -redis") {
+		t.Fatalf("productd -coalesce cluster without -redis: %v\n%s", err, out)
+	}
+}
