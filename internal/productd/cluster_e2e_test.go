@@ -415,8 +415,13 @@ func TestClusterRedisRestartMidFlightServesEveryRequest(t *testing.T) {
 	round := func() []answer {
 		var paths []string
 		for range 5 {
+			// Every product of the catalog in every locale and currency:
+			// 3 tenants x 20 products x 3 x 3, none asked for twice.
+			tenants, locales, currencies := []string{"acme", "globex", "initech"}, []string{"en-US", "de-DE", "fr-FR"}, []string{"USD", "EUR", "GBP"}
+			n := next
 			next++
-			paths = append(paths, fmt.Sprintf("/v1/tenants/acme/products/p-%05d", next))
+			paths = append(paths, fmt.Sprintf("/v1/tenants/%s/products/p-%05d?locale=%s&currency=%s",
+				tenants[n%3], n/3%20+1, locales[n/60%3], currencies[n/180%3]))
 		}
 		out := make([]answer, len(paths)*len(ps))
 		var wg sync.WaitGroup
