@@ -30,12 +30,15 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 		n        = fs.Int("n", DefaultN, "requests per herd")
 		conc     = fs.Int("concurrency", 0, fmt.Sprintf("concurrent clients; 0 means -n for a herd and %d for continuous traffic", DefaultWorkers))
 		key      = fs.String("key", DefaultKey, "hot product: tenant/id[?locale=…&currency=…]")
-		modes    = fs.String("mode", strings.Join(AllModes, ","), "comma-separated modes: naive, flightcache, early-refresh; penetration (or penetration-naive, penetration-negative, penetration-guard): -n distinct ids that do not exist")
+		modes    = fs.String("mode", strings.Join(AllModes, ","), "comma-separated modes: naive, flightcache, early-refresh; penetration (or penetration-naive, penetration-negative, penetration-guard): -n distinct ids that do not exist; with -instances: local, cluster (default both)")
 		duration = fs.Duration("duration", DefaultDuration, "length of the continuous traffic of early-refresh mode")
 		latency  = fs.Duration("origin-latency", DefaultOriginLatency, "in-process productd: delay of each origin query")
 		ttl      = fs.Duration("ttl", DefaultTTL, "in-process productd: cache TTL (the herd arrives right after it expires)")
 		asJSON   = fs.Bool("json", false, "print machine-readable results on stdout")
 		report   = fs.String("report", filepath.Join(os.TempDir(), "stampede-report.html"), "where to write the HTML report; empty: no report")
+		inst     = fs.Int("instances", 0, "start this many productd processes (built from this module) sharing -redis and one database, spread the herd over them, and compare -mode local (coalescing per process) against cluster (across them)")
+		redisURL = fs.String("redis", "", "with -instances: redis:// URL the instances share (required)")
+		db       = fs.String("db", "", "with -instances: origin database of the instances (productd -db); empty: a SQLite file in a temporary directory")
 		batch    = fs.Bool("batch", false, "run the batch herd instead: -batches concurrent cold batch requests of -batch-size ids drawn from -batch-pool ids, naive against flightcache (in-process productd only)")
 		batches  = fs.Int("batches", 50, "batch herd: concurrent batch requests")
 		bsize    = fs.Int("batch-size", 100, "batch herd: ids per request (at most 100)")
@@ -63,6 +66,12 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 	cfg := base
 	cfg.N, cfg.Concurrency, cfg.Key, cfg.Duration = *n, *conc, *key, *duration
 	cfg.OriginLatency, cfg.TTL = *latency, *ttl
+	cfg.Instances, cfg.Redis, cfg.DB = *inst, *redisURL, *db
+	modeSet := false
+	fs.Visit(func(f *flag.Flag) { modeSet = modeSet || f.Name == "mode" })
+	if !modeSet {
+		*modes = "" // the default modes of cfg.fill, which depend on -instances
+	}
 	if *targets != "" {
 		for _, t := range strings.Split(*targets, ",") {
 			cfg.Targets = append(cfg.Targets, strings.TrimRight(strings.TrimSpace(t), "/"))
@@ -103,7 +112,14 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 	}
 	if *report != "" {
 		where := "in-process productd (SQLite, memory tier)"
-		if len(cfg.Targets) > 0 {
+		switch {
+		case cfg.Instances > 0:
+			origin := "a shared SQLite file"
+			if cfg.DB != "" {
+				origin = "a shared database"
+			}
+			where = fmt.Sprintf("%d productd processes per mode, sharing one Redis and %s", cfg.Instances, origin)
+		case len(cfg.Targets) > 0:
 			where = strings.Join(cfg.Targets, ", ")
 		}
 		note := fmt.Sprintf("%s; herd of %d; run of %s finished %s", where, cfg.N, time.Since(began).Round(time.Millisecond), time.Now().Format(time.RFC3339))

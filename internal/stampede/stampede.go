@@ -68,6 +68,16 @@ type Config struct {
 	// Catalog is what the in-process productd seeds; nil means
 	// product.DemoCatalog. Key must name one of its products.
 	Catalog *product.Catalog
+	// Instances, when above 0, starts that many productd processes (built
+	// from this module once per run) for each of the modes ModeLocal and
+	// ModeCluster, sharing Redis and DB, and spreads the herd over them.
+	Instances int
+	// Redis is the redis:// URL the instances share; required with
+	// Instances.
+	Redis string
+	// DB is the origin the instances share (see productd -db); empty: a
+	// SQLite file in a temporary directory.
+	DB string
 	// Progress, when set, receives a progress bar (stderr on a terminal).
 	Progress io.Writer
 	// Logger receives the in-process servers' logs; default: discarded.
@@ -93,6 +103,9 @@ func (c *Config) fill() error {
 	}
 	if len(c.Modes) == 0 {
 		c.Modes = AllModes
+		if c.Instances > 0 {
+			c.Modes = InstanceModes
+		}
 	}
 	c.Modes = expandModes(c.Modes)
 	if c.Duration == 0 {
@@ -118,9 +131,20 @@ func (c *Config) fill() error {
 	case c.Duration < 0:
 		return errors.New("stampede: -duration must be positive")
 	}
+	switch {
+	case c.Instances < 0 || c.Instances > 64:
+		return errors.New("stampede: -instances must be between 0 and 64")
+	case c.Instances > 0 && c.Redis == "":
+		return errors.New("stampede: -instances needs -redis: the instances share one Redis")
+	case c.Instances > 0 && len(c.Targets) > 0:
+		return errors.New("stampede: -instances starts its own productd processes; it does not go with -target")
+	}
 	for _, m := range c.Modes {
-		if m != ModeNaive && m != ModeFlightcache && m != ModeEarlyRefresh && !isPenetration(m) {
-			return fmt.Errorf("stampede: unknown mode %q (want %s or %s)", m, strings.Join(AllModes, ", "), strings.Join(append([]string{ModePenetration}, PenetrationModes...), ", "))
+		switch {
+		case c.Instances > 0 && m != ModeLocal && m != ModeCluster:
+			return fmt.Errorf("stampede: with -instances the modes are %s, not %q", strings.Join(InstanceModes, ", "), m)
+		case c.Instances == 0 && m != ModeNaive && m != ModeFlightcache && m != ModeEarlyRefresh && !isPenetration(m):
+			return fmt.Errorf("stampede: unknown mode %q (want %s or %s; %s with -instances)", m, strings.Join(AllModes, ", "), strings.Join(append([]string{ModePenetration}, PenetrationModes...), ", "), strings.Join(InstanceModes, ", "))
 		}
 	}
 	for _, t := range c.Targets {
@@ -201,13 +225,18 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		return nil, err
 	}
 	path, _ := cfg.path()
-	var dir string
+	var dir, bin string
 	if len(cfg.Targets) == 0 {
 		var err error
 		if dir, err = os.MkdirTemp("", "stampede-"); err != nil {
 			return nil, err
 		}
 		defer os.RemoveAll(dir)
+		if cfg.Instances > 0 {
+			if bin, err = buildProductd(ctx, dir); err != nil {
+				return nil, err
+			}
+		}
 	}
 	maxConns := max(cfg.N, cfg.Concurrency, DefaultWorkers)
 	client := &http.Client{
@@ -227,9 +256,12 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	for _, mode := range cfg.Modes {
 		var tg *target
 		var err error
-		if len(cfg.Targets) == 0 {
+		switch {
+		case cfg.Instances > 0:
+			tg, err = startInstances(ctx, cfg, bin, mode, instanceDB(cfg, dir))
+		case len(cfg.Targets) == 0:
 			tg, err = startInProcess(ctx, cfg, mode, filepath.Join(dir, "products.db"))
-		} else {
+		default:
 			tg = remoteTarget(client, cfg.Targets)
 		}
 		if err != nil {
@@ -242,6 +274,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 		if err != nil {
 			return results, fmt.Errorf("stampede: mode %s: %w", mode, err)
+		}
+		if cfg.Instances > 0 {
+			r.Mode = modeLabel(mode, cfg.Instances)
 		}
 		results = append(results, r)
 	}

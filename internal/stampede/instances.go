@@ -1,0 +1,176 @@
+package stampede
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The modes of a multi-instance run (Config.Instances): the same herd
+// spread over K productd processes that share one Redis and one database,
+// coalescing within each process (local: up to K origin queries) or across
+// all of them (cluster: one).
+const (
+	ModeLocal   = "local"
+	ModeCluster = "cluster"
+)
+
+// InstanceModes is the default -mode with -instances.
+var InstanceModes = []string{ModeLocal, ModeCluster}
+
+// productdPackage is built once per run into a temporary directory.
+const productdPackage = "github.com/flightcache/flightcache/cmd/productd"
+
+// buildProductd builds the productd binary into dir with the go tool, which
+// must run inside the flightcache module (go run ./cmd/stampede does).
+func buildProductd(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "productd")
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, productdPackage).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("stampede: -instances needs the productd binary, and go build %s failed (run stampede from the flightcache module): %w\n%s", productdPackage, err, out)
+	}
+	return bin, nil
+}
+
+// instance is one productd process.
+type instance struct {
+	cmd    *exec.Cmd
+	base   string
+	exited chan struct{} // closed when the process's stderr ended
+}
+
+// startInstances starts cfg.Instances productd processes of bin for mode
+// (ModeLocal or ModeCluster) on db and cfg.Redis, under a key prefix of
+// their own. The first starts alone, so that it seeds the database before
+// the others open it.
+func startInstances(ctx context.Context, cfg Config, bin, mode, db string) (*target, error) {
+	var tag [4]byte
+	rand.Read(tag[:])
+	args := []string{
+		"-addr", "127.0.0.1:0", "-log-format", "json", "-log-level", "info",
+		"-db", db, "-redis", cfg.Redis, "-redis-prefix", "stampede-" + hex.EncodeToString(tag[:]) + "-" + mode + ":",
+		"-coalesce", mode, "-origin-latency", cfg.OriginLatency.String(),
+		"-cache-ttl", cfg.TTL.String(), "-negative-ttl", cfg.TTL.String(), "-cache-jitter", "0",
+		"-loader-timeout", "30s", "-shutdown-timeout", "10s", "-max-waiters", "0",
+	}
+	if cfg.Catalog != nil {
+		args = append(args, "-seed-products", strconv.Itoa(cfg.Catalog.ProductsPerTenant))
+	}
+	var ins []*instance
+	stopAll := func() error {
+		var errs []error
+		for _, in := range ins {
+			errs = append(errs, in.stop())
+		}
+		return errors.Join(errs...)
+	}
+	for i := range cfg.Instances {
+		in, err := startInstance(ctx, bin, args)
+		if err != nil {
+			stopAll()
+			return nil, fmt.Errorf("stampede: productd instance %d of %d: %w", i+1, cfg.Instances, err)
+		}
+		ins = append(ins, in)
+	}
+	bases := make([]string, len(ins))
+	for i, in := range ins {
+		bases[i] = in.base
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	tg := remoteTarget(client, bases)
+	tg.stop = stopAll
+	return tg, nil
+}
+
+// startInstance starts bin and waits for its "productd listening" line,
+// which carries its address. A process that exits first is reported with
+// its last log lines.
+func startInstance(ctx context.Context, bin string, args []string) (*instance, error) {
+	cmd := exec.Command(bin, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	in := &instance{cmd: cmd, exited: make(chan struct{})}
+	addr := make(chan string, 1)
+	var last []string // guarded by the exited channel: read after it closes
+	go func() {
+		defer close(in.exited)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var rec struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "productd listening" {
+				addr <- rec.Addr
+				continue
+			}
+			if len(last) == 5 {
+				last = last[1:]
+			}
+			last = append(last, sc.Text())
+		}
+	}()
+	t := time.NewTimer(2 * time.Minute)
+	defer t.Stop()
+	select {
+	case a := <-addr:
+		in.base = "http://" + a // the reader goes on draining stderr, so the process never blocks on it
+		return in, nil
+	case <-in.exited:
+		cmd.Wait()
+		return nil, fmt.Errorf("exited at start (%v): %s", cmd.ProcessState, strings.Join(last, "\n"))
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	cmd.Process.Kill()
+	<-in.exited
+	cmd.Wait()
+	return nil, errors.New("did not start listening")
+}
+
+// stop shuts the process down gracefully (SIGTERM), or kills it after 15s.
+func (in *instance) stop() error {
+	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	select {
+	case <-in.exited:
+	case <-time.After(15 * time.Second):
+		in.cmd.Process.Kill()
+		<-in.exited
+	}
+	if err := in.cmd.Wait(); err != nil {
+		return fmt.Errorf("productd at %s: %w", in.base, err)
+	}
+	return nil
+}
+
+// instanceDB is the origin the instances share: cfg.DB, or a SQLite file
+// in dir (WAL mode lets the processes read it concurrently).
+func instanceDB(cfg Config, dir string) string {
+	if cfg.DB != "" {
+		return cfg.DB
+	}
+	return filepath.Join(dir, "products.db")
+}
+
+// modeLabel names a multi-instance mode in the table and the report.
+func modeLabel(mode string, instances int) string {
+	return fmt.Sprintf("%s x%d", mode, instances)
+}
