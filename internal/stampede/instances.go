@@ -26,6 +26,9 @@ const (
 	ModeCluster = "cluster"
 )
 
+// InstancesOriginLatency is the default -origin-latency with -instances.
+const InstancesOriginLatency = 250 * time.Millisecond
+
 // InstanceModes is the default -mode with -instances.
 var InstanceModes = []string{ModeLocal, ModeCluster}
 

@@ -32,7 +32,7 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 		key      = fs.String("key", DefaultKey, "hot product: tenant/id[?locale=…&currency=…]")
 		modes    = fs.String("mode", strings.Join(AllModes, ","), "comma-separated modes: naive, flightcache, early-refresh; penetration (or penetration-naive, penetration-negative, penetration-guard): -n distinct ids that do not exist; with -instances: local, cluster (default both)")
 		duration = fs.Duration("duration", DefaultDuration, "length of the continuous traffic of early-refresh mode")
-		latency  = fs.Duration("origin-latency", DefaultOriginLatency, "in-process productd: delay of each origin query")
+		latency  = fs.Duration("origin-latency", DefaultOriginLatency, fmt.Sprintf("in-process productd and -instances: delay of each origin query (default %v with -instances)", InstancesOriginLatency))
 		ttl      = fs.Duration("ttl", DefaultTTL, "in-process productd: cache TTL (the herd arrives right after it expires)")
 		asJSON   = fs.Bool("json", false, "print machine-readable results on stdout")
 		report   = fs.String("report", filepath.Join(os.TempDir(), "stampede-report.html"), "where to write the HTML report; empty: no report")
@@ -67,10 +67,15 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 	cfg.N, cfg.Concurrency, cfg.Key, cfg.Duration = *n, *conc, *key, *duration
 	cfg.OriginLatency, cfg.TTL = *latency, *ttl
 	cfg.Instances, cfg.Redis, cfg.DB = *inst, *redisURL, *db
-	modeSet := false
-	fs.Visit(func(f *flag.Flag) { modeSet = modeSet || f.Name == "mode" })
-	if !modeSet {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["mode"] {
 		*modes = "" // the default modes of cfg.fill, which depend on -instances
+	}
+	if *inst > 0 && !set["origin-latency"] {
+		// A herd spread over several processes takes longer to send; a
+		// slower origin keeps it a herd (see Validate).
+		cfg.OriginLatency = InstancesOriginLatency
 	}
 	if *targets != "" {
 		for _, t := range strings.Split(*targets, ",") {

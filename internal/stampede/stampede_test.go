@@ -16,6 +16,7 @@ import (
 
 	"github.com/flightcache/flightcache/internal/product"
 	"github.com/flightcache/flightcache/internal/productd"
+	"github.com/flightcache/flightcache/internal/testenv"
 	"go.uber.org/goleak"
 )
 
@@ -220,4 +221,38 @@ func TestBatchStampedeLoadsEachDistinctIDOnceWithFlightcache(t *testing.T) {
 			naive.OriginQueries, naive.OriginRows, naive.DistinctIDs, fc.OriginQueries)
 	}
 	t.Logf("naive %+v; flightcache %+v", naive, fc)
+}
+
+// -instances: the same herd spread over productd processes that share one
+// Redis and one SQLite file, coalesced per process (up to one origin query
+// per instance) against across all of them (exactly one).
+func TestInstancesShowClusterCoalescingMakesOneOriginQueryWhereLocalMakesOnePerInstance(t *testing.T) {
+	redisURL := "redis://" + testenv.RequireRedis(t) + "/0"
+	var stdout, stderr bytes.Buffer
+	code := mainWith(context.Background(), Config{Catalog: &smallCatalog},
+		[]string{"-instances", "3", "-redis", redisURL, "-json", "-n", "300", "-ttl", "2s", "-report", ""}, &stdout, &stderr, false)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	res := decode(t, stdout.Bytes())
+	local, cluster := res["local x3"], res["cluster x3"]
+	if local.Requests != 300 || cluster.Requests != 300 || local.Errors+cluster.Errors != 0 {
+		t.Fatalf("results %+v", res)
+	}
+	if cluster.OriginQueries != 1 {
+		t.Fatalf("cluster x3: %d origin queries, want 1 (Cache-Status %v)", cluster.OriginQueries, cluster.CacheStatus)
+	}
+	if local.OriginQueries < 1 || local.OriginQueries > 3 {
+		t.Fatalf("local x3: %d origin queries, want 1 to 3", local.OriginQueries)
+	}
+	if cluster.CacheStatus["fwd=miss; collapsed; detail=coalesced-cluster"] == 0 {
+		t.Fatalf("cluster x3 answered no request from another instance's load: %v", cluster.CacheStatus)
+	}
+}
+
+func TestInstancesNeedRedis(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := Main(context.Background(), []string{"-instances", "2"}, &stdout, &stderr, false); code != 1 || !strings.Contains(stderr.String(), "-instances needs -redis") {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
 }
