@@ -27,9 +27,10 @@ const (
 
 // Options configures Open.
 type Options struct {
-	// OriginLatency is slept, holding a pooled connection, before each Get's
-	// query: it makes the origin as slow as a real one under load, for demos
-	// and tests. Zero adds nothing.
+	// OriginLatency is slept, holding a pooled connection, after each Get's
+	// query (before its answer is returned, whatever it is): it makes the
+	// origin as slow as a real one under load, for demos and tests, and the
+	// answer is as old as a slow query's. Zero adds nothing.
 	OriginLatency time.Duration
 	// MaxConns bounds the connection pool (default 16). With OriginLatency
 	// it is what makes an uncoordinated herd queue up, as it would on a real
@@ -156,7 +157,11 @@ func (r *SQLRepository) Get(ctx context.Context, ref Ref) (Product, error) {
 		return Product{}, fmt.Errorf("product: origin connection: %w", err)
 	}
 	defer conn.Close()
+	p := Product{ProductID: ref.ID, TenantID: ref.Tenant, Locale: ref.Locale, Currency: ref.Currency}
+	err = conn.QueryRowContext(ctx, r.getSQL, ref.Tenant, ref.ID, ref.Locale, ref.Currency).Scan(&p.DisplayName, &p.PriceCents, &p.Revision)
 	if r.latency > 0 {
+		// After the query: the answer arrives late and describes the row
+		// as it was when the query ran, as a slow query's snapshot does.
 		t := time.NewTimer(r.latency)
 		select {
 		case <-t.C:
@@ -165,8 +170,6 @@ func (r *SQLRepository) Get(ctx context.Context, ref Ref) (Product, error) {
 			return Product{}, fmt.Errorf("product: origin query: %w", context.Cause(ctx))
 		}
 	}
-	p := Product{ProductID: ref.ID, TenantID: ref.Tenant, Locale: ref.Locale, Currency: ref.Currency}
-	err = conn.QueryRowContext(ctx, r.getSQL, ref.Tenant, ref.ID, ref.Locale, ref.Currency).Scan(&p.DisplayName, &p.PriceCents, &p.Revision)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Product{}, ErrNotFound
 	}

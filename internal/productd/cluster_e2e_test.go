@@ -291,20 +291,46 @@ func TestClusterLeaderKilledMidLoadIsReplacedWithinTheLeaseTTL(t *testing.T) {
 	t.Logf("leader killed; takeover after %v (lease TTL %v); %d requests on the survivors all 200", takeover, leaseTTL, len(survivors))
 }
 
-// A leader frozen (SIGSTOP) past its lease loses it to another instance;
-// when it thaws, its write is refused by the fencing token, and every
-// reader keeps the takeover's value.
+// A leader frozen (SIGSTOP) past its lease, holding the row as it was
+// before an update, loses the lease to another instance, which loads the
+// updated row; when the old leader thaws, its write of the older row is
+// refused by the fencing token, and no reader sees the older row.
 func TestClusterPausedLeaderWriteIsFenced(t *testing.T) {
 	t.Parallel()
 	const leaseTTL = 300 * time.Millisecond
-	args := clusterArgs(t, sharedRedisURL(t), "-origin-latency", "1s", "-lease-ttl", leaseTTL.String(),
-		"-coalesce-wait", "8s", "-loader-timeout", "10s")
+	dsn := testenv.PostgresDB(t)
+	args := []string{"-db", dsn, "-redis", sharedRedisURL(t), "-redis-prefix", testenv.UniqueName("productd-cluster-") + ":",
+		"-seed-products", "20", "-failure-throttle", "0", "-origin-latency", "1s",
+		"-lease-ttl", leaseTTL.String(), "-coalesce-wait", "8s", "-loader-timeout", "10s"}
 	ps := startInstances(t, 2, args...)
 	a, b := ps[0], ps[1]
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
 	c := herdClient(4)
 	defer c.CloseIdleConnections()
 	fromA := herdInBackground(c, []*process{a}, 1, herdPath)
-	waitForLeader(t, c, []*process{a}, 10*time.Second)
+	// A's query has run (its connection is idle with the product lookup as
+	// its last statement; the origin latency is slept after the query):
+	// A now holds the row at its first revision.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		err := db.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND state = 'idle' AND query LIKE '%WHERE tenant_id%product_id%'`).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("A's origin query did not run within 10s")
+		}
+		time.Sleep(2 * time.Millisecond) // polling another process's state in PostgreSQL
+	}
 	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -316,9 +342,15 @@ func TestClusterPausedLeaderWriteIsFenced(t *testing.T) {
 		}
 	}
 	defer thaw()
-	// B waits out A's lease, takes it over, loads and writes.
+	// The row changes behind the caches' back (no PUT, so no invalidation:
+	// only the fence can keep A's older row out).
+	if _, err := db.Exec(`UPDATE products SET display_name = 'Renamed while A slept', revision = revision + 1
+		WHERE tenant_id = 'globex' AND product_id = 'p-00007' AND locale = 'fr-FR' AND currency = 'GBP'`); err != nil {
+		t.Fatal(err)
+	}
+	// B waits out A's lease, takes it over, loads the new row and writes.
 	ansB := get(c, b.url+herdPath)
-	if ansB.err != nil || ansB.status != 200 {
+	if ansB.err != nil || ansB.status != 200 || !strings.Contains(ansB.body, "Renamed while A slept") {
 		t.Fatalf("request on B during A's pause: %v %d %s", ansB.err, ansB.status, ansB.body)
 	}
 	if n := metric(t, c, b.url, takenOverMetric); n != 1 {
@@ -332,14 +364,18 @@ func TestClusterPausedLeaderWriteIsFenced(t *testing.T) {
 	if n := metric(t, c, a.url, fencedMetric); n != 1 {
 		t.Fatalf("A's fenced writes rejected: %v, want 1", n)
 	}
-	// Every reader, on both instances, sees the takeover's value.
+	// A's own request and every reader afterwards, on both instances, get
+	// the takeover's (newer) row, never A's.
+	if ansA[0].body != ansB.body {
+		t.Fatalf("A's own request got %s, want the stored value %s", ansA[0].body, ansB.body)
+	}
 	for _, p := range ps {
 		if got := get(c, p.url+herdPath); got.status != 200 || got.body != ansB.body {
 			t.Fatalf("after the thaw %s answers %d %s, want B's %s", p.url, got.status, got.body, ansB.body)
 		}
 	}
-	if ansA[0].body != ansB.body {
-		t.Fatalf("A's own request got %s, want the stored value %s", ansA[0].body, ansB.body)
+	if q := metric(t, c, a.url, OriginQueriesMetric) + metric(t, c, b.url, OriginQueriesMetric); q != 2 {
+		t.Fatalf("origin queries %v, want 2", q)
 	}
 }
 
