@@ -41,7 +41,8 @@ import (
 //
 // A request turned away before anything was forwarded (overload, shutdown,
 // an origin still throttled after a failure) carries neither hit nor fwd,
-// only a detail: overloaded, shutting-down, origin-throttled.
+// only a detail: overloaded, shutting-down, origin-throttled, and in cluster
+// mode leader-failed (the load failed on the instance that led it).
 //
 //	flightcache; hit; ttl=42
 //	flightcache; hit; ttl=42; detail=shared
@@ -53,6 +54,7 @@ import (
 //	flightcache; hit; ttl=-4; detail=origin-throttled
 //	flightcache; fwd=miss; detail=origin-timeout
 //	flightcache; detail=overloaded
+//	flightcache; detail=leader-failed
 func CacheStatus(cache string, sv product.Served, err error) string {
 	var sb strings.Builder
 	sb.WriteString(cache)
@@ -115,6 +117,11 @@ func CacheStatus(cache string, sv product.Served, err error) string {
 			detail = "shutting-down"
 		case errors.As(err, &te):
 			detail = "origin-throttled"
+		case errors.Is(err, flightcache.ErrLeaderFailed):
+			// Cluster mode: the load failed on the instance that led it
+			// (now, or within the failure window); this one forwarded
+			// nothing.
+			detail = "leader-failed"
 		case errors.Is(err, product.ErrNotFound): // uncached (naive mode)
 			param("fwd=miss")
 			detail = "not-found"

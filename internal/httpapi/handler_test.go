@@ -551,6 +551,7 @@ func TestCacheStatusFollowsRFC9211ForEveryOutcome(t *testing.T) {
 		{"§2.2 no fwd: too many waiters, nothing forwarded", failed, singleflight.ErrTooManyWaiters, "flightcache; detail=overloaded"},
 		{"§2.2 no fwd: shutting down, nothing forwarded", failed, singleflight.ErrClosed, "flightcache; detail=shutting-down"},
 		{"§2.2 no fwd: the throttle answered with the last failure", failed, throttled, "flightcache; detail=origin-throttled"},
+		{"§2.2 no fwd: the load failed on the instance that led it (cluster mode)", failed, fmt.Errorf("%w: connection refused", flightcache.ErrLeaderFailed), "flightcache; detail=leader-failed"},
 		{"§2.1 no hit, §2.2 no fwd: the guard answered without a stored response", sv(flightcache.OutcomeFiltered, time.Second), product.ErrNotFoundCached, "flightcache; detail=filtered"},
 		{"§2.4 ttl only when known", product.Served{Outcome: flightcache.OutcomeHitLocal}, nil, "flightcache; hit"},
 		{"§2.4 a value stale by less than a second is still negative, never ttl=0", product.Served{Outcome: flightcache.OutcomeStale, TTL: -300 * time.Millisecond, TTLKnown: true}, nil, "flightcache; fwd=stale; ttl=-1; detail=origin-error"},

@@ -417,6 +417,9 @@ func TestClusterLeaderFailureReachesEveryInstanceBeforeTheLeaseTTL(t *testing.T)
 		}
 		slowest = max(slowest, a.took)
 	}
+	if kinds := cacheKinds(as); kinds["flightcache; detail=leader-failed"] == 0 {
+		t.Fatalf("no request reported the failure of another instance's load: %v", kinds)
+	}
 	if slowest > leaseTTL/2 {
 		t.Fatalf("the slowest failed request took %v, want well under the lease TTL %v", slowest, leaseTTL)
 	}
