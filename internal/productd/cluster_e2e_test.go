@@ -172,11 +172,30 @@ func readyz(t *testing.T, c *http.Client, p *process) string {
 
 const herdPath = "/v1/tenants/globex/products/p-00007?locale=fr-FR&currency=GBP"
 
+// The origin queries are counted twice: by the instances (summed over
+// their /metrics) and by PostgreSQL itself (the product-row index lookups
+// of pg_stat_user_tables, less what eight bare starts and stops cost).
 func TestClusterHerdOnEightInstancesMakesOneOriginQuery(t *testing.T) {
 	t.Parallel()
-	ps := startInstances(t, 8, clusterArgs(t, sharedRedisURL(t), "-origin-latency", "200ms")...)
+	dsn := testenv.PostgresDB(t)
+	db := dsn[strings.LastIndexByte(dsn, '/')+1 : strings.IndexByte(dsn, '?')]
+	args := []string{"-db", dsn, "-redis", sharedRedisURL(t), "-redis-prefix", testenv.UniqueName("productd-cluster-") + ":",
+		"-seed-products", "20", "-failure-throttle", "0", "-redis-timeout", redisTimeoutUnderLoad, "-origin-latency", "200ms"}
 	c := herdClient(2000)
 	defer c.CloseIdleConnections()
+	stopAll := func(ps []*process) {
+		for _, p := range ps {
+			p.stop(t)
+		}
+	}
+	stopAll(startInstances(t, 1, args...)) // migrate and seed
+	c0 := readPGCounters(t, db, dsn)
+	ps := startInstances(t, 8, args...)
+	readyz(t, c, ps[0])
+	stopAll(ps) // what eight instances cost by starting, one /readyz and stopping
+	c1 := readPGCounters(t, db, dsn)
+
+	ps = startInstances(t, 8, args...)
 	if got := readyz(t, c, ps[0]); got != "cluster" {
 		t.Fatalf("/readyz coalescing %q, want cluster", got)
 	}
@@ -189,7 +208,13 @@ func TestClusterHerdOnEightInstancesMakesOneOriginQuery(t *testing.T) {
 	if kinds["flightcache; fwd=miss; stored"] != 1 || kinds["flightcache; fwd=miss; collapsed; detail=coalesced-cluster"] == 0 {
 		t.Fatalf("Cache-Status counts %v: want one stored miss and some coalesced-cluster answers", kinds)
 	}
-	t.Logf("cluster mode: 2000 requests on 8 instances, 1 origin query; Cache-Status: %v", kinds)
+	stopAll(ps)
+	c2 := readPGCounters(t, db, dsn)
+	idle, herd := between(c0, c1), between(c1, c2)
+	if scans, rows := herd.idxScans-idle.idxScans, herd.idxRows-idle.idxRows; scans != 1 || rows != 1 {
+		t.Fatalf("PostgreSQL counted %d index lookups fetching %d product rows for the herd, want 1 and 1", scans, rows)
+	}
+	t.Logf("cluster mode: 2000 requests on 8 instances, 1 origin query (PostgreSQL agrees); Cache-Status: %v", kinds)
 }
 
 func TestLocalHerdOnEightInstancesMakesAtMostOneOriginQueryPerInstance(t *testing.T) {
