@@ -686,11 +686,16 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 			}
 			return err
 		}
-		// One Get per key. The first failure ends the call: the tier, not
-		// a key, is failing, and the deadline is the whole call's.
+		// One Get per key. The first failure of the tier ends the call:
+		// the deadline is the whole call's. An error about one entry is
+		// that key's miss, as in a GetMany.
 		lookups = make([]Lookup, len(keys))
 		for j, k := range keys {
 			e, ok, err := c.shared.Get(ctx, k)
+			if err != nil && entryLevel(err) {
+				lookups[j].Err = err
+				continue
+			}
 			if err != nil {
 				return err
 			}
@@ -848,9 +853,11 @@ func (c *Cache[V]) setSharedMany(ctx context.Context, keys []string, entries []E
 	return errs
 }
 
+// firstErr is the first error of errs that is the tier's, not one entry's
+// (see entryLevel): what the breaker hears of a write of many keys.
 func firstErr(errs []error) error {
 	for _, err := range errs {
-		if err != nil {
+		if err != nil && !entryLevel(err) {
 			return err
 		}
 	}

@@ -22,6 +22,14 @@ var ErrClosed = fmt.Errorf("flightcache: cache closed: %w", singleflight.ErrClos
 // tier as a miss without logging a failure for it.
 var ErrBreakerOpen = errors.New("flightcache: shared tier skipped: circuit breaker open")
 
+// ErrEntryRejected is matched (errors.Is) by the errors of a shared store
+// that could not use one entry: corrupt, bound to another key, too large.
+// Such an error says nothing about the tier's health: the Cache treats it as
+// a miss (read) or a failed write-back of that key, never as a failure of
+// the tier for its SharedBreaker. A SharedStore's entry-level errors should
+// match it.
+var ErrEntryRejected = errors.New("flightcache: shared tier rejected the entry")
+
 // ErrInvalidKey is matched (errors.Is) by every *KeyError.
 var ErrInvalidKey = errors.New("flightcache: invalid key")
 
@@ -33,6 +41,7 @@ type KeyError struct {
 	Reason string
 }
 
+// Error says why the key was refused, without the key.
 func (e *KeyError) Error() string { return "flightcache: invalid key: " + e.Reason }
 
 // Unwrap returns ErrInvalidKey.
@@ -44,6 +53,7 @@ type ConfigError struct {
 	Reason string
 }
 
+// Error names the field and why its value was refused.
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("flightcache: invalid config: %s: %s", e.Field, e.Reason)
 }

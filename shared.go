@@ -18,7 +18,8 @@ import (
 //   - reports its outcome to the breaker: a failure for an error or a
 //     timeout, a success for a hit or a miss, and nothing but a success
 //     when the caller's own context ended (the caller leaving says nothing
-//     about the tier);
+//     about the tier) or the error is about one entry or key (see
+//     entryLevel);
 //   - converts times between the Cache's clock (Options.Now) and the wall
 //     clock the shared tier holds (see toWall).
 
@@ -50,8 +51,9 @@ func (c *Cache[V]) sharedCall(ctx context.Context, keepCancel bool, call func(co
 	defer cancel()
 	err := call(cctx)
 	// A read the caller abandoned says nothing about the tier; a write
-	// ignores the caller's cancellation, so its error always counts.
-	failed = err != nil && !(keepCancel && ctx.Err() != nil)
+	// ignores the caller's cancellation, so its error counts, unless it is
+	// about one entry or key, not the tier.
+	failed = err != nil && !(keepCancel && ctx.Err() != nil) && !entryLevel(err)
 	if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && (cctx.Err() != nil || isTimeout(err)) {
 		// The call's own deadline passed, but the store said so in its own
 		// words: go-redis reports a read cut short by the deadline as a
@@ -60,6 +62,14 @@ func (c *Cache[V]) sharedCall(ctx context.Context, keepCancel bool, call func(co
 		err = fmt.Errorf("flightcache: shared tier call timed out: %w (%w)", context.DeadlineExceeded, err)
 	}
 	return err
+}
+
+// entryLevel reports whether err is about one entry or key (corrupt, bound
+// to another key, too large, an invalid key), which the tier handled
+// correctly: a success for the breaker, a miss or a failed write of that
+// key for the caller.
+func entryLevel(err error) bool {
+	return errors.Is(err, ErrEntryRejected) || errors.Is(err, ErrInvalidKey)
 }
 
 // isTimeout reports whether err says it is a timeout, as net.Error does.

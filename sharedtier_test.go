@@ -436,3 +436,73 @@ func TestFailingSharedTierIsSkippedByPackageBreaker(t *testing.T) {
 		t.Fatalf("breaker %v, want open", br.State())
 	}
 }
+
+// rejectingShared is a SharedStore that works but rejects every entry: each
+// Get finds a corrupt (or foreign) entry, each Set a value too large. Both
+// errors are about one entry, as redisstore's are.
+type rejectingShared struct{ gets, sets atomic.Int64 }
+
+var errRejected = fmt.Errorf("corrupt payload under key #0123abcd: %w", flightcache.ErrEntryRejected)
+
+func (s *rejectingShared) Get(context.Context, string) (flightcache.Entry, bool, error) {
+	s.gets.Add(1)
+	return flightcache.Entry{}, false, errRejected
+}
+
+func (s *rejectingShared) Set(context.Context, string, flightcache.Entry) error {
+	s.sets.Add(1)
+	return errRejected
+}
+
+func (s *rejectingShared) Delete(context.Context, string) error { return nil }
+
+// Errors about one entry (corrupt, another key's, too large) say nothing
+// about the tier: twenty in a row, on reads and write-backs, by Fetch and by
+// FetchMany, leave a breaker that opens after five failures closed, and
+// every key is still read from the tier and loaded.
+func TestEntryRejectionsDoNotOpenTheBreaker(t *testing.T) {
+	const n = 20
+	shared := &rejectingShared{}
+	br := &countBreaker{threshold: 5}
+	c := newCache(t, flightcache.Options[*product]{Shared: shared, SharedBreaker: br})
+	var o origin
+	for i := range n {
+		id := fmt.Sprint(i)
+		r, err := c.Fetch(context.Background(), "p:"+id, o.load(id))
+		if err != nil || r.Value == nil {
+			t.Fatalf("Fetch %d = %+v, %v; a rejected entry is a miss", i, r, err)
+		}
+		wantOutcome(t, r.Outcome, flightcache.OutcomeLoadedWriteFailed)
+		if !errors.Is(r.WriteErr, flightcache.ErrEntryRejected) {
+			t.Fatalf("WriteErr = %v, want the store's rejection", r.WriteErr)
+		}
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprint("q:", i)
+	}
+	for i, kr := range c.FetchMany(context.Background(), keys, func(_ context.Context, keys []string) (map[string]*product, error) {
+		m := make(map[string]*product, len(keys))
+		for _, k := range keys {
+			m[k] = &product{ID: k}
+		}
+		return m, nil
+	}) {
+		if kr.Err != nil || kr.Value == nil {
+			t.Fatalf("FetchMany key %d = %+v; a rejected entry is that key's miss", i, kr)
+		}
+	}
+	if s := br.State(); s != flightcache.BreakerClosed {
+		t.Fatalf("breaker %v after %d entry rejections, want closed", s, 2*n)
+	}
+	br.mu.Lock()
+	defer br.mu.Unlock()
+	for i, failed := range br.outcomes {
+		if failed {
+			t.Fatalf("the breaker heard a failure (call %d of %d)", i, len(br.outcomes))
+		}
+	}
+	if br.refused != 0 || shared.gets.Load() < 2*n || shared.sets.Load() < n {
+		t.Fatalf("refused %d, gets %d, sets %d: every key should reach the tier", br.refused, shared.gets.Load(), shared.sets.Load())
+	}
+}

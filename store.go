@@ -60,7 +60,9 @@ type LocalStore[V any] interface {
 // a miss and a failed write as a best-effort failure, never as a failed Get.
 // Implementations must be safe for concurrent use, and must return when
 // ctx ends: the Cache bounds every call with Options.SharedTimeout through
-// ctx and has no other way to stop a call.
+// ctx and has no other way to stop a call. An error about one entry
+// rather than the tier (corrupt, another key's, too large) should match
+// ErrEntryRejected, so that the SharedBreaker does not count it.
 //
 // The times in an Entry's Meta are wall-clock times (time.Now), whatever
 // clock the Cache runs on (Options.Now), so that every process sharing the

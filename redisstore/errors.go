@@ -3,9 +3,12 @@ package redisstore
 import (
 	"errors"
 	"fmt"
+
+	"github.com/flightcache/flightcache"
 )
 
-// ErrCorrupt is matched (errors.Is) by every *CorruptError.
+// ErrCorrupt is matched (errors.Is) by every *CorruptError, as is
+// flightcache.ErrEntryRejected.
 var ErrCorrupt = errors.New("redisstore: corrupt payload")
 
 // ErrKeyMismatch is matched (errors.Is) by the *CorruptError of a
@@ -14,10 +17,12 @@ var ErrCorrupt = errors.New("redisstore: corrupt payload")
 // never returned as a value.
 var ErrKeyMismatch = errors.New("redisstore: entry belongs to another key")
 
-// ErrPayloadTooLarge is matched (errors.Is) by every *PayloadTooLargeError.
+// ErrPayloadTooLarge is matched (errors.Is) by every *PayloadTooLargeError,
+// as is flightcache.ErrEntryRejected.
 var ErrPayloadTooLarge = errors.New("redisstore: payload too large")
 
-// ErrInvalidEntry is matched (errors.Is) by every *EntryError.
+// ErrInvalidEntry is matched (errors.Is) by every *EntryError, as is
+// flightcache.ErrEntryRejected.
 var ErrInvalidEntry = errors.New("redisstore: invalid entry")
 
 // Errors never contain keys: keys can carry tenant ids and personal data, and
@@ -40,6 +45,7 @@ type CorruptError struct {
 	Err error
 }
 
+// Error names the key by its handle and the check that failed.
 func (e *CorruptError) Error() string {
 	return fmt.Sprintf("redisstore: corrupt payload under key #%s: %s", e.KeyHandle, e.Reason)
 }
@@ -52,6 +58,10 @@ func (e *CorruptError) Unwrap() []error {
 	return []error{ErrCorrupt}
 }
 
+// Is reports whether target is flightcache.ErrEntryRejected: a corrupt or
+// foreign entry is that entry's problem, not a failure of Redis.
+func (e *CorruptError) Is(target error) bool { return target == flightcache.ErrEntryRejected }
+
 // PayloadTooLargeError reports a Set refused because its envelope is larger
 // than Options.MaxPayload. Nothing was sent to Redis.
 type PayloadTooLargeError struct {
@@ -60,6 +70,7 @@ type PayloadTooLargeError struct {
 	Max       int    // Options.MaxPayload
 }
 
+// Error names the key by its handle, the size and the limit.
 func (e *PayloadTooLargeError) Error() string {
 	return fmt.Sprintf("redisstore: payload for key #%s is %d bytes, more than the maximum %d", e.KeyHandle, e.Size, e.Max)
 }
@@ -67,13 +78,22 @@ func (e *PayloadTooLargeError) Error() string {
 // Unwrap returns ErrPayloadTooLarge.
 func (e *PayloadTooLargeError) Unwrap() error { return ErrPayloadTooLarge }
 
+// Is reports whether target is flightcache.ErrEntryRejected: a value too
+// large is that entry's problem, not a failure of Redis.
+func (e *PayloadTooLargeError) Is(target error) bool { return target == flightcache.ErrEntryRejected }
+
 // EntryError reports an Entry whose Meta cannot be encoded (for example a
 // zero StaleUntil, or FreshUntil after StaleUntil). Nothing was sent to Redis.
 type EntryError struct {
 	Reason string
 }
 
+// Error says why the entry cannot be encoded.
 func (e *EntryError) Error() string { return "redisstore: invalid entry: " + e.Reason }
 
 // Unwrap returns ErrInvalidEntry.
 func (e *EntryError) Unwrap() error { return ErrInvalidEntry }
+
+// Is reports whether target is flightcache.ErrEntryRejected: an entry that
+// cannot be encoded is that entry's problem, not a failure of Redis.
+func (e *EntryError) Is(target error) bool { return target == flightcache.ErrEntryRejected }

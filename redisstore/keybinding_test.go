@@ -219,3 +219,42 @@ func TestKeyHandleIsTheSHA256PrefixOfTheRedisKey(t *testing.T) {
 		t.Fatalf("the handle %s is not the start of the envelope's key hash %x", got, b)
 	}
 }
+
+// Every error about one entry (corrupt bytes, another key's entry, a value
+// too large, an entry that cannot be encoded) matches
+// flightcache.ErrEntryRejected, so the Cache never counts it as a failure of
+// Redis for its breaker; each keeps matching its own sentinel too.
+func TestEntryLevelErrorsMatchErrEntryRejected(t *testing.T) {
+	s, c := newTestStore(t, Options{MaxPayload: 128})
+	ctx := context.Background()
+	if err := c.Set(ctx, s.Prefix()+"corrupt", "not an envelope", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Set(ctx, "mine", liveEntry("v")); err != nil {
+		t.Fatal(err)
+	}
+	copyRaw(t, s, s.Prefix()+"mine", s.Prefix()+"theirs")
+
+	_, _, corrupt := s.Get(ctx, "corrupt")
+	_, _, foreign := s.Get(ctx, "theirs")
+	tooLarge := s.Set(ctx, "big", liveEntry(strings.Repeat("x", 200)))
+	invalid := s.Set(ctx, "bad", flightcache.Entry{Value: []byte("v")}) // zero StaleUntil
+	for _, tc := range []struct {
+		name string
+		err  error
+		own  error
+	}{
+		{"corrupt", corrupt, ErrCorrupt},
+		{"another key's entry", foreign, ErrKeyMismatch},
+		{"too large", tooLarge, ErrPayloadTooLarge},
+		{"invalid entry", invalid, ErrInvalidEntry},
+	} {
+		if !errors.Is(tc.err, flightcache.ErrEntryRejected) || !errors.Is(tc.err, tc.own) {
+			t.Errorf("%s: err = %v; want it to match ErrEntryRejected and %v", tc.name, tc.err, tc.own)
+		}
+	}
+	// A sentinel of its own is not matched by another's error.
+	if errors.Is(corrupt, ErrPayloadTooLarge) || errors.Is(tooLarge, ErrCorrupt) {
+		t.Fatalf("sentinels cross-match: %v / %v", corrupt, tooLarge)
+	}
+}
