@@ -121,7 +121,7 @@ func (c *Cache[V]) FetchMany(ctx context.Context, keys []string, load BatchLoadF
 	if c.obs != nil {
 		d := time.Since(start)
 		for i := range b.res {
-			c.obs.ObserveCache(Event{Kind: EventGet, Ctx: ctx, Cache: c.name, Outcome: b.res[i].Outcome, Duration: d, Err: b.res[i].Err})
+			c.observe(Event{Kind: EventGet, Ctx: ctx, Cache: c.name, Outcome: b.res[i].Outcome, Duration: d, Err: b.res[i].Err})
 		}
 	}
 	return b.res

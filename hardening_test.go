@@ -257,6 +257,33 @@ func TestPanickingObserverIsLoggedNotFatal(t *testing.T) {
 	}
 }
 
+// A panicking Observer does not escape FetchMany either: every key is
+// answered, the panics are logged.
+func TestPanickingObserverDoesNotEscapeFetchMany(t *testing.T) {
+	logs := &logBuffer{}
+	c := newCache(t, flightcache.Options[*product]{
+		Local: newLocal[*product](t, nil), Observer: panickingObserver{}, Logger: logs.logger(),
+	})
+	load := func(_ context.Context, keys []string) (map[string]*product, error) {
+		m := make(map[string]*product, len(keys))
+		for _, k := range keys {
+			m[k] = &product{ID: k}
+		}
+		return m, nil
+	}
+	for range 2 { // loaded, then hits
+		res := c.FetchMany(context.Background(), []string{"p:1", "p:2"}, load)
+		for i, kr := range res {
+			if kr.Err != nil || kr.Value == nil {
+				t.Fatalf("key %d = %+v; the Observer's panic must not fail the batch", i, kr)
+			}
+		}
+	}
+	if logs.count("Observer panicked") < 1 {
+		t.Fatalf("the Observer's panics were not logged:\n%s", logs.String())
+	}
+}
+
 // A caller whose context has already ended gets ctx.Err() at once, and
 // nothing starts: no load, no write.
 func TestCallerWithEndedContextStartsNothing(t *testing.T) {
