@@ -583,6 +583,12 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		}
 		return
 	}
+	// Loaded in time: the flights' hard timeout must not cut the
+	// write-back short and lose the values (as in miss.run). Every key of
+	// the chunk waits for it, found in a tier or loaded.
+	for _, bk := range keys {
+		flightgroup.StopTimeout(bk.f.Context())
+	}
 	c.reportUnrequested(fctx, found, ask)
 
 	ttl := time.Duration(pol.ttl.Load())

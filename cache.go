@@ -158,11 +158,14 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 	// The engine's timeout is the flight's, not the loader's: the loader
 	// runs under its own LoaderTimeout inside the flight (see miss.run), and
 	// the engine's only releases the callers of a loader or store that
-	// ignores its context. A flight is at most a shared read, the load and
-	// a shared write.
+	// ignores its context. It covers the flight up to the loader's return:
+	// the double-check's shared read, then the load. The flight stops it
+	// then (flightgroup.StopTimeout): the write-back that follows is
+	// bounded by SharedTimeout per shared call, and must not lose a value
+	// loaded in time.
 	flightTimeout := o.LoaderTimeout + engineMargin
 	if o.Shared != nil {
-		flightTimeout += 2 * o.SharedTimeout
+		flightTimeout += o.SharedTimeout
 	}
 	if o.Coordinator != nil {
 		// Cluster mode: the wait for another instance comes first, and

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/flightcache/flightcache/internal/flightgroup"
 )
 
 // miss is one caller's way into the flight of its key. Every caller that
@@ -75,7 +77,9 @@ type flight[V any] struct {
 //  4. load, under LoaderTimeout: the origin's own deadline;
 //  5. write back, best-effort, each shared call under SharedTimeout.
 //
-// Encoding for the shared tier is CPU work without a deadline.
+// Encoding for the shared tier is CPU work without a deadline. ctx is the
+// engine's loader context, whose hard timeout covers steps 2 to 4 only:
+// run stops it once the loader has returned.
 func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 	m.led.Store(true)
 	c := m.c
@@ -101,6 +105,10 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 	if err != nil {
 		return fl, err
 	}
+	// The value was loaded in time: from here the flight's hard timeout
+	// could only lose it (encoding has no deadline; each shared write has
+	// SharedTimeout).
+	flightgroup.StopTimeout(ctx)
 	if !pol.noStore.Load() {
 		fl.writeErr = m.writeBack(ctx, t, &fl.item)
 	}

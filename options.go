@@ -50,9 +50,11 @@ type Options[V any] struct {
 	// SharedTimeout instead. Encoding the value for the shared tier is CPU
 	// work without a deadline. A loader that ignores its context has its
 	// callers released, with an error matching context.DeadlineExceeded,
-	// at the flight's hard timeout: LoaderTimeout + 2×SharedTimeout (a
-	// shared read and a shared write; nothing without a shared tier) +
-	// 10ms. Must be in [1ms, 10m]. Default 10s.
+	// at the flight's hard timeout: LoaderTimeout + SharedTimeout (the
+	// double-check's shared read before the load; nothing without a shared
+	// tier) + 10ms. That timeout stops once the loader has returned, so
+	// neither a slow encoding nor a slow write loses a value loaded in
+	// time. Must be in [1ms, 10m]. Default 10s.
 	LoaderTimeout time.Duration
 	// SharedTimeout bounds each call to the shared tier (a read, the
 	// double-check's read, a write-back, Set, Delete) on its own deadline,

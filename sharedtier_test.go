@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -504,5 +505,104 @@ func TestEntryRejectionsDoNotOpenTheBreaker(t *testing.T) {
 	}
 	if br.refused != 0 || shared.gets.Load() < 2*n || shared.sets.Load() < n {
 		t.Fatalf("refused %d, gets %d, sets %d: every key should reach the tier", br.refused, shared.gets.Load(), shared.sets.Load())
+	}
+}
+
+// slowCodec is JSON whose Marshal signals encoding when it starts, then
+// waits for release and for hold more: a value slow to encode (tens of
+// MiB).
+type slowCodec struct {
+	flightcache.JSONCodec[*product]
+	encoding chan struct{}
+	release  chan struct{}
+	hold     time.Duration
+}
+
+func (s slowCodec) Marshal(v *product) ([]byte, error) {
+	s.encoding <- struct{}{}
+	<-s.release
+	<-time.After(s.hold)
+	return s.JSONCodec.Marshal(v)
+}
+
+// The loader timeout covers the origin only: a value loaded just in time
+// reaches the leader and every waiter even when encoding it for the shared
+// tier takes longer than the whole flight timeout would have allowed.
+func TestSlowEncodingAfterATimelyLoadNeverLosesTheValue(t *testing.T) {
+	const (
+		loaderTimeout = 40 * time.Millisecond
+		sharedTimeout = 10 * time.Millisecond
+		waiters       = 3
+	)
+	codec := slowCodec{encoding: make(chan struct{}, 1), release: make(chan struct{}),
+		hold: loaderTimeout + 3*sharedTimeout + 20*time.Millisecond}
+	rec := newRecorder()
+	c := newCache(t, flightcache.Options[*product]{
+		Shared: newMapShared(time.Now), Codec: codec, Observer: rec,
+		LoaderTimeout: loaderTimeout, SharedTimeout: sharedTimeout,
+	})
+	load := func(ctx context.Context) (*product, error) {
+		<-time.After(loaderTimeout - 15*time.Millisecond) // a slow origin, in time
+		return &product{ID: "1"}, nil
+	}
+	type answer struct {
+		r   flightcache.Result[*product]
+		err error
+	}
+	answers := make(chan answer, waiters+1)
+	fetch := func() {
+		r, err := c.Fetch(context.Background(), "p:1", load)
+		answers <- answer{r, err}
+	}
+	go fetch()
+	<-codec.encoding // loaded; the write-back is encoding
+	for range waiters {
+		go fetch()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for rec.engineCount("shared") < waiters {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiters never joined the flight")
+		}
+		runtime.Gosched()
+	}
+	close(codec.release)
+	for range waiters + 1 {
+		a := <-answers
+		if a.err != nil || a.r.Value == nil || a.r.Value.ID != "1" {
+			t.Fatalf("Fetch = %+v, %v; the value was loaded in time", a.r, a.err)
+		}
+	}
+	if n := rec.engineCount("timeout"); n != 0 {
+		t.Fatalf("%d engine timeouts; the write-back is not the loader's", n)
+	}
+}
+
+// The same for a batch: a chunk loaded in time is answered even when its
+// write-back outlasts the flights' timeout.
+func TestSlowEncodingAfterATimelyBatchLoadNeverLosesTheValues(t *testing.T) {
+	const (
+		loaderTimeout = 40 * time.Millisecond
+		sharedTimeout = 10 * time.Millisecond
+	)
+	codec := slowCodec{encoding: make(chan struct{}, 2), release: make(chan struct{}),
+		hold: loaderTimeout + 3*sharedTimeout + 20*time.Millisecond}
+	close(codec.release)
+	c := newCache(t, flightcache.Options[*product]{
+		Shared: newMapShared(time.Now), Codec: codec,
+		LoaderTimeout: loaderTimeout, SharedTimeout: sharedTimeout,
+	})
+	res := c.FetchMany(context.Background(), []string{"p:1", "p:2"}, func(_ context.Context, keys []string) (map[string]*product, error) {
+		<-time.After(loaderTimeout - 15*time.Millisecond)
+		m := make(map[string]*product, len(keys))
+		for _, k := range keys {
+			m[k] = &product{ID: k}
+		}
+		return m, nil
+	})
+	for i, kr := range res {
+		if kr.Err != nil || kr.Value == nil {
+			t.Fatalf("key %d = %+v; the values were loaded in time", i, kr)
+		}
 	}
 }

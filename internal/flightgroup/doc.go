@@ -9,7 +9,9 @@
 // that the Cache can use primitives that are not part of that public API
 // without widening it: Start and StartMany, with which a batch registers or
 // joins each key's execution, learning at once which keys it leads, loads
-// those itself in one call and delivers them with Flight.Complete.
+// those itself in one call and delivers them with Flight.Complete; and
+// StopTimeout, with which an execution whose origin has answered releases
+// itself from the loader timeout before writing the result back.
 //
 // Error strings and panic messages name package singleflight, since that
 // is the name users see.

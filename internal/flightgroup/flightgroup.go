@@ -433,10 +433,11 @@ func (g *Group[K, V]) loaderDone(c *call[K, V], timer *time.Timer, v V, err erro
 	obs.ObserveFlight(e)
 }
 
-// expire runs when the loader timeout fires before fn returned.
+// expire runs when the loader timeout fires before fn returned. An
+// execution released by StopTimeout is left alone.
 func (g *Group[K, V]) expire(c *call[K, V]) {
 	d := g.cfg.timeout
-	if !g.complete(c, *new(V), &timeoutError{after: d.String()}, ctxDeadlineExceeded, nil) {
+	if !c.lctx.fire() || !g.complete(c, *new(V), &timeoutError{after: d.String()}, ctxDeadlineExceeded, nil) {
 		return
 	}
 	if obs := g.cfg.obs; obs != nil {

@@ -53,6 +53,11 @@ type loaderExtra struct {
 	// deadline is the loader timeout's deadline, zero without one. Written
 	// before the loader starts; read-only afterwards.
 	deadline time.Time
+	// timeout is the loader timeout's state (timeoutArmed, then at most one
+	// change: timeoutReleased by StopTimeout, or timeoutFired by the timer).
+	// The first change wins, so a released execution is never expired, and
+	// an expired one never reported released.
+	timeout atomic.Uint32
 	// afters are the AfterFunc registrations that have neither run nor been
 	// stopped. Guarded by the loaderCtx's mu.
 	afters []*afterFunc
@@ -65,6 +70,44 @@ type loaderExtra struct {
 }
 
 type causedCtx struct{ context.Context }
+
+// The states in loaderExtra.timeout.
+const (
+	timeoutArmed uint32 = iota
+	timeoutReleased
+	timeoutFired
+)
+
+// StopTimeout releases the execution whose loader context is ctx from the
+// Group's loader timeout: the timeout no longer completes it, and ctx
+// reports no deadline from then on (Close and the other cancellations
+// still apply). ctx must be the context the Group passed to fn, or a
+// Flight's Context, not one derived from it. StopTimeout reports whether
+// the execution is released: false when the timeout already fired, for any
+// other context, and without a loader timeout.
+//
+// A caller whose fn has finished its time-critical part (the origin) and
+// goes on with work bounded otherwise (writes under their own deadline)
+// calls it so that the loader timeout cannot cut that work short and lose
+// a result obtained in time. The waiters are then bounded by fn alone.
+func StopTimeout(ctx context.Context) bool {
+	l, ok := ctx.(*loaderCtx)
+	if !ok {
+		return false
+	}
+	x := l.extra.Load()
+	if x == nil || x.deadline.IsZero() {
+		return false
+	}
+	return x.timeout.CompareAndSwap(timeoutArmed, timeoutReleased) || x.timeout.Load() == timeoutReleased
+}
+
+// fire marks l's loader timeout fired, unless StopTimeout released it
+// first: only then may the timeout complete the execution.
+func (l *loaderCtx) fire() bool {
+	x := l.extra.Load()
+	return x == nil || x.timeout.CompareAndSwap(timeoutArmed, timeoutFired)
+}
 
 // extraLocked returns l's loaderExtra, creating it. l.mu must be held, or l
 // not yet published.
@@ -93,7 +136,7 @@ var closedchan = func() chan struct{} {
 type ancestorKey struct{ l *loaderCtx }
 
 func (l *loaderCtx) Deadline() (time.Time, bool) {
-	if x := l.extra.Load(); x != nil && !x.deadline.IsZero() {
+	if x := l.extra.Load(); x != nil && !x.deadline.IsZero() && x.timeout.Load() != timeoutReleased {
 		return x.deadline, true
 	}
 	return time.Time{}, false

@@ -170,3 +170,67 @@ func (c *counter) joined(t *testing.T, n int) {
 		time.Sleep(50 * time.Microsecond)
 	}
 }
+
+// An execution released by StopTimeout outlives the loader timeout: its
+// result reaches the waiters, and its context reports no deadline. The
+// timeout still ends one that was not released.
+func TestStopTimeoutKeepsTheLoaderTimeoutFromCuttingTheRestOfTheWork(t *testing.T) {
+	const timeout = 20 * time.Millisecond
+	g := flightgroup.New[string, int](flightgroup.WithLoaderTimeout(timeout))
+	if flightgroup.StopTimeout(context.Background()) {
+		t.Fatal("StopTimeout released a context that is no execution's")
+	}
+	v, _, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
+		if _, ok := ctx.Deadline(); !ok {
+			t.Error("no deadline before StopTimeout")
+		}
+		if !flightgroup.StopTimeout(ctx) || !flightgroup.StopTimeout(ctx) {
+			t.Error("StopTimeout did not release an execution whose timeout had not fired")
+		}
+		if _, ok := ctx.Deadline(); ok {
+			t.Error("the context still reports a deadline after StopTimeout")
+		}
+		<-time.After(3 * timeout) // the work the timeout must no longer cut short
+		return 1, ctx.Err()
+	})
+	if v != 1 || err != nil {
+		t.Fatalf("Do = %v, %v; want the released execution's result", v, err)
+	}
+	_, _, err = g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
+		<-ctx.Done()
+		if flightgroup.StopTimeout(ctx) {
+			t.Error("StopTimeout released an execution whose timeout had fired")
+		}
+		return 2, nil
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do = %v; want the loader timeout", err)
+	}
+}
+
+// In a StartMany, releasing one execution keeps it from the shared
+// timeout; the others still expire with it.
+func TestStopTimeoutReleasesOneExecutionOfAStartMany(t *testing.T) {
+	g := flightgroup.New[string, int](flightgroup.WithLoaderTimeout(20 * time.Millisecond))
+	keys := []string{"a", "b"}
+	fs := make([]flightgroup.Flight[string, int], len(keys))
+	errs := make([]error, len(keys))
+	g.StartMany(context.Background(), keys, fs, errs)
+	if !flightgroup.StopTimeout(fs[0].Context()) {
+		t.Fatal("StopTimeout did not release a led execution")
+	}
+	if _, _, err := fs[1].Wait(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("b = %v; want the loader timeout", err)
+	}
+	if err := fs[0].Context().Err(); err != nil {
+		t.Fatalf("a's context ended (%v) though it was released", err)
+	}
+	fs[0].Complete(1, nil)
+	fs[1].Complete(2, nil) // late: dropped
+	if v, _, err := fs[0].Wait(context.Background()); v != 1 || err != nil {
+		t.Fatalf("a = %v, %v; want its result after the timeout", v, err)
+	}
+	if g.InFlight() != 0 {
+		t.Fatalf("InFlight = %d", g.InFlight())
+	}
+}
