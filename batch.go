@@ -172,10 +172,7 @@ func (b *batch[V]) run() {
 					}
 					// serve's common case, inline, as in hitLocal.
 					r := &b.res[i]
-					r.Value, r.Outcome = it.Value, OutcomeHitLocal
-					if !it.LoadedAt.IsZero() {
-						r.Age = max(time.Duration(b.now.UnixNano()-it.LoadedAt.UnixNano()), 0)
-					}
+					r.Value, r.Outcome, r.Age = it.Value, OutcomeHitLocal, age(it.LoadedAt, b.now.UnixNano())
 					continue
 				}
 				if !it.NotFound && b.now.Before(it.StaleUntil) {
