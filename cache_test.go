@@ -578,6 +578,41 @@ func TestMaxInFlightRejectsNewKeysBeyondLimit(t *testing.T) {
 	wantOutcome(t, r.Outcome, flightcache.OutcomeLoadFailed)
 }
 
+// The MaxInFlight bulkhead counts loaders still running, not flights still
+// listed: a Set or Delete of a key forgets its flight, but its hung loader
+// keeps its slot, so a Get of another key is still refused at once.
+func TestMaxInFlightHoldsThroughAnExplicitWriteThatForgetsTheFlight(t *testing.T) {
+	for name, write := range map[string]func(*flightcache.Cache[*product]) error{
+		"Set":    func(c *flightcache.Cache[*product]) error { return c.Set(context.Background(), "a", &product{ID: "a"}) },
+		"Delete": func(c *flightcache.Cache[*product]) error { return c.Delete(context.Background(), "a") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), MaxInFlight: 1})
+			entered, release := make(chan struct{}), make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				c.Get(context.Background(), "a", func(ctx context.Context) (*product, error) {
+					close(entered)
+					<-release // hung: ignores ctx
+					return &product{}, nil
+				})
+			}()
+			defer func() { close(release); <-done }()
+			<-entered
+			if err := write(c); err != nil {
+				t.Fatal(err)
+			}
+			var o origin
+			r, err := c.Fetch(context.Background(), "b", o.load("b"))
+			if !errors.Is(err, singleflight.ErrTooManyInFlight) || o.calls.Load() != 0 {
+				t.Fatalf("err = %v after %d loads, want ErrTooManyInFlight and none: the hung loader holds the only slot", err, o.calls.Load())
+			}
+			wantOutcome(t, r.Outcome, flightcache.OutcomeLoadFailed)
+		})
+	}
+}
+
 func TestCloseFailsLaterCalls(t *testing.T) {
 	c := newCache(t, flightcache.Options[*product]{})
 	var o origin
