@@ -400,9 +400,7 @@ func (b *batch[V]) settle(bk *batchKey[V], fl *flight[V], err error) {
 		err = errors.New("flightcache: internal error: flight without result")
 	}
 	if err != nil {
-		if errors.Is(err, singleflight.ErrClosed) {
-			err = ErrClosed
-		}
+		err = fromEngine(err)
 		if bk.stale != nil && canServeStale(b.ctx, err) {
 			b.serveStale(bk, err)
 			return

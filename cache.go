@@ -387,9 +387,7 @@ func (c *Cache[V]) settle(ctx context.Context, m *miss[V], fl *flight[V], err er
 		if err == nil { // cannot happen: run returns a flight or an error
 			err = errors.New("flightcache: internal error: flight without result")
 		}
-		if errors.Is(err, singleflight.ErrClosed) {
-			err = ErrClosed
-		}
+		err = fromEngine(err)
 		if stale != nil && canServeStale(ctx, err) {
 			return c.serveStale(ctx, stale, now, err), m, nil
 		}

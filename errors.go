@@ -17,6 +17,17 @@ var ErrNotFound = errors.New("flightcache: not found")
 // errors.Is(err, singleflight.ErrClosed) holds too.
 var ErrClosed = fmt.Errorf("flightcache: cache closed: %w", singleflight.ErrClosed)
 
+// fromEngine is the Cache's error for err, an error out of its engine: the
+// engine's ErrClosed (which does not match ErrClosed, the wrapper) becomes
+// ErrClosed; anything else is kept. Every error from c.group goes through
+// it before the Cache tests or returns it.
+func fromEngine(err error) error {
+	if errors.Is(err, singleflight.ErrClosed) {
+		return ErrClosed
+	}
+	return err
+}
+
 // ErrBreakerOpen is what a SharedBreaker returns (possibly wrapped) from
 // Allow while it keeps calls away from the shared tier. The Cache treats the
 // tier as a miss without logging a failure for it.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/flightcache/flightcache/singleflight"
 )
 
 // ErrSoftTimeout is the Err of the EventStaleServed reported when a stale
@@ -31,7 +29,7 @@ func (c *Cache[V]) doWithSoftTimeout(ctx context.Context, m *miss[V]) (fl *fligh
 
 // canServeStale reports whether a stale value may stand in for a load that
 // ended with err. It may not when the caller itself left (it wants no
-// answer) or the Cache is closing.
+// answer) or the Cache is closing. err is the Cache's (see fromEngine).
 func canServeStale(ctx context.Context, err error) bool {
-	return ctx.Err() == nil && !errors.Is(err, singleflight.ErrClosed)
+	return ctx.Err() == nil && !errors.Is(err, ErrClosed)
 }

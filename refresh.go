@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"time"
-
-	"github.com/flightcache/flightcache/singleflight"
 )
 
 // xfetchCutoff skips XFetch's random draw while expiry is more than this
@@ -64,7 +62,7 @@ func (c *Cache[V]) refresh(ctx context.Context, m *miss[V]) {
 	// run released the slot as soon as the new value was written; this
 	// covers a refresh that joined another flight, or failed before that.
 	c.refreshDone(m)
-	if err != nil && !errors.Is(err, singleflight.ErrClosed) {
+	if err = fromEngine(err); err != nil && !errors.Is(err, ErrClosed) {
 		// The current value stays until it expires; the next miss retries.
 		c.log.LogAttrs(ctx, slog.LevelDebug, "flightcache: early refresh failed",
 			slog.String("cache", c.name), slog.Any("error", err))
