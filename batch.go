@@ -771,6 +771,9 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []t
 		we   []Entry
 		wn   []int
 		errs []error
+		// tier is the tier a panic is reported for: the shared tier's
+		// but while the local tier's Set (a Cost function) runs.
+		tier = TierShared
 	)
 	func() {
 		for _, n := range order {
@@ -790,7 +793,7 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []t
 				for _, fl := range flights {
 					fl.writeErr = err
 				}
-				c.writeFailed(ctx, TierShared, err)
+				c.writeFailed(ctx, tier, err)
 				errs = nil
 			}
 		}()
@@ -802,7 +805,9 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []t
 				continue // an explicit write won
 			}
 			if c.local != nil {
+				tier = TierLocal
 				c.local.Set(keys[n], fl.item)
+				tier = TierShared
 			}
 			switch {
 			case c.shared == nil || fl.writeErr != nil:

@@ -148,6 +148,59 @@ func TestPanickingWriteBackReturnsTheValueAndKeepsKeyUsable(t *testing.T) {
 	}
 }
 
+// tierRecorder records the Tier of every EventWriteFailed.
+type tierRecorder struct {
+	mu    sync.Mutex
+	tiers []flightcache.Tier
+}
+
+func (r *tierRecorder) ObserveCache(e flightcache.Event) {
+	if e.Kind == flightcache.EventWriteFailed {
+		r.mu.Lock()
+		r.tiers = append(r.tiers, e.Tier)
+		r.mu.Unlock()
+	}
+}
+
+// A panic in the write-back is reported for the tier that panicked: the
+// local tier's for its Cost function, the shared tier's for its Set, by
+// Fetch and FetchMany alike.
+func TestWriteBackPanicIsReportedForTheTierThatPanicked(t *testing.T) {
+	batchLoad := func(_ context.Context, keys []string) (map[string]*product, error) {
+		m := make(map[string]*product, len(keys))
+		for _, k := range keys {
+			m[k] = &product{ID: k, Name: "boom"}
+		}
+		return m, nil
+	}
+	boom := func(context.Context) (*product, error) { return &product{Name: "boom"}, nil }
+	for _, tc := range []struct {
+		name  string
+		local flightcache.LocalStore[*product]
+		share flightcache.SharedStore
+		want  flightcache.Tier
+	}{
+		{"local Cost", panickingCostStore(t), nil, flightcache.TierLocal},
+		{"shared Set", newLocal[*product](t, nil), panickingShared{newMapShared(time.Now)}, flightcache.TierShared},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &tierRecorder{}
+			c := newCache(t, flightcache.Options[*product]{Local: tc.local, Shared: tc.share, Observer: rec})
+			if r, err := c.Fetch(context.Background(), "p:1", boom); err != nil || r.WriteErr == nil {
+				t.Fatalf("Fetch = %+v, %v; want the value and the panic as WriteErr", r, err)
+			}
+			if kr := c.FetchMany(context.Background(), []string{"p:2"}, batchLoad)[0]; kr.Err != nil || kr.WriteErr == nil {
+				t.Fatalf("FetchMany = %+v; want the value and the panic as WriteErr", kr)
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if len(rec.tiers) != 2 || rec.tiers[0] != tc.want || rec.tiers[1] != tc.want {
+				t.Fatalf("EventWriteFailed tiers = %v, want [%v %v]", rec.tiers, tc.want, tc.want)
+			}
+		})
+	}
+}
+
 // Nothing the Cache formats (errors, events, logs) contains the key, on
 // every failure path that can carry one: keys can hold tenant ids and
 // personal data.

@@ -228,13 +228,16 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 // loaded and is still returned, and the key stays usable.
 func (m *miss[V]) writeBack(ctx context.Context, t ticket, it *Item[V]) (err error) {
 	c := m.c
+	// tier is the tier a failure is reported for: the shared tier's but
+	// while the local tier's Set (a Cost function) runs.
+	tier := TierShared
 	defer func() {
 		if p := recover(); p != nil {
 			// The panic value is not in the error: it may hold the key.
 			err = fmt.Errorf("flightcache: write-back panicked (%T)", p)
 		}
 		if err != nil {
-			c.writeFailed(ctx, TierShared, err)
+			c.writeFailed(ctx, tier, err)
 		}
 	}()
 	var (
@@ -247,7 +250,9 @@ func (m *miss[V]) writeBack(ctx context.Context, t ticket, it *Item[V]) (err err
 	}
 	c.writeIf(t, func() {
 		if c.local != nil {
+			tier = TierLocal
 			c.local.Set(m.key, *it)
+			tier = TierShared
 		}
 		switch {
 		case c.shared == nil:
