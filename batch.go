@@ -47,6 +47,7 @@ type BatchError struct {
 	Err error
 }
 
+// Error counts the failed keys and gives the first failure.
 func (e *BatchError) Error() string {
 	return fmt.Sprintf("flightcache: %d keys of a batch failed, the first with: %v", e.Failed, e.Err)
 }

@@ -16,6 +16,7 @@ type ThrottledError struct {
 	Until time.Time
 }
 
+// Error says the origin was throttled, followed by the failed load's error.
 func (e *ThrottledError) Error() string {
 	return "flightcache: origin throttled after a failed load: " + e.Err.Error()
 }

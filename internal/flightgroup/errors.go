@@ -39,6 +39,7 @@ type PanicError struct {
 	Stack []byte
 }
 
+// Error gives the panic value and the stack of the panicking goroutine.
 func (p *PanicError) Error() string {
 	return fmt.Sprintf("singleflight: loader panicked: %v\n\n%s", p.Value, p.Stack)
 }
@@ -53,6 +54,7 @@ func (p *PanicError) Unwrap() error {
 // timeoutError is what waiters receive when the loader timeout expires first.
 type timeoutError struct{ after string }
 
+// Error says after how long the loader timed out.
 func (e *timeoutError) Error() string {
 	return "singleflight: loader timed out after " + e.after
 }
