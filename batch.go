@@ -664,7 +664,7 @@ func (c *Cache[V]) reportUnrequested(ctx context.Context, found map[string]V, as
 	if c.obs != nil {
 		c.emit(ctx, EventUnrequestedKey, TierNone, nil)
 	}
-	if ok, suppressed := c.writeLog.allow(); ok {
+	if ok, suppressed := c.unrequestedLog.allow(); ok {
 		c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: batch loader returned keys it was not asked for; ignored",
 			slog.String("cache", c.name), slog.Int("keys", n), slog.Int64("suppressed", suppressed))
 	}

@@ -374,6 +374,21 @@ func TestBatchLoaderReturningUnrequestedKeysCannotPoisonTheCache(t *testing.T) {
 	}
 }
 
+// A loader returning keys it was not asked for and a failing write-back,
+// in the same second, are both logged: neither warning's rate limit
+// silences the other.
+func TestUnrequestedKeysAndWriteFailuresAreRateLimitedApart(t *testing.T) {
+	logs := &logBuffer{}
+	shared := newMapShared(time.Now)
+	shared.writeErr = errors.New("write refused")
+	c := newCache(t, flightcache.Options[*product]{Shared: shared, Logger: logs.logger()})
+	o := &batchOrigin{extra: map[string]*product{"other": {Name: "not asked"}}}
+	c.FetchMany(context.Background(), []string{"mine"}, o.load)
+	if logs.count("not asked for") != 1 || logs.count("tier write failed") != 1 {
+		t.Fatalf("want one unrequested-keys warning and one write failure:\n%s", logs.String())
+	}
+}
+
 func TestBatchServesStaleValuesWhenItsLoadFails(t *testing.T) {
 	clock := newFakeClock()
 	c := clocked(t, clock, flightcache.Options[*product]{TTL: time.Second, StaleFor: time.Minute})

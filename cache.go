@@ -85,7 +85,9 @@ type Cache[V any] struct {
 	// change is reported once.
 	breakerState atomic.Uint32
 
-	readLog, writeLog, observerLog logLimiter
+	// One limiter per kind of warning, so that a flood of one kind never
+	// hides the first line of another.
+	readLog, writeLog, observerLog, unrequestedLog logLimiter
 
 	// Cluster mode (coordinator.go); coord nil: process-local only.
 	coord             Coordinator
