@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/flightcache/flightcache/internal/flightgroup"
@@ -744,9 +743,8 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 // each key whose ticket an explicit write has outdated, and everything once
 // the Cache is closed: miss.writeBack for many keys, with one SetMany for
 // the shared tier (none when sharedDown: the batch found the tier
-// unavailable already). The check and the writes happen with the keys'
-// guard locks held, taken in key order so that two chunks never wait for
-// each other (an explicit write holds one lock at a time).
+// unavailable already). The check and the writes happen with every key's
+// guard lock held (writeIfAll).
 func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []ticket, flights []*flight[V], sharedDown sharedSkip) {
 	writeShared := c.shared != nil && sharedDown == sharedUsable
 	var entries []Entry
@@ -762,11 +760,6 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []t
 			entries[n] = e
 		}
 	}
-	order := make([]int, len(keys))
-	for n := range order {
-		order[n] = n
-	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
 	var (
 		wk   []string
 		we   []Entry
@@ -776,15 +769,7 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []t
 		// but while the local tier's Set (a Cost function) runs.
 		tier = TierShared
 	)
-	func() {
-		for _, n := range order {
-			tickets[n].e.mu.Lock()
-		}
-		defer func() { // released whatever a store or Cost function does
-			for _, n := range order {
-				tickets[n].e.mu.Unlock()
-			}
-		}()
+	writeIfAll(keys, tickets, func(current []bool) {
 		// A panic in a store or the codec is every key's write error, as
 		// in miss.writeBack: the values were loaded and are returned. Its
 		// value stays out of the error: it may hold a key.
@@ -802,7 +787,7 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []t
 			return // a load that outlives Close writes nothing
 		}
 		for n, fl := range flights {
-			if tickets[n].e.gen.Load() != tickets[n].gen {
+			if !current[n] {
 				continue // an explicit write won
 			}
 			if c.local != nil {
@@ -823,7 +808,7 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []t
 		if len(wk) > 0 {
 			errs = c.setSharedMany(ctx, wk, we)
 		}
-	}()
+	})
 	for m, err := range errs {
 		if err != nil {
 			flights[wn[m]].writeErr = err

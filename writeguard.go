@@ -2,6 +2,8 @@ package flightcache
 
 import (
 	"hash/maphash"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -106,6 +108,33 @@ func (t ticket) writeIf(write func()) bool {
 	}
 	write()
 	return true
+}
+
+// writeIfAll is writeIf for the distinct keys of a batch and their tickets
+// ts: it runs write once with every key's lock held, current[n] telling
+// whether ts[n] is still current (no explicit write of keys[n] finished
+// since it was taken). The locks are taken in key order, so two batches
+// never wait for each other (an explicit write holds one lock at a time),
+// and released whatever write does.
+func writeIfAll(keys []string, ts []ticket, write func(current []bool)) {
+	order := make([]int, len(keys))
+	for n := range order {
+		order[n] = n
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	for _, n := range order {
+		ts[n].e.mu.Lock()
+	}
+	defer func() {
+		for _, n := range order {
+			ts[n].e.mu.Unlock()
+		}
+	}()
+	current := make([]bool, len(ts))
+	for n, t := range ts {
+		current[n] = t.e.gen.Load() == t.gen
+	}
+	write(current)
 }
 
 // explicit runs an explicit write (Set, Delete) of key: it excludes
