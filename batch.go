@@ -408,22 +408,7 @@ func (b *batch[V]) settle(bk *batchKey[V], fl *flight[V], err error) {
 		*r = KeyResult[V]{Result: Result[V]{Outcome: OutcomeLoadFailed}, Err: err}
 		return
 	}
-	var o Outcome
-	switch {
-	case fl.found && fl.item.NotFound:
-		o = OutcomeNegativeHit
-	case fl.found || !bk.f.Led():
-		o = OutcomeCoalesced
-	case fl.writeErr != nil:
-		o = OutcomeLoadedWriteFailed
-	default:
-		o = OutcomeLoaded
-	}
-	r.Result, r.Err = c.answer(&fl.item, o, b.now, fl.notFound)
-	if o == OutcomeLoadedWriteFailed {
-		r.WriteErr = fl.writeErr
-	}
-	r.Scope = fl.scope()
+	r.Result, r.Err = c.answerFlight(fl, bk.f.Led(), b.now)
 }
 
 // serveStale answers a key with its stale value; why is the reason the

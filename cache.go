@@ -395,8 +395,15 @@ func (c *Cache[V]) settle(ctx context.Context, m *miss[V], fl *flight[V], err er
 		}
 		return Result[V]{Outcome: OutcomeLoadFailed}, m, err
 	}
+	r, err := c.answerFlight(fl, m.led.Load(), now)
+	return r, m, err
+}
+
+// answerFlight is a caller's Result from its key's flight, for Fetch and
+// FetchMany alike: led tells whether the caller led it (loaded) or joined
+// it (coalesced).
+func (c *Cache[V]) answerFlight(fl *flight[V], led bool, now time.Time) (Result[V], error) {
 	var o Outcome
-	led := m.led.Load()
 	switch {
 	case fl.found && fl.item.NotFound:
 		o = OutcomeNegativeHit
@@ -412,7 +419,7 @@ func (c *Cache[V]) settle(ctx context.Context, m *miss[V], fl *flight[V], err er
 		r.WriteErr = fl.writeErr
 	}
 	r.Scope = fl.scope()
-	return r, m, err
+	return r, err
 }
 
 // serveFresh answers with a fresh item found in tier, starting an early
