@@ -161,10 +161,11 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 	// runs under its own LoaderTimeout inside the flight (see miss.run), and
 	// the engine's only releases the callers of a loader or store that
 	// ignores its context. It covers the flight up to the loader's return:
-	// the double-check's shared read, then the load. The flight stops it
-	// then (flightgroup.StopTimeout): the write-back that follows is
-	// bounded by SharedTimeout per shared call, and must not lose a value
-	// loaded in time.
+	// the double-check's shared read, the cluster layer's wait and calls
+	// (Coordinator), then the load. loadOrigin stops it then
+	// (flightgroup.StopTimeout): the write-back or the lease's completion
+	// that follows is bounded per call, and must not lose a value loaded
+	// in time.
 	flightTimeout := o.LoaderTimeout + engineMargin
 	if o.Shared != nil {
 		flightTimeout += o.SharedTimeout

@@ -79,7 +79,7 @@ type flight[V any] struct {
 //
 // Encoding for the shared tier is CPU work without a deadline. ctx is the
 // engine's loader context, whose hard timeout covers steps 2 to 4 only:
-// run stops it once the loader has returned.
+// loadOrigin stops it once the loader has returned a value.
 func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 	m.led.Store(true)
 	c := m.c
@@ -105,10 +105,6 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 	if err != nil {
 		return fl, err
 	}
-	// The value was loaded in time: from here the flight's hard timeout
-	// could only lose it (encoding has no deadline; each shared write has
-	// SharedTimeout).
-	flightgroup.StopTimeout(ctx)
 	if !pol.noStore.Load() {
 		fl.writeErr = m.writeBack(ctx, t, &fl.item)
 	}
@@ -217,6 +213,12 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 	if !fl.item.NotFound {
 		fl.item.StaleUntil = fl.item.StaleUntil.Add(c.staleFor)
 	}
+	// The value was loaded in time: from here the flight's hard timeout
+	// could only lose it, whatever follows (a write-back or a lease's
+	// completion: encoding has no deadline, and each shared or coordinator
+	// call has its own). ctx is the engine's loader context on every path
+	// to here (run, lead, loadWithoutLease).
+	flightgroup.StopTimeout(ctx)
 	return fl, pol, nil
 }
 

@@ -52,9 +52,10 @@ type Options[V any] struct {
 	// callers released, with an error matching context.DeadlineExceeded,
 	// at the flight's hard timeout: LoaderTimeout + SharedTimeout (the
 	// double-check's shared read before the load; nothing without a shared
-	// tier) + 10ms. That timeout stops once the loader has returned, so
-	// neither a slow encoding nor a slow write loses a value loaded in
-	// time. Must be in [1ms, 10m]. Default 10s.
+	// tier) + 10ms, plus CoalesceWait + 2×SharedTimeout with a Coordinator.
+	// That timeout stops once the loader has returned a value, so neither a
+	// slow encoding nor a slow write (or lease completion) loses a value
+	// loaded in time. Must be in [1ms, 10m]. Default 10s.
 	LoaderTimeout time.Duration
 	// SharedTimeout bounds each call to the shared tier (a read, the
 	// double-check's read, a write-back, Set, Delete) on its own deadline,
