@@ -529,20 +529,36 @@ func (s slowCodec) Marshal(v *product) ([]byte, error) {
 // reaches the leader and every waiter even when encoding it for the shared
 // tier takes longer than the whole flight timeout would have allowed.
 func TestSlowEncodingAfterATimelyLoadNeverLosesTheValue(t *testing.T) {
+	t.Run("write-back", func(t *testing.T) { testSlowEncodingAfterATimelyLoad(t, nil) })
+	// With a Coordinator the leader encodes for its lease's completion.
+	t.Run("lease completion", func(t *testing.T) {
+		coord := &downCoordinator{}
+		coord.up.Store(true)
+		testSlowEncodingAfterATimelyLoad(t, coord)
+	})
+}
+
+func testSlowEncodingAfterATimelyLoad(t *testing.T, coord flightcache.Coordinator) {
 	const (
-		loaderTimeout = 40 * time.Millisecond
+		loaderTimeout = 100 * time.Millisecond
 		sharedTimeout = 10 * time.Millisecond
+		coalesceWait  = 10 * time.Millisecond
 		waiters       = 3
 	)
+	// Longer than the flight's whole hard timeout, cluster part included.
 	codec := slowCodec{encoding: make(chan struct{}, 1), release: make(chan struct{}),
-		hold: loaderTimeout + 3*sharedTimeout + 20*time.Millisecond}
+		hold: loaderTimeout + coalesceWait + 4*sharedTimeout + 50*time.Millisecond}
 	rec := newRecorder()
-	c := newCache(t, flightcache.Options[*product]{
+	opts := flightcache.Options[*product]{
 		Shared: newMapShared(time.Now), Codec: codec, Observer: rec,
 		LoaderTimeout: loaderTimeout, SharedTimeout: sharedTimeout,
-	})
+	}
+	if coord != nil {
+		opts.Coordinator, opts.CoalesceWait = coord, coalesceWait
+	}
+	c := newCache(t, opts)
 	load := func(ctx context.Context) (*product, error) {
-		<-time.After(loaderTimeout - 15*time.Millisecond) // a slow origin, in time
+		<-time.After(5 * time.Millisecond) // well in time, however loaded the machine
 		return &product{ID: "1"}, nil
 	}
 	type answer struct {
@@ -582,18 +598,18 @@ func TestSlowEncodingAfterATimelyLoadNeverLosesTheValue(t *testing.T) {
 // write-back outlasts the flights' timeout.
 func TestSlowEncodingAfterATimelyBatchLoadNeverLosesTheValues(t *testing.T) {
 	const (
-		loaderTimeout = 40 * time.Millisecond
+		loaderTimeout = 100 * time.Millisecond
 		sharedTimeout = 10 * time.Millisecond
 	)
 	codec := slowCodec{encoding: make(chan struct{}, 2), release: make(chan struct{}),
-		hold: loaderTimeout + 3*sharedTimeout + 20*time.Millisecond}
+		hold: loaderTimeout + 3*sharedTimeout + 50*time.Millisecond}
 	close(codec.release)
 	c := newCache(t, flightcache.Options[*product]{
 		Shared: newMapShared(time.Now), Codec: codec,
 		LoaderTimeout: loaderTimeout, SharedTimeout: sharedTimeout,
 	})
 	res := c.FetchMany(context.Background(), []string{"p:1", "p:2"}, func(_ context.Context, keys []string) (map[string]*product, error) {
-		<-time.After(loaderTimeout - 15*time.Millisecond)
+		<-time.After(5 * time.Millisecond)
 		m := make(map[string]*product, len(keys))
 		for _, k := range keys {
 			m[k] = &product{ID: k}
