@@ -730,8 +730,14 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 // the shared tier (none when sharedDown: the batch found the tier
 // unavailable already). The check and the writes happen with every key's
 // guard lock held (writeIfAll).
+//
+// In cluster mode a batch writes the local tier only: its loads hold no
+// lease, so a shared write could not be fenced, and a batch that loaded
+// before a Set on another instance could overwrite that Set. The callers get
+// their values all the same; other instances load those keys themselves,
+// under a lease, when they miss them.
 func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []ticket, flights []*flight[V], sharedDown sharedSkip) {
-	writeShared := c.shared != nil && sharedDown == sharedUsable
+	writeShared := c.shared != nil && sharedDown == sharedUsable && c.coord == nil
 	var entries []Entry
 	if writeShared {
 		entries = make([]Entry, len(keys))

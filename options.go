@@ -91,9 +91,9 @@ type Options[V any] struct {
 	// the others wait for it and read its value from Shared, which is
 	// therefore required. See Coordinator; package redislease provides
 	// one. Default none: loads are coalesced within the process only.
-	// Batch reads (GetMany, FetchMany) are not coordinated yet: their
-	// loads are coalesced within the process and their write-backs are
-	// not fenced, as without a Coordinator.
+	// Batch reads (GetMany, FetchMany) are coalesced within the process
+	// only, and write what they load to Local only: their loads hold no
+	// lease, so a shared write could not be fenced.
 	Coordinator Coordinator
 	// CoalesceWait bounds how long a flight waits for another instance's
 	// load before OnCoalesceTimeout applies (the flight's own load, if it
