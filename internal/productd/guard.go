@@ -24,10 +24,6 @@ const (
 	BloomRebuildSecondsMetric = "productd_bloom_rebuild_duration_seconds"
 )
 
-// recentCheckTimeout bounds the Redis lookup of a "no"; past it the answer
-// is "maybe".
-const recentCheckTimeout = 250 * time.Millisecond
-
 // createTimeout bounds the insert of a creation; see creator.
 const createTimeout = 20 * time.Second
 
@@ -111,10 +107,33 @@ func (c creator) Create(ctx context.Context, ref product.Ref, d product.Draft) (
 // recentCreations is a sorted set per tenant in Redis: product ids created
 // in the last keep, scored by creation time (Unix ms). Entries older than
 // keep are trimmed on every record and ignored on lookup.
+//
+// Every call is bounded by timeout (-redis-timeout) and goes through
+// breaker, the Cache's shared-tier breaker: a sick Redis costs a lookup at
+// most one timeout until the breaker opens, then nothing, and the guard's
+// failures help open it.
 type recentCreations struct {
-	rdb    redis.UniversalClient
-	prefix string
-	keep   time.Duration
+	rdb     redis.UniversalClient
+	prefix  string
+	keep    time.Duration
+	timeout time.Duration
+	breaker flightcache.SharedBreaker // nil: every call goes to Redis
+}
+
+// allow asks the breaker for a call. done reports the call's outcome; a
+// failure caused by the caller's own context ending is not Redis' fault
+// and is reported as a success.
+func (r *recentCreations) allow(ctx context.Context) (done func(err error), err error) {
+	if r.breaker == nil {
+		return func(error) {}, nil
+	}
+	d, err := r.breaker.Allow()
+	if err != nil {
+		return nil, err
+	}
+	return func(err error) {
+		d(err != nil && !errors.Is(err, redis.Nil) && ctx.Err() == nil)
+	}, nil
 }
 
 func (r *recentCreations) key(tenant string) string {
@@ -139,10 +158,16 @@ func (r *recentCreations) record(ctx context.Context, tenant, id string) error {
 // contains reports whether id was created in tenant within keep. A lookup
 // that fails answers true: a "maybe" costs an origin query at most, a
 // wrong "no" would hide a product.
+// While the breaker is open it answers true without calling Redis.
 func (r *recentCreations) contains(ctx context.Context, tenant, id string) bool {
-	ctx, cancel := context.WithTimeout(ctx, recentCheckTimeout)
+	done, err := r.allow(ctx)
+	if err != nil {
+		return true
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	score, err := r.rdb.ZScore(ctx, r.key(tenant), id).Result()
+	score, err := r.rdb.ZScore(cctx, r.key(tenant), id).Result()
+	done(err)
 	if errors.Is(err, redis.Nil) {
 		return false
 	}
@@ -154,8 +179,8 @@ func (r *recentCreations) contains(ctx context.Context, tenant, id string) bool 
 
 // newPenetrationGuard builds the filter from the origin (a failure leaves
 // it answering "maybe" until a scheduled rebuild succeeds), schedules the
-// rebuilds and registers the metrics. rdb may be nil.
-func newPenetrationGuard(ctx context.Context, cfg Config, repo *product.SQLRepository, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger) (*penetrationGuard, error) {
+// rebuilds and registers the metrics. rdb and sb may be nil.
+func newPenetrationGuard(ctx context.Context, cfg Config, repo *product.SQLRepository, rdb redis.UniversalClient, sb flightcache.SharedBreaker, reg prometheus.Registerer, log *slog.Logger) (*penetrationGuard, error) {
 	// The filter answers "maybe" once its source is older than two rebuild
 	// periods (the schedule stalled); the recent set keeps creations a
 	// minute longer than that, so every creation is covered by one or the
@@ -172,7 +197,8 @@ func newPenetrationGuard(ctx context.Context, cfg Config, repo *product.SQLRepos
 	}
 	g := &penetrationGuard{filter: f}
 	if rdb != nil {
-		g.recent = &recentCreations{rdb: rdb, prefix: cfg.RedisPrefix, keep: maxAge + time.Minute}
+		g.recent = &recentCreations{rdb: rdb, prefix: cfg.RedisPrefix, keep: maxAge + time.Minute,
+			timeout: cfg.RedisTimeout, breaker: sb}
 	}
 	stats := func(v func(bloomguard.Stats) float64) func() float64 {
 		return func() float64 { return v(f.Stats()) }
@@ -239,7 +265,7 @@ func (s *Server) startGuard(ctx context.Context, reg prometheus.Registerer) erro
 	if s.rdb != nil {
 		rdb = s.rdb
 	}
-	g, err := newPenetrationGuard(ctx, s.cfg, s.repo, rdb, reg, s.log)
+	g, err := newPenetrationGuard(ctx, s.cfg, s.repo, rdb, s.breaker, reg, s.log)
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ func TestRecentCreationsLookupFailureAnswersMaybe(t *testing.T) {
 	ln.Close() // nothing listens there now
 	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer rdb.Close()
-	r := &recentCreations{rdb: rdb, prefix: "x:", keep: time.Minute}
+	r := &recentCreations{rdb: rdb, prefix: "x:", keep: time.Minute, timeout: time.Second}
 	if !r.contains(context.Background(), "acme", "p-1") {
 		t.Fatal("a failed lookup answered no: a product created elsewhere could be hidden")
 	}
@@ -53,7 +53,7 @@ func TestRecentCreationsKeepOnlyTheRecentWindow(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	ctx := context.Background()
-	r := &recentCreations{rdb: rdb, prefix: testenv.UniqueName("productd-recent-") + ":", keep: time.Minute}
+	r := &recentCreations{rdb: rdb, prefix: testenv.UniqueName("productd-recent-") + ":", keep: time.Minute, timeout: time.Second}
 	t.Cleanup(func() { rdb.Del(context.Background(), r.key("acme")) })
 	if r.contains(ctx, "acme", "p-1") {
 		t.Fatal("an id never recorded answered maybe")
