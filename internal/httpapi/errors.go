@@ -49,6 +49,10 @@ func classify(err error, retryAfter time.Duration) apiError {
 		return apiError{http.StatusServiceUnavailable, "overloaded", "too many requests in flight; retry later", retryAfter}
 	case errors.Is(err, singleflight.ErrClosed):
 		return apiError{http.StatusServiceUnavailable, "shutting_down", "the server is shutting down; retry on another instance", retryAfter}
+	case errors.Is(err, product.ErrCacheUnavailable):
+		// Before the deadline cases: a Redis call that timed out is the
+		// cache's failure, not the origin's.
+		return apiError{http.StatusServiceUnavailable, "cache_unavailable", "the shared cache is unavailable; nothing was stored; retry later", retryAfter}
 	case errors.As(err, &pe):
 		return apiError{http.StatusInternalServerError, "internal", "internal error", 0}
 	case errors.Is(err, context.DeadlineExceeded):

@@ -29,6 +29,12 @@ func (d Draft) Validate() error {
 // ErrExists is matched by Create's error when the row already exists.
 var ErrExists = errors.New("product: already exists")
 
+// ErrCacheUnavailable is matched by a create's error when the shared cache
+// (Redis), which must learn of the product before its row is inserted,
+// failed or did not answer in time: nothing was stored, and the create may
+// be retried.
+var ErrCacheUnavailable = errors.New("product: the shared cache is unavailable")
+
 // ErrCreateUnsupported is Create's error on a Repository that cannot
 // create rows.
 var ErrCreateUnsupported = errors.New("product: the repository cannot create products")

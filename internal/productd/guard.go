@@ -142,17 +142,32 @@ func (r *recentCreations) key(tenant string) string {
 
 // record adds id to tenant's set, trims what is older than keep and lets
 // the whole set expire keep after its last write.
+// A failure, a timeout or an open breaker is an error matching
+// product.ErrCacheUnavailable (the create is refused with 503 before its
+// row is inserted); the caller's own context ending is its error.
 func (r *recentCreations) record(ctx context.Context, tenant, id string) error {
+	done, err := r.allow(ctx)
+	if err != nil {
+		return fmt.Errorf("productd: record the creation in redis: %w: %w", product.ErrCacheUnavailable, err)
+	}
 	now := time.Now()
 	k := r.key(tenant)
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
 	pipe := r.rdb.TxPipeline()
-	pipe.ZAdd(ctx, k, redis.Z{Score: float64(now.UnixMilli()), Member: id})
-	pipe.ZRemRangeByScore(ctx, k, "-inf", "("+strconv.FormatInt(now.Add(-r.keep).UnixMilli(), 10))
-	pipe.PExpire(ctx, k, r.keep)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("productd: record the creation in redis: %w", err)
+	pipe.ZAdd(cctx, k, redis.Z{Score: float64(now.UnixMilli()), Member: id})
+	pipe.ZRemRangeByScore(cctx, k, "-inf", "("+strconv.FormatInt(now.Add(-r.keep).UnixMilli(), 10))
+	pipe.PExpire(cctx, k, r.keep)
+	_, err = pipe.Exec(cctx)
+	done(err)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
+	default:
+		return fmt.Errorf("productd: record the creation in redis: %w: %w", product.ErrCacheUnavailable, err)
 	}
-	return nil
 }
 
 // contains reports whether id was created in tenant within keep. A lookup

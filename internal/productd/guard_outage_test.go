@@ -1,13 +1,17 @@
 package productd
 
 import (
+	"database/sql"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/internal/httpapi"
 )
 
 // With Redis hung (SIGSTOP), an id the Bloom filter rules out costs its
@@ -71,5 +75,72 @@ func TestMadeUpIDsWithRedisHungCostAtMostTheRedisTimeoutUntilTheBreakerOpens(t *
 		}
 	}
 	t.Logf("Redis hung, breaker open: slowest of 20 made-up ids %v", slowest)
+	rds.resume(t)
+}
+
+// With Redis hung, a create cannot record the product in the
+// recent-creations set: it is refused with 503 cache_unavailable and a
+// Retry-After within one -redis-timeout (at once while the breaker is
+// open), and its row is not inserted.
+func TestCreateWithRedisHungIsRefusedWith503BeforeTheRowIsInserted(t *testing.T) {
+	t.Parallel()
+	rds := startPrivateRedis(t)
+	const (
+		redisTimeout = 50 * time.Millisecond
+		slack        = 150 * time.Millisecond
+		bound        = redisTimeout + slack
+	)
+	cfg := Default()
+	cfg.DB = filepath.Join(t.TempDir(), "products.db")
+	cfg.Catalog = &testCatalog
+	cfg.Redis = rds.url()
+	cfg.RedisPrefix = "create-hung:"
+	cfg.RedisTimeout = redisTimeout
+	base, s := startInProcess(t, cfg)
+	c := herdClient(1)
+	defer c.CloseIdleConnections()
+	db, err := sql.Open("sqlite", cfg.DB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+
+	rds.pause(t)
+	for i := range 8 { // past the breaker's five failures: refused at once
+		id := fmt.Sprintf("new-%d", i)
+		req, err := http.NewRequest("POST", base+"/v1/tenants/acme/products",
+			strings.NewReader(fmt.Sprintf(`{"productId":%q,"displayName":"New","priceCents":100}`, id)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		start := time.Now()
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		var body httpapi.ErrorBody
+		json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || body.Error.Code != "cache_unavailable" || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("POST with Redis hung: %d %q Retry-After %q; want 503 cache_unavailable with Retry-After",
+				resp.StatusCode, body.Error.Code, resp.Header.Get("Retry-After"))
+		}
+		if took > bound {
+			t.Fatalf("POST with Redis hung (breaker %v) took %v; want at most %v", s.breaker.State(), took, bound)
+		}
+		var n int
+		if err := db.QueryRow(`SELECT count(*) FROM products WHERE tenant_id = 'acme' AND product_id = ?`, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Fatalf("a create refused with 503 inserted %d rows", n)
+		}
+		t.Logf("Redis hung, breaker %v: POST refused in %v", s.breaker.State(), took)
+	}
+	if st := s.breaker.State(); st != flightcache.BreakerOpen {
+		t.Fatalf("breaker %v after eight failed creates, want open", st)
+	}
 	rds.resume(t)
 }
