@@ -3,12 +3,17 @@ package productd
 import (
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/flightcache/flightcache/internal/testenv"
 )
 
 type readyBody struct {
@@ -87,5 +92,47 @@ func TestUnreachableRedisAtStartupIsRefused(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "-redis") || !strings.Contains(err.Error(), rds.addr) {
 		t.Fatalf("error %q does not name -redis and the address", err)
+	}
+}
+
+// A -redis that does not answer, or does not parse, is refused before the
+// database is touched: a fresh PostgreSQL database has no tables after the
+// refused start, and a SQLite file is not created.
+func TestRefusedRedisLeavesTheDatabaseUntouched(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.PostgresDB(t)
+	rds := startPrivateRedis(t)
+	rds.kill()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	cfg := Default()
+	cfg.DB = dsn
+	cfg.Catalog = &testCatalog
+	cfg.Redis = rds.url()
+	if srv, err := New(t.Context(), cfg, quiet); err == nil {
+		srv.Close()
+		t.Fatal("New started with an unreachable Redis")
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var tables int
+	if err := db.QueryRow(`SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'`).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if tables != 0 {
+		t.Fatalf("the refused start left %d tables in the fresh database, want none", tables)
+	}
+
+	cfg.DB = filepath.Join(t.TempDir(), "products.db")
+	cfg.Redis = "redis://127.0.0.1:notaport/0"
+	if srv, err := New(t.Context(), cfg, quiet); err == nil {
+		srv.Close()
+		t.Fatal("New started with a malformed -redis")
+	}
+	if _, err := os.Stat(cfg.DB); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the refused start touched the SQLite file: %v", err)
 	}
 }

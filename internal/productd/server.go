@@ -61,9 +61,10 @@ type Server struct {
 	closeErr  error
 }
 
-// New opens the origin (migrating and, with cfg.Seed, seeding it), connects
-// to Redis when configured, and builds the cache and the HTTP handler. The
-// caller must Serve or Close the Server.
+// New connects to Redis when configured (refusing an unreachable one before
+// touching the database), opens the origin (migrating and, with cfg.Seed,
+// seeding it), and builds the cache and the HTTP handler. The caller must
+// Serve or Close the Server.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -80,6 +81,24 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 			partial.Close()
 		}
 	}()
+
+	// Redis first: a -redis that is malformed or does not answer, or a
+	// coordinator that cannot start on it, is refused before the database
+	// is opened, migrated or seeded.
+	var shared flightcache.SharedStore
+	var coord flightcache.Coordinator
+	if cfg.Mode != product.ModeNaive && cfg.Redis != "" {
+		shared, err = s.connectRedis(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.Coalescing() == CoalesceCluster {
+			if err := s.connectCoordinator(ctx); err != nil {
+				return nil, err
+			}
+			coord = s.coord
+		}
+	}
 
 	s.repo, err = product.Open(ctx, cfg.DB, product.Options{OriginLatency: cfg.OriginLatency, MaxConns: cfg.DBMaxConns})
 	if err != nil {
@@ -135,13 +154,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	if cfg.Mode == product.ModeNaive {
 		svcOpts.Naive = s.local
 	} else {
-		var shared flightcache.SharedStore
-		if cfg.Redis != "" {
-			shared, err = s.connectRedis(ctx)
-			if err != nil {
-				return nil, err
-			}
-		}
 		if err := s.startGuard(ctx, reg); err != nil {
 			return nil, err
 		}
@@ -152,13 +164,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 		jitter := cfg.Jitter
 		if jitter == 0 {
 			jitter = flightcache.DisableJitter
-		}
-		var coord flightcache.Coordinator
-		if cfg.Coalescing() == CoalesceCluster {
-			if err := s.connectCoordinator(ctx); err != nil {
-				return nil, err
-			}
-			coord = s.coord
 		}
 		s.cache, err = flightcache.New(flightcache.Options[product.Entry]{
 			Name: "product", Local: s.local, Shared: shared, Coordinator: coord, CoalesceWait: cfg.CoalesceWait,
