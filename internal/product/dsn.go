@@ -14,7 +14,7 @@ var ErrUnsupportedDSN = errors.New("product: unsupported database name")
 
 // AcceptedDSNForms lists the database names ParseDSN accepts, for error
 // messages and usage text.
-const AcceptedDSNForms = "a postgres:// or postgresql:// URL, a sqlite: or file: URL, or a file path ending in .db or .sqlite"
+const AcceptedDSNForms = "a postgres:// or postgresql:// URL, or a SQLite file path ending in .db, .sqlite or .sqlite3 without '=' (bare or after sqlite: or file:)"
 
 // DSN is a parsed database name: which database, and how to reach it.
 type DSN struct {
@@ -26,12 +26,38 @@ type DSN struct {
 }
 
 // String returns the name with every credential redacted: safe to log.
+// For PostgreSQL that is the URL with the password of its user info and the
+// value of every query parameter not in safeDSNParams replaced by "xxxxx";
+// for SQLite the file's path (ParseDSN admits no '=' in it, so it cannot
+// carry a key=value secret).
 func (d DSN) String() string {
 	if d.Dialect == SQLite {
 		return d.Path
 	}
-	return Redact(d.raw)
+	u, err := url.Parse(d.raw)
+	if err != nil {
+		return "<unparsable URL, redacted>"
+	}
+	if u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k := range q {
+			if !safeDSNParams[k] {
+				q[k] = []string{"xxxxx"}
+			}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
 }
+
+// safeDSNParams are the PostgreSQL URL parameters whose values hold no
+// secret and help an operator read a log; every other value is redacted.
+var safeDSNParams = map[string]bool{"sslmode": true, "connect_timeout": true, "target_session_attrs": true}
 
 // ParseDSN classifies a database name. It accepts only unambiguous forms
 // (see AcceptedDSNForms): a libpq "key=value" string, a URL of another
@@ -57,6 +83,9 @@ func ParseDSN(s string) (DSN, error) {
 		if path == "" {
 			return DSN{}, fmt.Errorf("%w: the sqlite: URL names no file; want %s", ErrUnsupportedDSN, AcceptedDSNForms)
 		}
+		if !sqlitePath(path) {
+			return DSN{}, fmt.Errorf("%w: the sqlite: URL names no .db, .sqlite or .sqlite3 file; want %s", ErrUnsupportedDSN, AcceptedDSNForms)
+		}
 		return DSN{Dialect: SQLite, Path: path, raw: s}, nil
 	case strings.Contains(s, "://"):
 		scheme := s[:strings.Index(s, "://")]
@@ -66,10 +95,21 @@ func ParseDSN(s string) (DSN, error) {
 		return DSN{}, fmt.Errorf("%w: scheme %q is not supported; want %s", ErrUnsupportedDSN, scheme, AcceptedDSNForms)
 	case keyValueRE.MatchString(s):
 		return DSN{}, fmt.Errorf("%w: key=value connection strings are not supported; want %s", ErrUnsupportedDSN, AcceptedDSNForms)
-	case strings.HasSuffix(lower, ".db"), strings.HasSuffix(lower, ".sqlite"):
+	case sqlitePath(s):
 		return DSN{Dialect: SQLite, Path: s, raw: s}, nil
 	}
 	return DSN{}, fmt.Errorf("%w; want %s", ErrUnsupportedDSN, AcceptedDSNForms)
+}
+
+// sqlitePath reports whether path names a SQLite file unambiguously: it
+// ends in .db, .sqlite or .sqlite3 and has no '=' (which would make a
+// connection string, or a secret, into a file name).
+func sqlitePath(path string) bool {
+	if strings.ContainsRune(path, '=') {
+		return false
+	}
+	lower := strings.ToLower(path)
+	return strings.HasSuffix(lower, ".db") || strings.HasSuffix(lower, ".sqlite") || strings.HasSuffix(lower, ".sqlite3")
 }
 
 var (

@@ -19,6 +19,8 @@ func TestParseDSNAcceptsOnlyUnambiguousForms(t *testing.T) {
 		{"file:/tmp/p.sqlite?mode=rwc", SQLite, "/tmp/p.sqlite"},
 		{"products.db", SQLite, "products.db"},
 		{"/var/lib/productd/catalog.sqlite", SQLite, "/var/lib/productd/catalog.sqlite"},
+		{"catalog.SQLITE3", SQLite, "catalog.SQLITE3"},
+		{"file:catalog.sqlite3?_pragma=busy_timeout(5000)", SQLite, "catalog.sqlite3"},
 	}
 	for _, tc := range tests {
 		d, err := ParseDSN(tc.in)
@@ -37,6 +39,12 @@ func TestParseDSNRefusesAmbiguousNamesWithoutEchoingThem(t *testing.T) {
 		"products",
 		"products.txt",
 		"sqlite:",
+		"file:password=hunter2d",
+		"sqlite:password=hunter2",
+		"file:password=hunter2.db",
+		"file:/tmp/products",
+		"sqlite:///var/lib/productd/catalog.txt",
+		"dir/password=hunter2.db",
 	} {
 		_, err := ParseDSN(in)
 		if !errors.Is(err, ErrUnsupportedDSN) {
@@ -70,5 +78,27 @@ func TestRedactHidesEveryCredential(t *testing.T) {
 	}
 	if got := Redact("postgres://app:hunter2@db:99999999x/p"); strings.Contains(got, "hunter2") {
 		t.Errorf("Redact of a malformed URL leaks: %q", got)
+	}
+}
+
+// DSN.String is what productd logs: no password, in user info or in any
+// query parameter, survives it.
+func TestDSNStringNeverShowsASecret(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"postgres://app:hunter2@db:5432/p?sslmode=disable", "postgres://app:xxxxx@db:5432/p?sslmode=disable"},
+		{"postgres://app@db/p?password=hunter2&sslmode=require", "postgres://app@db/p?password=xxxxx&sslmode=require"},
+		{"postgresql://db/p?sslkey=/k&options=-c%20x%3Dhunter2&sslpassword=hunter2", "postgresql://db/p?options=xxxxx&sslkey=xxxxx&sslpassword=xxxxx"},
+		{"file:/tmp/p.sqlite?mode=rwc&_auth_pass=hunter2", "/tmp/p.sqlite"},
+		{"products.db", "products.db"},
+	}
+	for _, tc := range tests {
+		d, err := ParseDSN(tc.in)
+		if err != nil {
+			t.Errorf("ParseDSN(%q): %v", tc.in, err)
+			continue
+		}
+		if got := d.String(); got != tc.want || strings.Contains(got, "hunter2") {
+			t.Errorf("ParseDSN(%q).String() = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }

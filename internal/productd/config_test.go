@@ -2,19 +2,23 @@ package productd
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
-	"github.com/flightcache/flightcache"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/internal/product"
+	"github.com/flightcache/flightcache/internal/testenv"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -140,6 +144,7 @@ func TestAmbiguousDatabaseNameIsRefused(t *testing.T) {
 		"host=db.internal user=app password=hunter2 dbname=products",
 		"mysql://app:hunter2@db.internal/products",
 		"products",
+		"file:password=hunter2d",
 	} {
 		_, err := ParseFlags([]string{"-db", db}, env(nil), &bytes.Buffer{})
 		if !errors.Is(err, product.ErrUnsupportedDSN) {
@@ -252,5 +257,50 @@ func TestHiddenOriginFailuresAreWarnedRateLimited(t *testing.T) {
 	out := buf.String()
 	if n := strings.Count(out, "served a stale value"); n != 1 || !strings.Contains(out, `"level":"WARN"`) || !strings.Contains(out, "connection refused") {
 		t.Fatalf("%d warnings for 10 hidden failures within a second, want 1 WARN with the error:\n%s", n, out)
+	}
+}
+
+// The "productd listening" line names the database without its secrets: a
+// password in the URL's user info or query is redacted.
+func TestListeningLineRedactsTheDatabasePassword(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.PostgresDB(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// PostgreSQL trusts loopback here: the password is carried, not checked.
+	u.User = url.UserPassword(u.User.Username(), "hunter2")
+	q := u.Query()
+	q.Set("password", "hunter2")
+	u.RawQuery = q.Encode()
+	cfg := Default()
+	cfg.DB = u.String()
+	cfg.Catalog = &testCatalog
+	cfg.LogFormat = "json"
+	var logs syncBuffer
+	s, err := New(t.Context(), cfg, cfg.NewLogger(&logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := serveInProcess(t, s)
+	resp, err := http.Get(base + "/healthz") // answered: Serve has logged its line
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var listening map[string]any
+	for l := range strings.Lines(logs.String()) {
+		var rec map[string]any
+		if json.Unmarshal([]byte(l), &rec) == nil && rec["msg"] == "productd listening" {
+			listening = rec
+		}
+	}
+	if listening == nil {
+		t.Fatalf("no productd listening line in:\n%s", logs.String())
+	}
+	db, _ := listening["db"].(string)
+	if strings.Contains(logs.String(), "hunter2") || !strings.Contains(db, "xxxxx") || !strings.Contains(db, u.Host) {
+		t.Fatalf("listening line db=%q (all logs:\n%s); want the URL with its password redacted", db, logs.String())
 	}
 }
