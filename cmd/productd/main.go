@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -35,6 +36,9 @@ func main() {
 		os.Exit(2)
 	}
 	log := cfg.NewLogger(os.Stderr)
+	// Process-wide loggers (go-redis' own lines among them) write through
+	// slog.Default(): in the same format as the rest.
+	slog.SetDefault(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := productd.Run(ctx, cfg, log); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -154,5 +155,68 @@ func TestEndToEndHungOrDeadRedisCostsARequestAlmostNothing(t *testing.T) {
 	}
 	if !warned {
 		t.Fatalf("no WARN about the failed invalidation among %d log lines", len(all))
+	}
+}
+
+// A productd whose private Redis is killed while the breaker is still
+// closed: a cold GET costs at most one -redis-timeout plus the origin's
+// latency (no dial retries with back-off), and go-redis' own line about
+// the failed dial reaches stderr as JSON through slog ("redis client").
+func TestEndToEndRedisKilledWithTheBreakerClosedCostsOneTimeoutAndLogsJSON(t *testing.T) {
+	t.Parallel()
+	rds := startPrivateRedis(t)
+	const (
+		redisTimeout  = 200 * time.Millisecond
+		originLatency = 50 * time.Millisecond
+		slack         = 250 * time.Millisecond
+		coldBound     = redisTimeout + originLatency + slack
+	)
+	p := startProductd(t, "-db", filepath.Join(t.TempDir(), "products.db"), "-seed-products", "50",
+		"-redis", rds.url(), "-redis-prefix", testenv.UniqueName("productd-killed-")+":",
+		"-redis-timeout", redisTimeout.String(), "-origin-latency", originLatency.String())
+	c := herdClient(1)
+	defer c.CloseIdleConnections()
+	product := func(n int) string { return fmt.Sprintf("%s/v1/tenants/acme/products/p-%05d", p.url, n) }
+	if code, body, _ := timedDo(t, c, "GET", product(1), ""); code != 200 {
+		t.Fatalf("warm-up GET: %d %s", code, body)
+	}
+	if code, body, _ := timedDo(t, c, "GET", p.url+"/readyz", ""); code != 200 || !strings.Contains(body, `"redis_breaker":"closed"`) {
+		t.Fatalf("/readyz before the kill: %d %s; want the breaker closed", code, body)
+	}
+
+	rds.kill()
+	// The first GETs find the pooled connections broken, the next ones
+	// dial; each is bounded, until the breaker opens.
+	for n := 2; n < 6; n++ {
+		code, body, took := timedDo(t, c, "GET", product(n), "")
+		if code != 200 {
+			t.Fatalf("cold GET with Redis killed: %d %s", code, body)
+		}
+		if took > coldBound {
+			t.Fatalf("cold GET %d with Redis killed took %v, want at most %v", n-1, took, coldBound)
+		}
+		t.Logf("Redis killed: cold GET %v", took)
+	}
+
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case l := <-p.logs:
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(l), &rec); err != nil {
+				t.Fatalf("log line is not JSON: %s", l)
+			}
+			detail, _ := rec["detail"].(string)
+			if rec["msg"] == "redis client" && rec["level"] == "WARN" && strings.Contains(detail, "failed to dial") {
+				p.stop(t)
+				if _, notJSON := p.logLines(); len(notJSON) > 0 {
+					t.Fatalf("%d log lines are not JSON, first: %s", len(notJSON), notJSON[0])
+				}
+				return
+			}
+		case <-deadline:
+			all, _ := p.logLines()
+			t.Fatalf("no JSON line from go-redis about the failed dial within 10s; logs:\n%s", strings.Join(all, "\n"))
+		}
 	}
 }

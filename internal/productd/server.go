@@ -256,10 +256,7 @@ func (s *Server) connectRedis(ctx context.Context) (flightcache.SharedStore, err
 	if err != nil {
 		return nil, err
 	}
-	// go-redis logs through a process-wide logger (plain text on stderr by
-	// default, which breaks JSON logs): route it through slog, rate-limited
-	// since a Redis outage makes it log per dial.
-	redis.SetLogger(redisLogger{lim: ratelog.New(s.log, time.Second)})
+	installRedisLogger()
 	s.rdb = redis.NewClient(opt)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -304,11 +301,49 @@ func (s *Server) connectCoordinator(ctx context.Context) error {
 	return nil
 }
 
+// redisLoggerOnce guards installRedisLogger: go-redis has one logger per
+// process (redis.SetLogger), shared by every client, so it is installed once
+// and never replaced by a later Server.
+var redisLoggerOnce sync.Once
+
+// installRedisLogger routes go-redis' own log lines (plain text on stderr by
+// default, which breaks JSON logs) through slog.Default(), read at each
+// line, as WARN records with msg "redis client", at most one per second
+// (a Redis outage makes go-redis log per dial). The process picks where
+// they go with slog.SetDefault: cmd/productd sets its logger there, so they
+// are JSON like the rest with -log-format json. Several Servers in one
+// process share the lines rather than the last one taking them all.
+func installRedisLogger() {
+	redisLoggerOnce.Do(func() {
+		redis.SetLogger(redisLogger{lim: ratelog.New(slog.New(defaultHandler{}), time.Second)})
+	})
+}
+
 // redisLogger is go-redis' internal logger, writing through slog.
 type redisLogger struct{ lim *ratelog.Limiter }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.lim.Log(ctx, slog.LevelWarn, "redis client", slog.String("detail", fmt.Sprintf(format, v...)))
+}
+
+// defaultHandler is slog.Default()'s handler, looked up at every call so
+// that a later slog.SetDefault takes effect.
+type defaultHandler struct{}
+
+func (defaultHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return slog.Default().Handler().Enabled(ctx, l)
+}
+
+func (defaultHandler) Handle(ctx context.Context, r slog.Record) error {
+	return slog.Default().Handler().Handle(ctx, r)
+}
+
+func (defaultHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return slog.Default().Handler().WithAttrs(as)
+}
+
+func (defaultHandler) WithGroup(name string) slog.Handler {
+	return slog.Default().Handler().WithGroup(name)
 }
 
 // staleWarner logs the origin failures that a stale value hid from the
