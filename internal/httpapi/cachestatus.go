@@ -23,7 +23,8 @@ import (
 //   - fwd (§2.2): the request went to the origin. fwd=miss: no usable value
 //     was cached; fwd=stale: only a stale value was cached, the origin was
 //     asked and did not deliver, and the stale value was served.
-//   - stored (§2.5): this request's load stored its value.
+//   - stored (§2.5): this request's load stored its value, in the memory
+//     tier at least (detail=shared-write-failed: not in Redis).
 //   - collapsed (§2.6): this request shared another request's load.
 //   - ttl (§2.4): remaining freshness in whole seconds, rounded away from
 //     zero: up for a fresh value, so that a client waiting ttl seconds is
@@ -49,6 +50,7 @@ import (
 //	flightcache; fwd=miss; stored; ttl=300
 //	flightcache; fwd=miss; collapsed; ttl=300; detail=coalesced-local
 //	flightcache; fwd=miss; collapsed; ttl=300; detail=coalesced-cluster
+//	flightcache; fwd=miss; stored; ttl=300; detail=shared-write-failed
 //	flightcache; hit; ttl=17; detail=not-found
 //	flightcache; fwd=stale; ttl=-4; detail=origin-error
 //	flightcache; hit; ttl=-4; detail=origin-throttled
@@ -105,8 +107,13 @@ func CacheStatus(cache string, sv product.Served, err error) string {
 			detail = "coalesced-cluster"
 		}
 	case flightcache.OutcomeLoadedWriteFailed:
+		// Only the shared write failed: the memory tier, part of this
+		// cache, holds the value for its TTL (§2.5 stored). The one case
+		// where neither tier does, a value that cannot be encoded, does
+		// not arise with product.Entry.
 		param("fwd=miss")
-		detail, ttl = "write-failed", false
+		param("stored")
+		detail = "shared-write-failed"
 	default: // OutcomeLoadFailed and anything new
 		ttl = false
 		var te *flightcache.ThrottledError

@@ -543,7 +543,7 @@ func TestCacheStatusFollowsRFC9211ForEveryOutcome(t *testing.T) {
 		{"§2.2 fwd=stale: only a stale value was cached and the request went forward; §2.4 negative ttl is stale", stale(originDown), nil, "flightcache; fwd=stale; ttl=-4; detail=origin-error"},
 		{"§2.2 fwd=stale: forwarded, the origin was too slow for the soft timeout", stale(flightcache.ErrSoftTimeout), nil, "flightcache; fwd=stale; ttl=-4; detail=soft-timeout"},
 		{"§2.1 hit: the failure throttle served the stale value without forwarding; §2.4 negative ttl", stale(throttled), nil, "flightcache; hit; ttl=-4; detail=origin-throttled"},
-		{"§2.2 fwd=miss, but §2.5 stored absent: the write-back failed; §2.4 no ttl for an uncached response", sv(flightcache.OutcomeLoadedWriteFailed, time.Minute), nil, "flightcache; fwd=miss; detail=write-failed"},
+		{"§2.2 fwd=miss; §2.5 stored: the memory tier of this cache holds it, only the shared write failed (§2.8 detail); §2.4 ttl of the stored value", sv(flightcache.OutcomeLoadedWriteFailed, time.Minute), nil, "flightcache; fwd=miss; stored; ttl=60; detail=shared-write-failed"},
 		{"§2.2 fwd=miss that failed; §2.3 fwd-status omitted, the origin is not HTTP", failed, originDown, "flightcache; fwd=miss; detail=origin-error"},
 		{"§2.2 fwd=miss that timed out", failed, fmt.Errorf("load: %w", context.DeadlineExceeded), "flightcache; fwd=miss; detail=origin-timeout"},
 		{"§2.2 fwd=miss for an uncached not-found (naive mode)", failed, product.ErrNotFoundCached, "flightcache; fwd=miss; detail=not-found"},
