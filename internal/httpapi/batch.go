@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -31,30 +30,22 @@ type ListBody struct {
 // ParseSelection validates a batch request: the tenant path value and a
 // query with ids (comma-separated, 1 to product.MaxBatchIDs of them, each
 // validated like the single endpoint's id), and locale and currency as for
-// ParseRef. Repeated ids are asked once. Every error is a
+// ParseRef; any other parameter is refused. Repeated ids are asked once. Every error is a
 // *product.InvalidError.
 func ParseSelection(tenant, rawQuery string) (product.Selection, error) {
-	q, err := url.ParseQuery(rawQuery)
+	q, err := parseQuery(rawQuery, "ids", "locale", "currency")
 	if err != nil {
-		return product.Selection{}, &product.InvalidError{Field: "query", Reason: "malformed query string"}
+		return product.Selection{}, err
 	}
 	locale, currency := DefaultLocale, DefaultCurrency
-	var ids string
-	hasIDs := false
-	for name, vs := range q {
-		if len(vs) != 1 {
-			return product.Selection{}, &product.InvalidError{Field: "query", Reason: "each parameter may appear once"}
-		}
-		switch name {
-		case "locale":
-			locale = vs[0]
-		case "currency":
-			currency = vs[0]
-		case "ids":
-			ids, hasIDs = vs[0], true
-		}
+	if v, ok := q["locale"]; ok {
+		locale = v
 	}
-	if !hasIDs || ids == "" {
+	if v, ok := q["currency"]; ok {
+		currency = v
+	}
+	ids := q["ids"]
+	if ids == "" {
 		return product.Selection{}, &product.InvalidError{Field: "ids", Reason: "give ids=a,b,c"}
 	}
 	raw := strings.Split(ids, ",")

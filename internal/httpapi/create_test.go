@@ -79,6 +79,9 @@ func TestPostRejectsBadInputBeforeCreating(t *testing.T) {
 		{"/v1/tenants/acme/products", `{"productId":"a","productId":"b","displayName":"x","priceCents":1}`, "", 400, "invalid_body"},
 		{"/v1/tenants/acme/products", "{\"productId\":\"a\",\"displayName\":\"\xff\",\"priceCents\":1}", "", 400, "invalid_body"},
 		{"/v1/tenants/acme/products", `{"productId":"a","displayName":"x","priceCents":1}`, "text/plain", 415, "unsupported_media_type"},
+		{"/v1/tenants/acme/products?LOCALE=de-DE", `{"productId":"a","displayName":"x","priceCents":1}`, "", 400, "invalid_query"},
+		{"/v1/tenants/acme/products?locale=de-DE&locale=fr-FR", `{"productId":"a","displayName":"x","priceCents":1}`, "", 400, "invalid_query"},
+		{"/v1/tenants/acme/products?productId=b", `{"productId":"a","displayName":"x","priceCents":1}`, "", 400, "invalid_query"},
 	} {
 		var hdr []string
 		if tc.ctype != "" {

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -157,26 +158,44 @@ func methodNotAllowed(allow string) http.HandlerFunc {
 
 // ParseRef validates the path values and the query of a product request
 // into a product.Ref. locale and currency default to DefaultLocale and
-// DefaultCurrency; a malformed query or a repeated parameter is an error.
+// DefaultCurrency; a malformed query, a repeated parameter or any other
+// parameter (names are case-sensitive: LOCALE is not locale) is an error,
+// so that a typo is refused rather than silently served the defaults.
 // Every error is a *product.InvalidError.
 func ParseRef(tenant, id, rawQuery string) (product.Ref, error) {
-	q, err := url.ParseQuery(rawQuery)
+	q, err := parseQuery(rawQuery, "locale", "currency")
 	if err != nil {
-		return product.Ref{}, &product.InvalidError{Field: "query", Reason: "malformed query string"}
+		return product.Ref{}, err
 	}
 	locale, currency := DefaultLocale, DefaultCurrency
-	for name, vs := range q {
-		if len(vs) != 1 {
-			return product.Ref{}, &product.InvalidError{Field: "query", Reason: "each parameter may appear once"}
-		}
-		switch name {
-		case "locale":
-			locale = vs[0]
-		case "currency":
-			currency = vs[0]
-		}
+	if v, ok := q["locale"]; ok {
+		locale = v
+	}
+	if v, ok := q["currency"]; ok {
+		currency = v
 	}
 	return product.NewRef(tenant, id, locale, currency)
+}
+
+// parseQuery parses rawQuery into one value per parameter, refusing (with a
+// *product.InvalidError on the field "query") a malformed query, a
+// parameter given twice, and a parameter not in allowed.
+func parseQuery(rawQuery string, allowed ...string) (map[string]string, error) {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return nil, &product.InvalidError{Field: "query", Reason: "malformed query string"}
+	}
+	out := make(map[string]string, len(q))
+	for name, vs := range q {
+		if !slices.Contains(allowed, name) {
+			return nil, &product.InvalidError{Field: "query", Reason: "unknown parameter; allowed: " + strings.Join(allowed, ", ")}
+		}
+		if len(vs) != 1 {
+			return nil, &product.InvalidError{Field: "query", Reason: "each parameter may appear once"}
+		}
+		out[name] = vs[0]
+	}
+	return out, nil
 }
 
 func (a *api) getProduct(w http.ResponseWriter, r *http.Request) {

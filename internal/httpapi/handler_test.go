@@ -206,11 +206,19 @@ func TestInvalidInputGets400WithTheFieldInTheCode(t *testing.T) {
 		{p1 + "?currency=US", "invalid_currency"},
 		{p1 + "?currency=%zz", "invalid_query"},
 		{p1 + "?locale=en-US&locale=de-DE", "invalid_query"},
+		{p1 + "?LOCALE=de-DE", "invalid_query"},
+		{p1 + "?Currency=EUR", "invalid_query"},
+		{p1 + "?lang=de-DE", "invalid_query"},
+		{p1 + "?locale=de-DE&ids=p-00002", "invalid_query"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.target, func(t *testing.T) {
 			wantError(t, a.do("GET", tc.target, ""), http.StatusBadRequest, tc.code)
 		})
+	}
+	// A PUT is refused for its query as a GET is, before its body is read.
+	for _, target := range []string{p1 + "?LOCALE=de-DE", p1 + "?currency=EUR&currency=USD", p1 + "?lang=de"} {
+		wantError(t, a.do("PUT", target, `{"priceCents":5}`), http.StatusBadRequest, "invalid_query")
 	}
 	if q := a.counted.Queries(); q != 0 {
 		t.Fatalf("invalid requests made %d origin queries", q)
