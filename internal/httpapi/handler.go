@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
@@ -322,7 +323,8 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // Recover turns a panic in next into a 500 JSON error and a log line with
-// the stack, so one bad request never kills the process. http.ErrAbortHandler
+// the panic's type and the stack (not the panic's value, which may hold
+// IDs), so one bad request never kills the process. http.ErrAbortHandler
 // is re-panicked: it is net/http's way to abort a response on purpose.
 func Recover(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -335,9 +337,12 @@ func Recover(log *slog.Logger, next http.Handler) http.Handler {
 			if v == http.ErrAbortHandler { //nolint:errorlint // a sentinel panic value, compared as net/http does
 				panic(v)
 			}
+			// The panic's type, never its value: a value built from the
+			// request (an error, a message) may hold tenant or product IDs.
+			// The stack shows where it happened.
 			log.LogAttrs(r.Context(), slog.LevelError, "panic serving request",
 				slog.String("method", r.Method), slog.String("route", r.Pattern),
-				slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+				slog.String("panic_type", fmt.Sprintf("%T", v)), slog.String("stack", string(debug.Stack())))
 			if !rw.wrote {
 				writeError(rw, apiError{status: http.StatusInternalServerError, code: "internal", message: "internal error"})
 			}

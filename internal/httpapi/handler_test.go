@@ -582,3 +582,26 @@ func TestRequestsAfterTheCacheClosedGet503ShuttingDown(t *testing.T) {
 		t.Fatal("no Retry-After on a 503")
 	}
 }
+
+// A panic's value may be built from the request: the log line names the
+// panic's type and where it happened, never the value.
+func TestRecoverLogsThePanicsTypeAndStackNotItsValue(t *testing.T) {
+	var logs bytes.Buffer
+	h := Recover(slog.New(slog.NewJSONHandler(&logs, nil)), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		panic(fmt.Errorf("no row for tenant acme id %s", r.URL.Query().Get("id")))
+	}))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/boom?id=p-secret-42", nil))
+	if w.Code != 500 {
+		t.Fatalf("panic answered %d", w.Code)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(logs.Bytes(), &rec); err != nil {
+		t.Fatalf("log %q: %v", logs.String(), err)
+	}
+	stack, _ := rec["stack"].(string)
+	if strings.Contains(logs.String(), "p-secret-42") || rec["panic_type"] != "*errors.errorString" ||
+		!strings.Contains(stack, "TestRecoverLogsThePanicsTypeAndStackNotItsValue") {
+		t.Fatalf("log line %s: want the panic's type and a stack through the handler, and no id", logs.String())
+	}
+}
