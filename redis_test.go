@@ -59,9 +59,14 @@ func newRedisStore(tb testing.TB, client redis.UniversalClient, prefix string) *
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
-		keys, _ := client.Keys(context.Background(), prefix+"*").Result()
-		if len(keys) > 0 {
-			client.Del(context.Background(), keys...)
+		// SCAN, not KEYS: the shared Redis is not blocked while it walks.
+		ctx := context.Background()
+		iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
+		for iter.Next(ctx) {
+			client.Del(ctx, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			tb.Errorf("clean up the test's keys: %v", err)
 		}
 	})
 	return s

@@ -48,10 +48,14 @@ func TestReadYourWritesHoldsAcrossInstancesSharingRedisAndRestarts(t *testing.T)
 	t.Cleanup(func() { rdb.Close() })
 	prefix := testenv.UniqueName("flightcache-test-ryw-") + ":"
 	t.Cleanup(func() {
+		// SCAN, not KEYS: the shared Redis is not blocked while it walks.
 		ctx := context.Background()
-		keys, _ := rdb.Keys(ctx, prefix+"*").Result()
-		if len(keys) > 0 {
-			rdb.Del(ctx, keys...)
+		iter := rdb.Scan(ctx, 0, prefix+"*", 100).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			t.Errorf("clean up the test's keys: %v", err)
 		}
 	})
 	repo := NewMemoryRepository(smallCatalog)

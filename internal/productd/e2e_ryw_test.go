@@ -1,10 +1,12 @@
 package productd
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/flightcache/flightcache/internal/testenv"
 )
@@ -21,8 +23,15 @@ func TestEndToEndReadYourWritesAcrossTwoInstancesAndRestarts(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.PostgresDB(t)
 	redisAddr := testenv.RequireRedis(t)
+	prefix := testenv.UniqueName("productd-ryw-") + ":"
 	args := []string{"-db", dsn, "-seed-products", "20", "-redis", "redis://" + redisAddr + "/0",
-		"-redis-prefix", testenv.UniqueName("productd-ryw-") + ":", "-cache-ttl", "1h"}
+		"-redis-prefix", prefix, "-cache-ttl", "1h"}
+	// The keys live an hour: delete them however the test ends.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cleanRedisPrefix(ctx, t, redisAddr, prefix)
+	})
 	inst := [2]*process{startProductd(t, args...), startProductd(t, args...)}
 	c := herdClient(4)
 	defer c.CloseIdleConnections()

@@ -147,6 +147,11 @@ func TestEndToEndProductCreatedOnOneInstanceIsFoundOnAnotherAtOnce(t *testing.T)
 	dsn := testenv.PostgresDB(t)
 	prefix := testenv.UniqueName("productd-bloom-test-") + ":"
 	args := []string{"-db", dsn, "-redis", "redis://" + redisAddr + "/0", "-redis-prefix", prefix, "-bloom-rebuild", "1h"}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cleanRedisPrefix(ctx, t, redisAddr, prefix)
+	})
 	a := startProductd(t, args...)
 	b := startProductd(t, args...)
 	c := herdClient(2)
@@ -188,9 +193,6 @@ func TestEndToEndProductCreatedOnOneInstanceIsFoundOnAnotherAtOnce(t *testing.T)
 	}
 	a.stop(t)
 	b.stop(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	cleanRedisPrefix(ctx, t, redisAddr, prefix)
 }
 
 // cleanRedisPrefix deletes the keys a test wrote under its own prefix.

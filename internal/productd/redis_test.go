@@ -1,6 +1,7 @@
 package productd
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -22,6 +23,11 @@ func TestInstancesShareLoadsThroughRedis(t *testing.T) {
 	cfg.Catalog = &testCatalog
 	cfg.Redis = "redis://" + addr + "/0"
 	cfg.RedisPrefix = testenv.UniqueName("productd-test-") + ":"
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cleanRedisPrefix(ctx, t, addr, cfg.RedisPrefix)
+	})
 	a, srvA := startInProcess(t, cfg)
 	b, srvB := startInProcess(t, cfg)
 	if srvA.Tiers() != "memory+redis" {
