@@ -21,7 +21,7 @@ vet:
 race:
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 
-## stress: the concurrency tests, many times, as required before resolving an issue
+## stress: the concurrency tests, many times under -race, to catch rare interleavings
 stress:
 	$(GO) test -race -count=20 -timeout 30m ./internal/flightgroup/ ./singleflight/ .
 

@@ -7,9 +7,12 @@
 //
 // A false negative would make a real value unreachable, so the Filter never
 // gives one for an ID that the last successful Rebuild's source yielded, or
-// that was added since the source of the Rebuild before it was read (a
-// source read after an Add is authoritative, so IDs deleted at the origin
-// leave the filter):
+// that was added since the Rebuild before it published its filter. Each
+// Rebuild copies in every ID added during the generation it replaces,
+// whatever its source says; so an ID deleted at the origin leaves the
+// filter at the second successful Rebuild after its last Add (it survives
+// the first one), and one never added leaves at the first Rebuild whose
+// source no longer yields it:
 //
 //   - Before the first successful Rebuild it answers "maybe" to everything
 //     (fail open).

@@ -175,9 +175,9 @@ func (f *Filter) MayContain(tenant, id string) bool {
 // Add records that id exists in tenant; MayContain answers true for it from
 // the moment Add returns, including across a Rebuild whose source was read
 // before the ID was stored. Call it for every creation once the ID is
-// stored at the origin and before acknowledging the creation: a Rebuild
-// whose source is read after Add returned trusts its source. Safe
-// concurrently with MayContain and Rebuild.
+// stored at the origin and before acknowledging the creation: the next
+// Rebuild copies the ID in whatever its source says, but the one after
+// that trusts its source. Safe concurrently with MayContain and Rebuild.
 func (f *Filter) Add(tenant, id string) {
 	k := string(appendKey(nil, tenant, id))
 	f.mu.Lock()

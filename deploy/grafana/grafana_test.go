@@ -235,7 +235,9 @@ func TestEveryQueryNamesAnEmittedMetric(t *testing.T) {
 	}
 }
 
-func TestDashboardHasTheIssuesPanels(t *testing.T) {
+// Every signal an operator needs during a stampede or an outage has its
+// panel, drawn from the metric that measures it.
+func TestDashboardHasAPanelForEveryOperatorSignalOnItsMetric(t *testing.T) {
 	d := load(t)
 	titles := map[string]panel{}
 	for _, p := range allPanels(d.Panels) {

@@ -73,9 +73,9 @@ func (g *penetrationGuard) announce(ctx context.Context, ref product.Ref) error 
 }
 
 // creator is productd's create path: announce to the guard, insert, add
-// to the filter again now that the row is committed (a rebuild whose
-// source is read after an Add trusts its source), and only then
-// acknowledge.
+// to the filter again now that the row is committed (the rebuild after
+// next trusts its source alone, so the last Add must follow the commit),
+// and only then acknowledge.
 type creator struct {
 	svc   *product.QueryService
 	guard *penetrationGuard // nil without -bloom
