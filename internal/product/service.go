@@ -98,7 +98,14 @@ type ServiceOptions struct {
 	// OnInvalidateFailed, if set, is called once per cache delete that
 	// failed after an Update (productd counts them in a metric).
 	OnInvalidateFailed func()
-	Logger             *slog.Logger
+	// CreatedSince, if set, is asked on every cached "not found" that Get
+	// is about to answer (flightcache mode), with the time the "not found"
+	// was stored: true means the product was created after it, possibly on
+	// another instance, so Get drops the tombstone and loads again. It
+	// must answer false when it cannot tell (productd's asks Redis, bounded
+	// by -redis-timeout and its breaker).
+	CreatedSince func(ctx context.Context, ref Ref, since time.Time) bool
+	Logger       *slog.Logger
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -264,6 +271,23 @@ func (s *QueryService) Get(ctx context.Context, ref Ref) (Served, error) {
 	}
 	note := new(staleNote)
 	r, err := s.opts.Cache.Fetch(context.WithValue(ctx, staleNoteKey{}, note), k, load)
+	if r.Outcome == flightcache.OutcomeNegativeHit && s.opts.CreatedSince != nil && s.opts.CreatedSince(ctx, ref, s.opts.Now().Add(-r.Age)) {
+		// Another instance created the product after this tombstone was
+		// stored: it deleted the tombstone where it could (its memory,
+		// Redis) but not in this instance's memory. The tombstone stored
+		// by the load below is younger than the creation, so a creation
+		// that failed after it was announced costs one reload, not one
+		// per request.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.InvalidateTimeout)
+		derr := s.opts.Cache.Delete(dctx, k)
+		cancel()
+		if derr != nil {
+			s.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "product: dropping a cached not-found of a product created elsewhere failed",
+				slog.Any("error", derr))
+		}
+		note = new(staleNote)
+		r, err = s.opts.Cache.Fetch(context.WithValue(ctx, staleNoteKey{}, note), k, load)
+	}
 	sv := Served{Product: r.Value.Product, Outcome: r.Outcome, Scope: r.Scope}
 	if r.Outcome == flightcache.OutcomeStale {
 		sv.StaleCause = note.why

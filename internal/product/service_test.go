@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,5 +110,61 @@ func TestUnknownProductMatchesBothNotFoundErrors(t *testing.T) {
 	sv, err := svc.Get(context.Background(), Ref{Tenant: "acme", ID: "nope", Locale: "en-US", Currency: "USD"})
 	if !errors.Is(err, ErrNotFound) || sv.Outcome != flightcache.OutcomeNegativeHit {
 		t.Fatalf("second Get(unknown) = %v, %v; want a negative hit", sv.Outcome, err)
+	}
+}
+
+// A cached "not found" is dropped and reloaded when CreatedSince says the
+// product was created after it was stored, and only then: the reload's
+// own "not found" (a create that was announced but never inserted) is
+// younger than the creation and stays cached, so such an id costs one
+// extra origin query, not one per request.
+func TestNotFoundIsReloadedOnceWhenCreatedSinceItWasCached(t *testing.T) {
+	var queries atomic.Int64
+	repo := Count(NewMemoryRepository(smallCatalog), func() { queries.Add(1) })
+	local, err := memstore.New(memstore.Options[Entry]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(local.Close)
+	c, err := flightcache.New(flightcache.Options[Entry]{Local: local, TTL: time.Minute, NegativeTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	var createdAt atomic.Pointer[time.Time] // nil: never created
+	svc, err := NewQueryService(repo, ServiceOptions{Cache: c, TTL: time.Minute, NegativeTTL: time.Minute,
+		CreatedSince: func(_ context.Context, _ Ref, since time.Time) bool {
+			at := createdAt.Load()
+			return at != nil && at.After(since)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ref := Ref{Tenant: "acme", ID: "ghost", Locale: "en-US", Currency: "USD"}
+	get := func() flightcache.Outcome {
+		t.Helper()
+		sv, err := svc.Get(ctx, ref)
+		if !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Get: %v, want not found", err)
+		}
+		return sv.Outcome
+	}
+	get()
+	if o := get(); o != flightcache.OutcomeNegativeHit || queries.Load() != 1 {
+		t.Fatalf("second Get: %v after %d queries; want a negative hit after 1", o, queries.Load())
+	}
+	now := time.Now()
+	createdAt.Store(&now)
+	if o := get(); o != flightcache.OutcomeLoaded || queries.Load() != 2 {
+		t.Fatalf("Get after a creation: %v after %d queries; want a reload (2 queries)", o, queries.Load())
+	}
+	for range 5 {
+		if o := get(); o != flightcache.OutcomeNegativeHit {
+			t.Fatalf("Get after the reload: %v; want a negative hit", o)
+		}
+	}
+	if q := queries.Load(); q != 2 {
+		t.Fatalf("%d origin queries; the reloaded not-found must stay cached (2)", q)
 	}
 }

@@ -172,24 +172,50 @@ func (r *recentCreations) record(ctx context.Context, tenant, id string) error {
 
 // contains reports whether id was created in tenant within keep. A lookup
 // that fails answers true: a "maybe" costs an origin query at most, a
-// wrong "no" would hide a product.
-// While the breaker is open it answers true without calling Redis.
+// wrong "no" would hide a product. While the breaker is open it answers
+// true without calling Redis.
 func (r *recentCreations) contains(ctx context.Context, tenant, id string) bool {
+	at, known := r.lookup(ctx, tenant, id)
+	return !known || !at.IsZero()
+}
+
+// createdSinceSkew is how far another instance's clock, which stamped a
+// creation, may run behind this one's, which stamped a cached "not found",
+// for createdSince still to see the creation as the younger.
+const createdSinceSkew = time.Second
+
+// createdSince reports whether ref was created after since (less
+// createdSinceSkew), false when Redis cannot tell: it is
+// product.ServiceOptions.CreatedSince, asked on a cached "not found",
+// which stays when in doubt (a Redis outage must not send every cached
+// "not found" to the origin).
+func (r *recentCreations) createdSince(ctx context.Context, ref product.Ref, since time.Time) bool {
+	at, known := r.lookup(ctx, ref.Tenant, ref.ID)
+	return known && !at.IsZero() && at.After(since.Add(-createdSinceSkew))
+}
+
+// lookup is one ZSCORE, bounded by timeout and the breaker: when id was
+// created in tenant (zero if not within keep), and whether Redis answered.
+func (r *recentCreations) lookup(ctx context.Context, tenant, id string) (at time.Time, known bool) {
 	done, err := r.allow(ctx)
 	if err != nil {
-		return true
+		return time.Time{}, false
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	score, err := r.rdb.ZScore(cctx, r.key(tenant), id).Result()
 	done(err)
 	if errors.Is(err, redis.Nil) {
-		return false
+		return time.Time{}, true
 	}
 	if err != nil {
-		return true
+		return time.Time{}, false
 	}
-	return score >= float64(time.Now().Add(-r.keep).UnixMilli())
+	at = time.UnixMilli(int64(score))
+	if at.Before(time.Now().Add(-r.keep)) {
+		return time.Time{}, true
+	}
+	return at, true
 }
 
 // newPenetrationGuard builds the filter from the origin (a failure leaves

@@ -210,3 +210,73 @@ func cleanRedisPrefix(ctx context.Context, t *testing.T, addr, prefix string) {
 		t.Errorf("clean up: %v", err)
 	}
 }
+
+// A product created on instance A is found on instance B at once even when
+// B had cached a "not found" for it before the create (B's filter said
+// "maybe": here it is saturated, as with a false positive): B checks its
+// cached "not found" against the recent-creations set, drops it and loads
+// the product. A "not found" of an id nobody created stays cached.
+func TestEndToEndNotFoundCachedBeforeACreateElsewhereIsDroppedAtOnce(t *testing.T) {
+	t.Parallel()
+	redisAddr := testenv.RequireRedis(t)
+	dsn := testenv.PostgresDB(t)
+	prefix := testenv.UniqueName("productd-created-elsewhere-") + ":"
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cleanRedisPrefix(ctx, t, redisAddr, prefix)
+	})
+	args := []string{"-db", dsn, "-seed-products", "50", "-redis", "redis://" + redisAddr + "/0", "-redis-prefix", prefix,
+		"-bloom-rebuild", "1h", "-negative-ttl", "5m"}
+	a := startProductd(t, args...)
+	// A filter sized for one id at 50 %, filled with the catalog: every
+	// id is "maybe", so B caches the "not found" it loads.
+	b := startProductd(t, append(args, "-bloom-expected", "1", "-bloom-fp-rate", "0.5")...)
+	c := herdClient(2)
+	defer c.CloseIdleConnections()
+	get := func(base, id string) (int, string, time.Duration) {
+		start := time.Now()
+		resp, err := c.Get(base + "/v1/tenants/acme/products/" + id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Cache-Status"), time.Since(start)
+	}
+	for i := range 5 {
+		id := fmt.Sprintf("later-%d-%d", time.Now().UnixNano(), i)
+		if code, cs, _ := get(b.url, id); code != http.StatusNotFound || !strings.Contains(cs, "stored") || !strings.Contains(cs, "detail=not-found") {
+			t.Fatalf("before the create, B answered %d (%s); want a 404 it stored", code, cs)
+		}
+		if code, cs, _ := get(b.url, id); code != http.StatusNotFound || !strings.Contains(cs, "hit") {
+			t.Fatalf("before the create, B's second answer %d (%s); want a cached 404", code, cs)
+		}
+		body := fmt.Sprintf(`{"productId":%q,"displayName":"Later","priceCents":100}`, id)
+		resp, err := c.Post(a.url+"/v1/tenants/acme/products", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("POST on A: %d", resp.StatusCode)
+		}
+		if code, cs, _ := get(b.url, id); code != http.StatusOK {
+			t.Fatalf("right after A acknowledged the create, B answered %d (%s); want 200", code, cs)
+		}
+	}
+	id := fmt.Sprintf("never-%d", time.Now().UnixNano())
+	get(b.url, id)
+	var slowest time.Duration
+	for range 20 {
+		code, cs, took := get(b.url, id)
+		if code != http.StatusNotFound || !strings.Contains(cs, "hit") {
+			t.Fatalf("B answered %d (%s) for a product nobody created; want a cached 404", code, cs)
+		}
+		slowest = max(slowest, took)
+	}
+	t.Logf("cached 404 on B, checked against Redis: slowest of 20 %v", slowest)
+	a.stop(t)
+	b.stop(t)
+}

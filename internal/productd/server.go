@@ -157,6 +157,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 		if err := s.startGuard(ctx, reg); err != nil {
 			return nil, err
 		}
+		if s.guard != nil && s.guard.recent != nil {
+			// A cached "not found" of a product created since on another
+			// instance: one ZSCORE per negative hit finds it.
+			svcOpts.CreatedSince = s.guard.recent.createdSince
+		}
 		metrics, err := promflight.New(reg, promflight.WithOperation("product"))
 		if err != nil {
 			return nil, err
