@@ -672,7 +672,7 @@ func TestBatchWritesAndReadsSharedTimesOnTheWallClock(t *testing.T) {
 	a := clocked(t, clock, flightcache.Options[*product]{Shared: shared, TTL: time.Minute, Jitter: flightcache.DisableJitter})
 	a.FetchMany(context.Background(), []string{"k"}, (&batchOrigin{}).load)
 	e, ok, _ := shared.Get(context.Background(), "k")
-	if !ok || e.FreshUntil.Sub(time.Now()) > time.Minute || e.FreshUntil.Before(time.Now()) {
+	if !ok || time.Until(e.FreshUntil) > time.Minute || e.FreshUntil.Before(time.Now()) {
 		t.Fatalf("shared entry fresh until %v, want within a minute of the wall clock", e.FreshUntil)
 	}
 	b := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: shared})

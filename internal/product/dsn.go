@@ -74,9 +74,7 @@ func ParseDSN(s string) (DSN, error) {
 		return DSN{Dialect: Postgres, raw: s}, nil
 	case strings.HasPrefix(lower, "sqlite:"), strings.HasPrefix(lower, "file:"):
 		path := s[strings.IndexByte(s, ':')+1:]
-		if strings.HasPrefix(path, "//") {
-			path = path[2:]
-		}
+		path = strings.TrimPrefix(path, "//")
 		if i := strings.IndexByte(path, '?'); i >= 0 {
 			path = path[:i]
 		}
