@@ -78,7 +78,10 @@
 //
 // # Scope
 //
-// Single-flight is per process: N instances may run up to N loads of one
-// key at once. The shared tier and the double-check make those loads rare,
-// not impossible.
+// Without a Coordinator, single-flight is per process: N instances may run
+// up to N loads of one key at once, and the shared tier and the
+// double-check make those loads rare, not impossible. With
+// Options.Coordinator (package redislease) it spans the cluster: one
+// instance loads the key under a fenced lease and the others wait for its
+// result (cluster mode; see Coordinator). Batch reads stay per process.
 package flightcache
