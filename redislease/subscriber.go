@@ -16,7 +16,7 @@ var errClosed = errors.New("redislease: coordinator closed")
 // subscription connection (per shard on a Cluster: sharded pub/sub lives on
 // the master of the channel's slot, so one connection per master). Channels
 // are reference-counted: the first waiter subscribes, the last one
-// unsubscribes.
+// unsubscribes, but never before Redis confirmed the SUBSCRIBE.
 type subscriber struct {
 	ps      *redis.PubSub
 	sharded bool
@@ -24,6 +24,13 @@ type subscriber struct {
 
 	// mu guards chans, and orders SUBSCRIBE and UNSUBSCRIBE of a channel on
 	// the connection the way the map changes.
+	//
+	// Invariant: a channel leaves chans (and is unsubscribed) only once its
+	// SUBSCRIBE was confirmed. A confirmation names only the channel, so
+	// the late confirmation of a SUBSCRIBE whose waiters all gave up would
+	// otherwise open the ready of the channel's next subscription, before
+	// Redis has even read its SUBSCRIBE, and that waiter would miss the
+	// broadcast it then waits for.
 	mu    sync.Mutex
 	chans map[string]*channelState
 }
@@ -144,18 +151,25 @@ func (w *waiter) release() {
 		return
 	}
 	delete(cs.waiters, w)
-	if len(cs.waiters) > 0 {
+	if len(cs.waiters) > 0 || !cs.confirmed {
+		// Unconfirmed: the reader unsubscribes the channel when the
+		// confirmation arrives, unless a waiter joined it meanwhile.
 		return
 	}
 	delete(s.chans, w.channel)
-	// Best effort: a failed UNSUBSCRIBE leaves a channel that only costs
-	// an ignored message now and then.
+	s.unsubscribe(w.channel)
+}
+
+// unsubscribe ends the subscription of channel. Best effort: a failed
+// UNSUBSCRIBE leaves a channel that only costs an ignored message now and
+// then. The caller holds s.mu.
+func (s *subscriber) unsubscribe(channel string) {
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
 	defer cancel()
 	if s.sharded {
-		_ = s.ps.SUnsubscribe(ctx, w.channel)
+		_ = s.ps.SUnsubscribe(ctx, channel)
 	} else {
-		_ = s.ps.Unsubscribe(ctx, w.channel)
+		_ = s.ps.Unsubscribe(ctx, channel)
 	}
 }
 
@@ -175,6 +189,10 @@ func (s *subscriber) read(msgs <-chan any) {
 			if cs := s.chans[m.Channel]; cs != nil && !cs.confirmed {
 				cs.confirmed = true
 				close(cs.ready)
+				if len(cs.waiters) == 0 { // all gave up before the confirmation
+					delete(s.chans, m.Channel)
+					s.unsubscribe(m.Channel)
+				}
 			}
 			s.mu.Unlock()
 		case *redis.Message:
