@@ -175,7 +175,7 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 // Its two halves are apart so that each reads on its own: register does
 // what needs the shard lock, execute what must happen outside it.
 func (g *Group[K, V]) lead(ctx context.Context, si uint8, key K, fn func(context.Context) (V, error), start time.Duration) (v V, shared bool, err error) {
-	c, timer, inline, err := g.register(ctx, si, key)
+	c, timer, inline, err := g.register(ctx, si, key, true, true)
 	if err != nil {
 		return v, false, err
 	}
@@ -184,15 +184,16 @@ func (g *Group[K, V]) lead(ctx context.Context, si uint8, key K, fn func(context
 
 // register makes a new execution of key current, or refuses it under
 // WithMaxInFlight. The mutex of shard si is held on entry and released here.
-// On success it returns the execution, now in flight, which execute must
-// run; the loader timeout's timer, if any; and whether fn may run inline, in
-// the caller's goroutine (ctx can never be cancelled and there is no loader
-// timeout).
+// On success it returns the execution, now in flight, which execute (Do) or
+// the caller itself (Start) must run; the loader timeout's timer, if
+// ownTimer asks for one (StartMany times its executions together); and
+// whether fn may run inline, in the caller's goroutine: mayInline, ctx can
+// never be cancelled and there is no loader timeout.
 //
 // The results are unnamed on purpose: the loader timeout's closure captures
 // c, and a named result would be captured by reference, costing an
 // allocation per execution (benchmark Leader: 2 allocs instead of 1).
-func (g *Group[K, V]) register(ctx context.Context, si uint8, key K) (*call[K, V], *time.Timer, bool, error) {
+func (g *Group[K, V]) register(ctx context.Context, si uint8, key K, ownTimer, mayInline bool) (*call[K, V], *time.Timer, bool, error) {
 	sh := &g.shards[si]
 	obs := g.cfg.obs
 	if max := g.cfg.maxInFlight; max > 0 && g.loaders.Add(1) > max {
@@ -208,13 +209,15 @@ func (g *Group[K, V]) register(ctx context.Context, si uint8, key K) (*call[K, V
 	if obs != nil && listed {
 		n = g.total.Add(1)
 	}
-	inline := ctx.Done() == nil && g.cfg.timeout == 0
+	inline := mayInline && ctx.Done() == nil && g.cfg.timeout == 0
 	c := &call[K, V]{key: key, shard: si, waiters: 1, current: listed}
-	if inline {
+	if ctx.Done() == nil {
 		// ctx can never be cancelled, so it has no cancellation to hide.
 		c.lctx.parent = ctx
 	} else {
 		c.lctx.parent = context.WithoutCancel(ctx)
+	}
+	if !inline {
 		c.done = make(chan struct{})
 	}
 	if obs != nil {
@@ -223,7 +226,9 @@ func (g *Group[K, V]) register(ctx context.Context, si uint8, key K) (*call[K, V
 	var timer *time.Timer
 	if d := g.cfg.timeout; d > 0 {
 		c.lctx.extraLocked().deadline = time.Now().Add(d)
-		timer = time.AfterFunc(d, func() { g.expire(c) })
+		if ownTimer {
+			timer = time.AfterFunc(d, func() { g.expire(c) })
+		}
 	}
 	if listed {
 		if sh.m == nil {

@@ -122,50 +122,17 @@ func (g *Group[K, V]) start(ctx context.Context, key K, ownTimer bool) (Flight[K
 		return f, nil
 	}
 
-	// A new execution, registered as lead registers one that runs in its
-	// own goroutine; here the caller is that goroutine, and its Complete
-	// is the loader returning (which frees the WithMaxInFlight slot).
-	if max := g.cfg.maxInFlight; max > 0 && g.loaders.Add(1) > max {
-		g.loaders.Add(-1)
-		sh.mu.Unlock()
-		return Flight[K, V]{}, g.reject(ctx, ErrTooManyInFlight)
-	}
-	listed := key == key // see lead
-	var n int64
-	if obs != nil && listed {
-		n = g.total.Add(1)
-	}
-	c := &call[K, V]{key: key, shard: si, waiters: 1, current: listed, done: make(chan struct{})}
-	c.lctx.parent = ctx
-	if ctx.Done() != nil {
-		c.lctx.parent = context.WithoutCancel(ctx)
+	// A new execution, registered as Do registers one that runs in its own
+	// goroutine; here the caller is that goroutine, and its Complete is the
+	// loader returning (which frees the WithMaxInFlight slot).
+	c, timer, _, err := g.register(ctx, si, key, ownTimer, false)
+	if err != nil {
+		return Flight[K, V]{}, err
 	}
 	if obs != nil {
-		c.id = g.flights.Add(1)
-	}
-	if d := g.cfg.timeout; d > 0 {
-		c.lctx.extraLocked().deadline = time.Now().Add(d)
-		if ownTimer {
-			f.timer = time.AfterFunc(d, func() { g.expire(c) })
-		}
-	}
-	if listed {
-		if sh.m == nil {
-			sh.m = make(map[K]*call[K, V])
-		}
-		sh.m[key] = c
-		sh.n++
-	} else {
-		sh.detach(c)
-	}
-	sh.mu.Unlock()
-	if obs != nil {
-		if listed {
-			emitInFlight(obs, n, 1)
-		}
-		emit(obs, EventLoaderStarted, &c.lctx, c.id)
 		f.startedAt = monotime()
 	}
+	f.timer = timer
 	f.c, f.led = c, true
 	return f, nil
 }
