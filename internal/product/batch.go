@@ -104,9 +104,15 @@ func (r *SQLRepository) GetMany(ctx context.Context, sel Selection) (map[string]
 
 // GetMany implements BatchRepository.
 func (m *MemoryRepository) GetMany(ctx context.Context, sel Selection) (map[string]Product, error) {
+	return getEach(ctx, m.Get, sel)
+}
+
+// getEach answers a selection with one get per id, for repositories without
+// a batch query: the found products by id, the missing ones left out.
+func getEach(ctx context.Context, get func(context.Context, Ref) (Product, error), sel Selection) (map[string]Product, error) {
 	out := make(map[string]Product, len(sel.IDs))
 	for _, id := range sel.IDs {
-		p, err := m.Get(ctx, Ref{Tenant: sel.Tenant, ID: id, Locale: sel.Locale, Currency: sel.Currency})
+		p, err := get(ctx, Ref{Tenant: sel.Tenant, ID: id, Locale: sel.Locale, Currency: sel.Currency})
 		switch {
 		case errors.Is(err, ErrNotFound):
 		case err != nil:

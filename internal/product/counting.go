@@ -2,7 +2,6 @@ package product
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 )
 
@@ -39,18 +38,7 @@ func (c *CountingRepository) Get(ctx context.Context, ref Ref) (Product, error) 
 func (c *CountingRepository) GetMany(ctx context.Context, sel Selection) (map[string]Product, error) {
 	br, ok := c.Repository.(BatchRepository)
 	if !ok {
-		out := make(map[string]Product, len(sel.IDs))
-		for _, id := range sel.IDs {
-			p, err := c.Get(ctx, Ref{Tenant: sel.Tenant, ID: id, Locale: sel.Locale, Currency: sel.Currency})
-			switch {
-			case errors.Is(err, ErrNotFound):
-			case err != nil:
-				return nil, err
-			default:
-				out[id] = p
-			}
-		}
-		return out, nil
+		return getEach(ctx, c.Get, sel)
 	}
 	c.gets.Add(1)
 	c.rows.Add(int64(len(sel.IDs)))
