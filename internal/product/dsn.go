@@ -34,7 +34,13 @@ func (d DSN) String() string {
 	if d.Dialect == SQLite {
 		return d.Path
 	}
-	u, err := url.Parse(d.raw)
+	return redactURL(d.raw, func(param string) bool { return !safeDSNParams[param] })
+}
+
+// redactURL returns the URL s with the password of its user info and the
+// values of the query parameters secret says are secret replaced by "xxxxx".
+func redactURL(s string, secret func(param string) bool) string {
+	u, err := url.Parse(s)
 	if err != nil {
 		return "<unparsable URL, redacted>"
 	}
@@ -46,7 +52,7 @@ func (d DSN) String() string {
 	if u.RawQuery != "" {
 		q := u.Query()
 		for k := range q {
-			if !safeDSNParams[k] {
+			if secret(k) {
 				q[k] = []string{"xxxxx"}
 			}
 		}
@@ -127,25 +133,7 @@ func Redact(s string) string {
 		return s
 	}
 	if strings.Contains(s, "://") {
-		u, err := url.Parse(s)
-		if err != nil {
-			return "<unparsable URL, redacted>"
-		}
-		if u.User != nil {
-			if _, has := u.User.Password(); has {
-				u.User = url.UserPassword(u.User.Username(), "xxxxx")
-			}
-		}
-		if u.RawQuery != "" {
-			q := u.Query()
-			for k := range q {
-				if secretKVRE.MatchString("?" + k + "=") {
-					q[k] = []string{"xxxxx"}
-				}
-			}
-			u.RawQuery = q.Encode()
-		}
-		return u.String()
+		return redactURL(s, func(param string) bool { return secretKVRE.MatchString("?" + param + "=") })
 	}
 	return secretKVRE.ReplaceAllString(s, "${1}xxxxx")
 }
