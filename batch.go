@@ -536,17 +536,9 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	if c.tracer != nil {
 		lctx, endSpan = c.tracer.StartLoad(lctx, c.name)
 	}
-	start := c.now()
-	var realStart time.Time
-	if c.preciseLoadTime {
-		realStart = time.Now()
-	}
+	timer := c.startLoadTimer()
 	found, err := callBatchLoader(lctx, load, ask)
-	end := c.now()
-	took := end.Sub(start)
-	if c.preciseLoadTime {
-		took = time.Since(realStart)
-	}
+	end, took := c.stopLoadTimer(timer)
 	if endSpan != nil {
 		endSpan(err)
 	}

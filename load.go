@@ -167,18 +167,10 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 		}()
 	}
 
-	start := c.now()
-	var realStart time.Time
-	if c.preciseLoadTime {
-		realStart = time.Now()
-	}
+	timer := c.startLoadTimer()
 	v, err := m.load(lctx)
 	returned = true
-	end := c.now()
-	took := end.Sub(start)
-	if c.preciseLoadTime {
-		took = time.Since(realStart)
-	}
+	end, took := c.stopLoadTimer(timer)
 	if endSpan != nil {
 		endSpan(err)
 	}
@@ -267,4 +259,29 @@ func (m *miss[V]) writeBack(ctx context.Context, t ticket, it *Item[V]) (err err
 		}
 	})
 	return err
+}
+
+// loadTimer measures one load (see startLoadTimer).
+type loadTimer struct{ start, realStart time.Time }
+
+// startLoadTimer starts measuring a load. The Cache's clock gives the load's
+// end (LoadedAt); its duration (XFetch's Δ) comes from the precise real
+// clock when Options.Now was left to its default, which may be coarse (see
+// Cache.preciseLoadTime), so that sub-millisecond loads keep a non-zero Δ.
+func (c *Cache[V]) startLoadTimer() loadTimer {
+	t := loadTimer{start: c.now()}
+	if c.preciseLoadTime {
+		t.realStart = time.Now()
+	}
+	return t
+}
+
+// stopLoadTimer ends t: the load's end on the Cache's clock, and how long it
+// took.
+func (c *Cache[V]) stopLoadTimer(t loadTimer) (end time.Time, took time.Duration) {
+	end = c.now()
+	if c.preciseLoadTime {
+		return end, time.Since(t.realStart)
+	}
+	return end, end.Sub(t.start)
 }
