@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 )
 
 // MaxBatchIDs bounds the ids of one batch read: one page of a listing, and
@@ -40,7 +39,7 @@ var (
 // GetMany implements BatchRepository with one SELECT: product_id IN
 // (?, …) on SQLite, product_id = ANY($4) on PostgreSQL (one parameter, one
 // prepared shape whatever the number of ids). OriginLatency is paid once,
-// as for one Get: it stands for the round trip.
+// after the query as for one Get: it stands for the round trip.
 func (r *SQLRepository) GetMany(ctx context.Context, sel Selection) (map[string]Product, error) {
 	if len(sel.IDs) == 0 {
 		return map[string]Product{}, nil
@@ -53,15 +52,6 @@ func (r *SQLRepository) GetMany(ctx context.Context, sel Selection) (map[string]
 		return nil, fmt.Errorf("product: origin connection: %w", err)
 	}
 	defer conn.Close()
-	if r.latency > 0 {
-		t := time.NewTimer(r.latency)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("product: origin query: %w", context.Cause(ctx))
-		}
-	}
 	const head = `SELECT product_id, display_name, price_cents, revision FROM products
 		WHERE tenant_id = $1 AND locale = $2 AND currency = $3 AND product_id `
 	var q string
@@ -98,6 +88,9 @@ func (r *SQLRepository) GetMany(ctx context.Context, sel Selection) (map[string]
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("product: origin query: %w", err)
+	}
+	if err := r.delay(ctx); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

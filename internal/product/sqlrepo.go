@@ -159,16 +159,8 @@ func (r *SQLRepository) Get(ctx context.Context, ref Ref) (Product, error) {
 	defer conn.Close()
 	p := Product{ProductID: ref.ID, TenantID: ref.Tenant, Locale: ref.Locale, Currency: ref.Currency}
 	err = conn.QueryRowContext(ctx, r.getSQL, ref.Tenant, ref.ID, ref.Locale, ref.Currency).Scan(&p.DisplayName, &p.PriceCents, &p.Revision)
-	if r.latency > 0 {
-		// After the query: the answer arrives late and describes the row
-		// as it was when the query ran, as a slow query's snapshot does.
-		t := time.NewTimer(r.latency)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return Product{}, fmt.Errorf("product: origin query: %w", context.Cause(ctx))
-		}
+	if err := r.delay(ctx); err != nil {
+		return Product{}, err
 	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return Product{}, ErrNotFound
@@ -226,3 +218,20 @@ func (r *SQLRepository) CanServe(ctx context.Context) error {
 
 // Close closes the connection pool.
 func (r *SQLRepository) Close() error { return r.db.Close() }
+
+// delay waits OriginLatency, the artificial latency of demos and tests,
+// after a query: the answer arrives late and describes the rows as they were
+// when the query ran, as a slow query's snapshot does.
+func (r *SQLRepository) delay(ctx context.Context) error {
+	if r.latency <= 0 {
+		return nil
+	}
+	t := time.NewTimer(r.latency)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("product: origin query: %w", context.Cause(ctx))
+	}
+}
