@@ -14,6 +14,19 @@ import "github.com/redis/go-redis/v9"
 // does not go back; a fenced write then compares for equality with the
 // current token, which no older token can match.
 
+// nextToken is the Lua that issues a key's next token (the invariant above)
+// into the local ts, stored under tokenKey for ttlMS milliseconds: the one
+// piece of the acquire and invalidate scripts that must never differ.
+func nextToken(tokenKey, ttlMS string) string {
+	return `local t = redis.call('INCR', ` + tokenKey + `)
+local now = redis.call('TIME')
+local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+if t < floor then t = floor end
+local ts = string.format('%.0f', t)
+redis.call('SET', ` + tokenKey + `, ts, 'PX', ` + ttlMS + `)
+`
+}
+
 // acquireScript: KEYS lease, token, done, fail; ARGV lease TTL ms, after
 // (a completion token already seen), token TTL ms. Replies:
 //
@@ -28,12 +41,7 @@ local d = redis.call('GET', KEYS[3])
 if d and tonumber(d) > tonumber(ARGV[2]) then return {2, d} end
 local l = redis.call('GET', KEYS[1])
 if l then return {1, l, redis.call('PTTL', KEYS[1])} end
-local t = redis.call('INCR', KEYS[2])
-local now = redis.call('TIME')
-local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-if t < floor then t = floor end
-local ts = string.format('%.0f', t)
-redis.call('SET', KEYS[2], ts, 'PX', ARGV[3])
+` + nextToken("KEYS[2]", "ARGV[3]") + `
 redis.call('SET', KEYS[1], ts, 'PX', ARGV[1])
 return {0, ts}
 `)
@@ -84,12 +92,7 @@ return 1
 // token that no lease holds, so every write in flight is fenced, and
 // forgets the completion and failure markers. Returns the new token.
 var invalidateScript = redis.NewScript(`
-local t = redis.call('INCR', KEYS[1])
-local now = redis.call('TIME')
-local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-if t < floor then t = floor end
-local ts = string.format('%.0f', t)
-redis.call('SET', KEYS[1], ts, 'PX', ARGV[1])
+` + nextToken("KEYS[1]", "ARGV[1]") + `
 redis.call('DEL', KEYS[2], KEYS[3])
 return ts
 `)
