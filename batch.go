@@ -216,25 +216,11 @@ func (b *batch[V]) run() {
 // loader built only when one is due.
 func (b *batch[V]) serve(i int, it *Item[V], tier Tier) {
 	c := b.c
-	r := &b.res[i]
-	if it.NotFound {
-		if c.obs != nil {
-			c.emit(b.ctx, EventNegativeHit, tier, nil)
-		}
-		r.Result, r.Err = c.answer(it, OutcomeNegativeHit, b.now, nil)
-		return
-	}
-	if c.obs != nil {
-		c.emit(b.ctx, EventHit, tier, nil)
-	}
-	o := OutcomeHitLocal
-	if tier == TierShared {
-		o = OutcomeHitShared
-	}
-	if c.earlyRefresh && b.load != nil && c.refreshDue(&it.Meta, b.now) &&
-		c.startRefresh(b.ctx, b.keys[i], singleLoad(b.keys[i], b.load), it.FreshUntil) {
+	o, due := c.freshHit(b.ctx, it, b.now, tier)
+	if due && b.load != nil && c.startRefresh(b.ctx, b.keys[i], singleLoad(b.keys[i], b.load), it.FreshUntil) {
 		o = OutcomeRefreshed
 	}
+	r := &b.res[i]
 	r.Result, r.Err = c.answer(it, o, b.now, nil)
 }
 

@@ -426,23 +426,31 @@ func (c *Cache[V]) answerFlight(fl *flight[V], led bool, now time.Time) (Result[
 // serveFresh answers with a fresh item found in tier, starting an early
 // refresh when XFetch says so.
 func (c *Cache[V]) serveFresh(ctx context.Context, key string, load LoadFunc[V], it *Item[V], now time.Time, tier Tier) (Result[V], error) {
+	o, due := c.freshHit(ctx, it, now, tier)
+	if due && load != nil && c.startRefresh(ctx, key, load, it.FreshUntil) {
+		o = OutcomeRefreshed
+	}
+	return c.answer(it, o, now, nil)
+}
+
+// freshHit reports a fresh item found in tier: the hit's outcome, and
+// whether XFetch wants the item refreshed early. Get and FetchMany both
+// answer fresh items through it.
+func (c *Cache[V]) freshHit(ctx context.Context, it *Item[V], now time.Time, tier Tier) (o Outcome, refreshDue bool) {
 	if it.NotFound {
 		if c.obs != nil {
 			c.emit(ctx, EventNegativeHit, tier, nil)
 		}
-		return c.answer(it, OutcomeNegativeHit, now, nil)
+		return OutcomeNegativeHit, false
 	}
 	if c.obs != nil {
 		c.emit(ctx, EventHit, tier, nil)
 	}
-	o := OutcomeHitLocal
+	o = OutcomeHitLocal
 	if tier == TierShared {
 		o = OutcomeHitShared
 	}
-	if c.earlyRefresh && load != nil && c.refreshDue(&it.Meta, now) && c.startRefresh(ctx, key, load, it.FreshUntil) {
-		o = OutcomeRefreshed
-	}
-	return c.answer(it, o, now, nil)
+	return o, c.earlyRefresh && c.refreshDue(&it.Meta, now)
 }
 
 // serveStale answers with a value past its TTL (fail-safe); why is the
