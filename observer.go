@@ -86,27 +86,52 @@ const (
 	// (ScopeLocal when the Coordinator failed, with Err; ScopeCluster when
 	// it answered again).
 	EventScopeChanged
+	// EventInvalidationSent: this Cache published an Invalidation of kind
+	// Invalidation on its Bus; Err is the failure, if it was not
+	// published.
+	EventInvalidationSent
+	// EventInvalidationReceived: an Invalidation of kind Invalidation
+	// arrived from another instance. Each is then either applied or
+	// ignored.
+	EventInvalidationReceived
+	// EventInvalidationApplied: a received Invalidation was applied: the
+	// local copies it covers that are older than its write are gone.
+	EventInvalidationApplied
+	// EventInvalidationIgnored: a received Invalidation was older than
+	// (or the same as) one already applied to its target, or than the
+	// value held: it arrived late, twice or out of order, and changed
+	// nothing.
+	EventInvalidationIgnored
+	// EventBusChanged: the Bus subscription moved to Bus (its new state).
+	// A move to BusUp after BusDown comes with the resynchronisation of
+	// the local tier.
+	EventBusChanged
 )
 
 var eventKindNames = [...]string{
-	EventHit:                 "hit",
-	EventMiss:                "miss",
-	EventNegativeHit:         "negative_hit",
-	EventStaleServed:         "stale_served",
-	EventEarlyRefresh:        "early_refresh",
-	EventWriteFailed:         "write_failed",
-	EventReadFailed:          "read_failed",
-	EventThrottled:           "throttled",
-	EventGet:                 "get",
-	EventBreakerChanged:      "breaker_changed",
-	EventFiltered:            "filtered",
-	EventUnrequestedKey:      "unrequested_key",
-	EventLeaseAcquired:       "lease_acquired",
-	EventLeaseTakenOver:      "lease_taken_over",
-	EventLeaseLost:           "lease_lost",
-	EventFencedWriteRejected: "fenced_write_rejected",
-	EventFollowerWoken:       "follower_woken",
-	EventScopeChanged:        "scope_changed",
+	EventHit:                  "hit",
+	EventMiss:                 "miss",
+	EventNegativeHit:          "negative_hit",
+	EventStaleServed:          "stale_served",
+	EventEarlyRefresh:         "early_refresh",
+	EventWriteFailed:          "write_failed",
+	EventReadFailed:           "read_failed",
+	EventThrottled:            "throttled",
+	EventGet:                  "get",
+	EventBreakerChanged:       "breaker_changed",
+	EventFiltered:             "filtered",
+	EventUnrequestedKey:       "unrequested_key",
+	EventLeaseAcquired:        "lease_acquired",
+	EventLeaseTakenOver:       "lease_taken_over",
+	EventLeaseLost:            "lease_lost",
+	EventFencedWriteRejected:  "fenced_write_rejected",
+	EventFollowerWoken:        "follower_woken",
+	EventScopeChanged:         "scope_changed",
+	EventInvalidationSent:     "invalidation_sent",
+	EventInvalidationReceived: "invalidation_received",
+	EventInvalidationApplied:  "invalidation_applied",
+	EventInvalidationIgnored:  "invalidation_ignored",
+	EventBusChanged:           "bus_changed",
 }
 
 // String returns a short, stable, lower-case name usable as a metric label.
@@ -132,6 +157,11 @@ type Event struct {
 	Breaker BreakerState
 	// Scope is the new scope, on EventScopeChanged.
 	Scope Scope
+	// Invalidation is the kind of invalidation, on the EventInvalidation
+	// events.
+	Invalidation InvalidationKind
+	// Bus is the new state, on EventBusChanged.
+	Bus BusState
 }
 
 // Observer receives a Cache's events. It is called synchronously on the hot

@@ -107,6 +107,28 @@ type Options[V any] struct {
 	// cannot be reached. Default DegradeToLocal.
 	OnCoordinatorFailure FailurePolicy
 
+	// Bus, when set, carries this Cache's invalidations to every other
+	// instance that shares it, and theirs to this one: Set, Delete,
+	// InvalidatePrefix and Clear publish one after updating the tiers,
+	// and invalidations from other instances drop the local copies older
+	// than their write. See Bus. Local must implement LocalRanger. Name
+	// must be the same on every instance (it names the Cache on the Bus)
+	// and must not be shared by two Caches on one Bus. Default none.
+	Bus Bus
+	// BusDownTTL bounds how long a local item is served while the Bus is
+	// down, counted from when its data was read: the instance may have
+	// missed invalidations, so older items are reloaded (through the
+	// shared tier, which writers update before they publish). Must be in
+	// [1ms, TTL]. Default DefaultBusDownTTL.
+	BusDownTTL time.Duration
+	// ClockSkew is the most the wall clocks of two instances are expected
+	// to differ by. An invalidation drops local items read up to ClockSkew
+	// after its Version, so that an instance whose clock runs ahead still
+	// drops the values it read before the write; values read in that
+	// window after a write are reloaded once more than needed. Must be in
+	// [0, 1s]. Default DefaultClockSkew; DisableClockSkew for 0.
+	ClockSkew time.Duration
+
 	// SoftTimeout, when set and a stale value exists, serves that value after
 	// SoftTimeout while the load goes on in the background to refresh the
 	// entry. Must be below LoaderTimeout. Default 0 (off). It only has an
@@ -193,6 +215,15 @@ const (
 	// DefaultSharedTimeout is Options.SharedTimeout's default: far above a
 	// LAN round trip (about 1 ms), far below what a user notices.
 	DefaultSharedTimeout = 250 * time.Millisecond
+	// DefaultBusDownTTL is Options.BusDownTTL's default: after a write on
+	// another instance while the Bus is down, this instance stops serving
+	// its older copy within about this long plus the Bus's detection time.
+	DefaultBusDownTTL = time.Second
+	// DefaultClockSkew is Options.ClockSkew's default: well above what NTP
+	// keeps hosts on one network within.
+	DefaultClockSkew = 10 * time.Millisecond
+	// DisableClockSkew, as Options.ClockSkew, means 0.
+	DisableClockSkew = -1 * time.Nanosecond
 	// DefaultMaxBatchSize is Options.MaxBatchSize's default: the size of
 	// a typical page of items, and well below the parameter limits of SQL
 	// databases for an IN list.
@@ -219,6 +250,7 @@ const (
 	defaultMaxKeyLen     = 1024
 	maxMaxKeyLen         = 64 << 10
 	defaultName          = "default"
+	maxClockSkew         = time.Second
 )
 
 // withDefaults returns o with every zero field replaced by its default, or a
@@ -340,6 +372,25 @@ func (o Options[V]) withDefaults() (Options[V], error) {
 		if o.OnCoordinatorFailure > FailOnCoordinatorError {
 			return bad("OnCoordinatorFailure", "unknown policy")
 		}
+	}
+	if o.Bus != nil {
+		if _, ok := o.Local.(LocalRanger[V]); !ok {
+			return bad("Bus", "needs a Local store that implements LocalRanger (memstore.Store does): invalidations from other instances drop local items")
+		}
+	}
+	if o.BusDownTTL == 0 {
+		o.BusDownTTL = min(DefaultBusDownTTL, o.TTL)
+	}
+	if o.BusDownTTL < time.Millisecond || o.BusDownTTL > o.TTL {
+		return bad("BusDownTTL", "must be between 1ms and TTL, got "+o.BusDownTTL.String())
+	}
+	switch {
+	case o.ClockSkew == 0:
+		o.ClockSkew = DefaultClockSkew
+	case o.ClockSkew == DisableClockSkew:
+		o.ClockSkew = 0
+	case o.ClockSkew < 0 || o.ClockSkew > maxClockSkew:
+		return bad("ClockSkew", "must be between 0 and 1s, got "+o.ClockSkew.String())
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

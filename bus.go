@@ -1,0 +1,162 @@
+package flightcache
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"time"
+)
+
+// Cross-instance invalidation. Every instance keeps hot values in its own
+// local tier, where a hit costs about 100 ns; without a Bus, a write on one
+// instance (Set, Delete, InvalidatePrefix, Clear) leaves the other
+// instances serving their copies until those expire. With a Bus, the
+// writer publishes an Invalidation after its own tiers are updated, and
+// every other instance drops its copies that are older than the write.
+//
+// Versions. An Invalidation carries Version, the wall-clock time at which
+// the writer's change was complete; an item's version is the time its data
+// was read from its source (Meta.LoadedAt minus Meta.LoadDuration: the
+// start of the load, or the time of the Set). An item read before the
+// Invalidation's Version (plus Options.ClockSkew) is older and is dropped;
+// a newer one is kept, so an invalidation that arrives late, twice or out
+// of order never evicts a value loaded after the write. Writes a process
+// makes to its own local tier on the read path (the copy of a shared hit,
+// a load's write-back) that began before an invalidation was applied are
+// refused, whatever their version, so a read in progress cannot put an
+// older value back.
+//
+// While the Bus is down the instance cannot know what it missed: a local
+// item is served only while younger than Options.BusDownTTL, and when the
+// Bus is back the local tier is cleared (resynchronised) before long TTLs
+// are trusted again. docs/ARCHITECTURE.md has the sequence diagrams and the
+// bounds.
+
+// InvalidationKind says what an Invalidation covers.
+type InvalidationKind uint8
+
+// The kinds of invalidation.
+const (
+	// InvalidateKey covers one key: Target.
+	InvalidateKey InvalidationKind = iota + 1
+	// InvalidatePrefix covers every key that begins with Target (see
+	// Cache.InvalidatePrefix).
+	InvalidatePrefix
+	// InvalidateAll covers every key of the Cache (see Cache.Clear);
+	// Target is empty.
+	InvalidateAll
+)
+
+var invalidationKindNames = [...]string{
+	InvalidateKey:    "key",
+	InvalidatePrefix: "prefix",
+	InvalidateAll:    "all",
+}
+
+// String returns "key", "prefix" or "all", usable as a metric label.
+func (k InvalidationKind) String() string {
+	if int(k) < len(invalidationKindNames) && invalidationKindNames[k] != "" {
+		return invalidationKindNames[k]
+	}
+	return "unknown"
+}
+
+// Invalidation is one message on the Bus: the values it covers that are
+// older than Version must no longer be served.
+type Invalidation struct {
+	Kind InvalidationKind
+	// Target is the key (InvalidateKey) or the prefix (InvalidatePrefix);
+	// empty for InvalidateAll.
+	Target string
+	// Version is the wall-clock time (time.Now) at which the publisher's
+	// write was complete. Buses carry it with at least microsecond
+	// precision.
+	Version time.Time
+}
+
+// BusState is the state of a Cache's subscription to its Bus.
+type BusState uint8
+
+// The bus states.
+const (
+	// BusNone: the Cache has no Bus.
+	BusNone BusState = iota
+	// BusDown: the subscription is not known to work (not yet confirmed,
+	// connection lost, heartbeats not coming back): invalidations may be
+	// missed, so local items are served for at most Options.BusDownTTL.
+	BusDown
+	// BusUp: invalidations published by other instances arrive.
+	BusUp
+)
+
+// String returns "none", "down" or "up", usable as a metric label.
+func (s BusState) String() string {
+	switch s {
+	case BusDown:
+		return "down"
+	case BusUp:
+		return "up"
+	}
+	return "none"
+}
+
+// Bus carries invalidations between the instances of a service. Package
+// redislease provides one on Redis pub/sub (sharded pub/sub on a Redis
+// Cluster), sharing one subscription connection per instance with the
+// Coordinator. Implementations must be safe for concurrent use.
+type Bus interface {
+	// Publish sends inv, for the Cache named cache, to every instance
+	// subscribed to the bus except the publishing one (which applies its
+	// own invalidations directly). It returns once the bus accepted the
+	// message, or when ctx ends; the Cache bounds it with SharedTimeout.
+	// Delivery is at most once: a message lost while a subscriber was
+	// disconnected is made up for by that subscriber's resynchronisation
+	// (see BusHandler.BusChanged).
+	Publish(ctx context.Context, cache string, inv Invalidation) error
+	// Subscribe delivers the invalidations other instances publish for
+	// cache, and the subscription's state, to h until stop is called.
+	//
+	// h's methods are called one at a time, from the bus's goroutines, in
+	// the order the messages arrived; never after stop returned. Delivery
+	// starts in BusDown: the first call is BusChanged(BusUp) once the
+	// subscription is confirmed and known to work. Whenever messages may
+	// have been lost since (the connection dropped and was re-established,
+	// a heartbeat did not come back in time, h fell too far behind), the
+	// bus calls BusChanged(BusDown), then BusChanged(BusUp) once it works
+	// again. Messages that fail to decode are dropped and never reach h.
+	//
+	// Subscribe fails only for a closed bus or bad arguments; a bus that
+	// cannot reach its server reports BusDown and keeps trying.
+	Subscribe(cache string, h BusHandler) (stop func(), err error)
+}
+
+// BusHandler receives what a Bus delivers for one Cache; see Bus.Subscribe.
+type BusHandler interface {
+	// Invalidated applies an invalidation published by another instance.
+	Invalidated(inv Invalidation)
+	// BusChanged reports the subscription's new state.
+	BusChanged(s BusState)
+}
+
+// LocalRanger is a LocalStore that can visit its items. Bulk invalidation
+// (InvalidatePrefix, Clear, an Invalidation of another instance) and the
+// resynchronisation after the Bus was down visit the local tier with it,
+// so New requires it of Local when Options.Bus is set, and
+// InvalidatePrefix and Clear return an error matching errors.ErrUnsupported
+// without it. memstore.Store implements it.
+type LocalRanger[V any] interface {
+	// All yields every item stored, in no particular order. The Items are
+	// shared, as with Get. Deleting keys while iterating must be allowed.
+	All() iter.Seq2[string, *Item[V]]
+}
+
+// ErrNotPublished is matched by the error of a write (Set, Delete,
+// InvalidatePrefix, Clear) whose Invalidation could not be published: the
+// write itself took effect, but other instances may serve their older
+// copies until they expire.
+var ErrNotPublished = errors.New("flightcache: invalidation not published to the other instances")
+
+// readAt is the version of an item: when its data was read from its source.
+func readAt(m *Meta) time.Time {
+	return m.LoadedAt.Add(-m.LoadDuration)
+}
