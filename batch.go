@@ -165,7 +165,7 @@ func (b *batch[V]) run() {
 		var stale *Item[V]
 		if c.local != nil && len(k) > 0 && len(k) <= c.maxKeyLen && !c.closed.Load() {
 			if it, ok := c.local.Get(k); ok {
-				if b.now.Before(it.FreshUntil) {
+				if b.now.Before(it.FreshUntil) && !c.untrusted(it, b.now) {
 					if it.NotFound || c.obs != nil || c.clone != nil || (c.earlyRefresh && b.load != nil) {
 						b.serve(i, it, TierLocal)
 						continue
@@ -468,7 +468,7 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	todo := make([]int, 0, len(keys))
 	for j := range keys {
 		if c.local != nil {
-			if it, ok := c.local.Get(names[j]); ok && now.Before(it.FreshUntil) {
+			if it, ok := c.local.Get(names[j]); ok && now.Before(it.FreshUntil) && !c.untrusted(it, now) {
 				answers[j] = batchAnswer[V]{fl: &flight[V]{item: *it, found: true}}
 				continue
 			}
@@ -680,6 +680,9 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 		}
 		if !l.Found {
 			continue
+		}
+		if c.fences.covers(keys[j], readAt(&l.Entry.Meta), now, c.clockSkew) {
+			continue // older than an invalidation applied here (see readShared)
 		}
 		m := c.fromWall(l.Entry.Meta)
 		if !now.Before(m.StaleUntil) {

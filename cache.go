@@ -97,6 +97,17 @@ type Cache[V any] struct {
 	coordLog          logLimiter
 	scope             atomic.Uint32 // the current Scope; see Cache.Scope
 
+	// Cross-instance invalidation (invalidate.go); bus nil: writes are
+	// not announced, and nothing arrives.
+	bus        Bus
+	busStop    func() // ends the subscription; nil without a Bus
+	busState   atomic.Uint32
+	capLocal   atomic.Bool // the Bus is down: see untrusted
+	busDownTTL time.Duration
+	clockSkew  time.Duration
+	fences     fenceTable
+	busLog     logLimiter
+
 	closed atomic.Bool
 	// mu orders background work against Close: a refresh is registered in
 	// refreshing and counted in bg only under mu and only while !closed, so
@@ -189,6 +200,21 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 		c.coord, c.coalesceWait = o.Coordinator, o.CoalesceWait
 		c.onCoalesceTimeout, c.onCoordFailure = o.OnCoalesceTimeout, o.OnCoordinatorFailure
 		c.scope.Store(uint32(ScopeCluster))
+	}
+	c.busDownTTL, c.clockSkew = o.BusDownTTL, o.ClockSkew
+	c.fences.window = o.TTL + o.StaleFor
+	if o.Bus != nil {
+		// Down until the Bus says the subscription works: until then
+		// other instances' writes may be missed.
+		c.bus = o.Bus
+		c.busState.Store(uint32(BusDown))
+		c.capLocal.Store(true)
+		stop, err := o.Bus.Subscribe(c.name, busHandler[V]{c})
+		if err != nil {
+			c.group.Close()
+			return nil, fmt.Errorf("flightcache: subscribe to the invalidation bus: %w", err)
+		}
+		c.busStop = stop
 	}
 	return c, nil
 }
@@ -287,7 +313,7 @@ func (c *Cache[V]) hitLocal(ctx context.Context, key string, load LoadFunc[V]) (
 		return r, false, nil
 	}
 	now := c.now()
-	if !now.Before(it.FreshUntil) {
+	if !now.Before(it.FreshUntil) || c.untrusted(it, now) {
 		return r, false, nil
 	}
 	if it.NotFound || c.obs != nil || c.clone != nil || (c.earlyRefresh && load != nil) {
@@ -315,7 +341,7 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	var stale *Item[V]
 	if c.local != nil {
 		if it, ok := c.local.Get(key); ok {
-			if now.Before(it.FreshUntil) {
+			if now.Before(it.FreshUntil) && !c.untrusted(it, now) {
 				r, err := c.serveFresh(ctx, key, load, it, now, TierLocal)
 				return r, nil, err
 			}
@@ -552,8 +578,12 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 		e      Entry
 		encErr error
 	)
+	// The Set's version for the other instances: the wall-clock read time
+	// of the very entry they will read from the shared tier.
+	version := c.toWall(it.Meta).LoadedAt
 	if c.shared != nil {
 		e, encErr = c.encode(&it)
+		version = e.LoadedAt
 	}
 	err := c.explicit(ctx, key, func() error {
 		if c.local != nil {
@@ -573,7 +603,21 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	if err != nil {
 		c.writeFailed(ctx, TierShared, err)
 	}
-	return err
+	if encErr != nil {
+		version = time.Now() // the shared entry is gone, not replaced
+	}
+	return joinPublished(err, c.announceKey(ctx, key, version))
+}
+
+// joinPublished adds the error of announcing a write to the write's own.
+func joinPublished(err, perr error) error {
+	if perr == nil {
+		return err
+	}
+	if err == nil {
+		return perr
+	}
+	return errors.Join(err, perr)
 }
 
 // explicit runs an explicit write (Set, Delete) of key so that it wins over
@@ -622,7 +666,7 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 	if err != nil {
 		c.writeFailed(ctx, TierShared, err)
 	}
-	return err
+	return joinPublished(err, c.announceKey(ctx, key, time.Now()))
 }
 
 // Close stops background refreshes and the engine: running loads have their
@@ -639,6 +683,9 @@ func (c *Cache[V]) Close() error {
 	c.mu.Lock()
 	//lint:ignore SA2001 the empty critical section is the point: it orders Close after startRefresh
 	c.mu.Unlock()
+	if c.busStop != nil {
+		c.busStop()
+	}
 	err := c.group.Close()
 	c.bg.Wait()
 	return err

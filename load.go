@@ -123,7 +123,7 @@ func (m *miss[V]) recheck(ctx context.Context, now time.Time, t ticket) (Item[V]
 		return now.Before(it.FreshUntil) && it.FreshUntil.UnixNano() > m.newerThan
 	}
 	if c.local != nil {
-		if it, ok := c.local.Get(m.key); ok && usable(it) {
+		if it, ok := c.local.Get(m.key); ok && usable(it) && !c.untrusted(it, now) {
 			return *it, true
 		}
 	}

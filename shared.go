@@ -159,6 +159,11 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 	if !ok {
 		return nil, nil
 	}
+	if c.fences.covers(key, readAt(&e.Meta), now, c.clockSkew) {
+		// Older than an invalidation this instance applied: absent, so
+		// that the next load overwrites it.
+		return nil, nil
+	}
 	m := c.fromWall(e.Meta)
 	if !now.Before(m.StaleUntil) {
 		return nil, nil

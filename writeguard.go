@@ -33,6 +33,18 @@ import (
 // reads and explicit writes in progress, not by the key space.
 type writeGuard struct {
 	shards [guardShards]guardShard
+	// bulk orders bulk invalidations (InvalidatePrefix, Clear, one from
+	// another instance, the resynchronisation after the Bus was down)
+	// against read-path writes, which cannot know which keys a bulk
+	// invalidation covers: a read-path write holds bulk shared for its
+	// check-then-write, a bulk invalidation holds it exclusively while it
+	// advances epoch. So a read-path write either finished before the
+	// bulk invalidation (which then finds and removes what it wrote) or
+	// sees the new epoch and writes nothing.
+	bulk sync.RWMutex
+	// epoch counts bulk invalidations. Written under bulk, read without it
+	// by begin, hence atomic.
+	epoch atomic.Uint64
 }
 
 const guardShards = 64
@@ -60,8 +72,10 @@ type guardEntry struct {
 // ticket is a read-path writer's claim: the generation it saw before it
 // read its source.
 type ticket struct {
-	e   *guardEntry
-	gen uint64
+	w     *writeGuard
+	e     *guardEntry
+	gen   uint64
+	epoch uint64 // the writeGuard's epoch when the ticket was taken
 }
 
 func (w *writeGuard) shard(key string) *guardShard {
@@ -84,7 +98,7 @@ func (w *writeGuard) begin(key string) ticket {
 	}
 	e.refs++
 	sh.mu.Unlock()
-	return ticket{e: e, gen: e.gen.Load()}
+	return ticket{w: w, e: e, gen: e.gen.Load(), epoch: w.epoch.Load()}
 }
 
 // end releases t, dropping the key's entry when nothing else uses it.
@@ -98,22 +112,39 @@ func (w *writeGuard) end(key string, t ticket) {
 	}
 }
 
-// writeIf runs write unless an explicit write of the key finished after t
-// was taken, and reports whether it ran.
+// writeIf runs write unless an explicit write of the key or a bulk
+// invalidation finished after t was taken, and reports whether it ran.
 func (t ticket) writeIf(write func()) bool {
 	t.e.mu.Lock()
 	defer t.e.mu.Unlock()
-	if t.e.gen.Load() != t.gen {
+	t.w.bulk.RLock()
+	defer t.w.bulk.RUnlock()
+	if !t.current() {
 		return false
 	}
 	write()
 	return true
 }
 
+// current reports whether no explicit write of t's key and no bulk
+// invalidation finished since t was taken. The caller holds t.e.mu and
+// t.w.bulk (shared).
+func (t ticket) current() bool {
+	return t.e.gen.Load() == t.gen && t.w.epoch.Load() == t.epoch
+}
+
+// bulkInvalidate invalidates every ticket taken before it returns, of
+// every key; see writeGuard.bulk.
+func (w *writeGuard) bulkInvalidate() {
+	w.bulk.Lock()
+	defer w.bulk.Unlock()
+	w.epoch.Add(1)
+}
+
 // writeIfAll is writeIf for the distinct keys of a batch and their tickets
-// ts: it runs write once with every key's lock held, current[n] telling
-// whether ts[n] is still current (no explicit write of keys[n] finished
-// since it was taken). The locks are taken in key order, so two batches
+// ts (all of one writeGuard): it runs write once with every key's lock
+// held, current[n] telling whether ts[n] is still current (no explicit
+// write of keys[n] and no bulk invalidation finished since it was taken). The locks are taken in key order, so two batches
 // never wait for each other (an explicit write holds one lock at a time),
 // and released whatever write does.
 func writeIfAll(keys []string, ts []ticket, write func(current []bool)) {
@@ -130,9 +161,13 @@ func writeIfAll(keys []string, ts []ticket, write func(current []bool)) {
 			ts[n].e.mu.Unlock()
 		}
 	}()
+	if len(ts) > 0 {
+		ts[0].w.bulk.RLock()
+		defer ts[0].w.bulk.RUnlock()
+	}
 	current := make([]bool, len(ts))
 	for n, t := range ts {
-		current[n] = t.e.gen.Load() == t.gen
+		current[n] = t.current()
 	}
 	write(current)
 }

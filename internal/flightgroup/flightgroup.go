@@ -596,6 +596,28 @@ func (g *Group[K, V]) Forget(key K) {
 	g.observeInFlight(n)
 }
 
+// ForgetFunc is Forget for every registered key for which match returns
+// true (bulk invalidation). match runs under a shard's lock: it must be
+// fast and must not call back into the Group.
+func (g *Group[K, V]) ForgetFunc(match func(K) bool) {
+	for i := range g.shards {
+		sh := &g.shards[i]
+		var counts []int64 // one per key forgotten, reported after the lock
+		sh.mu.Lock()
+		for key, c := range sh.m {
+			if match(key) {
+				c.current = false
+				counts = append(counts, g.unregister(sh, key))
+				sh.detach(c)
+			}
+		}
+		sh.mu.Unlock()
+		for _, n := range counts {
+			g.observeInFlight(n)
+		}
+	}
+}
+
 // InFlight returns the number of keys whose execution is still registered,
 // that is, that a new caller would join. It is not what WithMaxInFlight
 // bounds: a loader that outlived its timeout, or whose key was forgotten,
