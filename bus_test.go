@@ -288,7 +288,7 @@ func TestLateDuplicateAndOutOfOrderInvalidationsNeverRegress(t *testing.T) {
 		t.Fatalf("after the invalidation B served %d, want 7", got)
 	}
 	before := calls.Load()
-	b.bus.inject(inv(t7))                      // the same message again
+	b.bus.inject(inv(t7))                       // the same message again
 	b.bus.inject(inv(t7.Add(-time.Second / 2))) // an earlier one, late
 	b.bus.inject(inv(t0))                       // and an even earlier one
 	if !b.local.has("k") {
