@@ -698,7 +698,7 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 			it.Value = v
 		}
 		if c.local != nil {
-			c.writeIf(tickets[j], func() { c.local.Set(keys[j], *it) })
+			c.fill(tickets[j], keys[j], it, nil)
 		}
 		items[j] = it
 	}
@@ -755,17 +755,12 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []t
 				errs = nil
 			}
 		}()
-		if c.closed.Load() {
-			return // a load that outlives Close writes nothing
-		}
 		for n, fl := range flights {
-			if !current[n] {
-				continue // an explicit write won
-			}
-			if c.local != nil {
-				tier = TierLocal
-				c.local.Set(keys[n], fl.item)
-				tier = TierShared
+			tier = TierLocal
+			ok := c.fillLocked(tickets[n], current[n], keys[n], &fl.item)
+			tier = TierShared
+			if !ok {
+				continue // an explicit write or a newer read won, or the Cache closed
 			}
 			switch {
 			case c.shared == nil || fl.writeErr != nil:

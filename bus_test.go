@@ -3,6 +3,7 @@ package flightcache_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"maps"
 	"slices"
@@ -567,7 +568,7 @@ func TestConcurrentWritesAndReadsNeverRegressPerReader(t *testing.T) {
 					return
 				}
 				if r.Value.Price < last {
-					errs <- errors.New("a reader saw the price go down")
+					errs <- fmt.Errorf("a reader saw the price go down: %d after %d (%v)", r.Value.Price, last, r.Outcome)
 					return
 				}
 				last = r.Value.Price

@@ -691,15 +691,61 @@ func (c *Cache[V]) Close() error {
 	return err
 }
 
-// writeIf is the read path's write under ticket t: it runs write unless an
-// explicit write of the key finished since t was taken or the Cache is
-// closed (a load that outlives Close must not fill the stores).
-func (c *Cache[V]) writeIf(t ticket, write func()) bool {
-	return t.writeIf(func() {
-		if !c.closed.Load() {
-			write()
+// fill is the read path's write of it to the local tier (a copy of a
+// shared hit, a load's result) under ticket t, and then, if it was
+// written, shared (nil: none; the write-back's shared write) under the same
+// lock. It reports whether it wrote; see fillLocked.
+func (c *Cache[V]) fill(t ticket, key string, it *Item[V], shared func()) (stored bool) {
+	t.locked(func(current bool) {
+		if stored = c.fillLocked(t, current, key, it); stored && shared != nil {
+			shared()
 		}
 	})
+	return stored
+}
+
+// fillLocked decides a read-path write of it under key's lock (t.e.mu),
+// current telling whether t is still current, and makes the local one.
+// Per key, this instance never goes back to older data:
+//
+//   - a ticket outdated by an explicit write or an invalidation writes
+//     nothing, but still drops a held copy read earlier than it (the
+//     caller serves it: the held copy is older than what was served);
+//   - an item read earlier than one another read-path write of the key
+//     brought meanwhile (newest), or than the fresh copy held, is not
+//     written: a slow load or shared read finishing after a newer one.
+//
+// It reports whether the write may go on (false once the Cache is closed:
+// a load that outlives Close must not fill the stores).
+func (c *Cache[V]) fillLocked(t ticket, current bool, key string, it *Item[V]) bool {
+	read := readAt(&it.Meta)
+	newest := t.e.newest
+	if read.After(newest) {
+		t.e.newest = read
+	}
+	if c.closed.Load() {
+		return false
+	}
+	var (
+		held *Item[V]
+		ok   bool
+	)
+	if c.local != nil {
+		held, ok = c.local.Get(key)
+	}
+	if !current {
+		if ok && readAt(&held.Meta).Before(read) {
+			c.local.Delete(key)
+		}
+		return false
+	}
+	if read.Before(newest) || (ok && c.now().Before(held.FreshUntil) && readAt(&held.Meta).After(read)) {
+		return false
+	}
+	if c.local != nil {
+		c.local.Set(key, *it)
+	}
+	return true
 }
 
 // jittered shortens d by a random fraction of at most c.jitter, so values

@@ -381,7 +381,7 @@ func (m *miss[V]) completeLease(ctx context.Context, t ticket, lease Lease, fl *
 		return fl
 	}
 	if c.local != nil && e != nil {
-		c.writeIf(t, func() { c.local.Set(m.key, fl.item) })
+		c.fill(t, m.key, &fl.item, nil)
 	}
 	return fl
 }

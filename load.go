@@ -242,12 +242,9 @@ func (m *miss[V]) writeBack(ctx context.Context, t ticket, it *Item[V]) (err err
 	if writeShared {
 		e, encErr = c.encode(it)
 	}
-	c.writeIf(t, func() {
-		if c.local != nil {
-			tier = TierLocal
-			c.local.Set(m.key, *it)
-			tier = TierShared
-		}
+	tier = TierLocal
+	c.fill(t, m.key, it, func() {
+		tier = TierShared
 		switch {
 		case c.shared == nil:
 		case !writeShared:

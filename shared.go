@@ -178,7 +178,7 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 		it.Value = v
 	}
 	if c.local != nil {
-		c.writeIf(t, func() { c.local.Set(key, *it) })
+		c.fill(t, key, it, nil)
 	}
 	return it, nil
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // writeGuard makes explicit writes win over the read path's own writes.
@@ -67,6 +68,12 @@ type guardEntry struct {
 	gen atomic.Uint64
 	// refs counts operations between begin and end; guarded by the shard's mu.
 	refs int
+	// newest is the latest read time (readAt) of an item a read-path
+	// write of this key brought, written or refused, while the entry
+	// lived; guarded by mu. A read-path write of an older item is skipped
+	// (Cache.fillLocked): it would put back, under a ticket that is still
+	// current, something older than what this instance already served.
+	newest time.Time
 }
 
 // ticket is a read-path writer's claim: the generation it saw before it
@@ -112,18 +119,14 @@ func (w *writeGuard) end(key string, t ticket) {
 	}
 }
 
-// writeIf runs write unless an explicit write of the key or a bulk
-// invalidation finished after t was taken, and reports whether it ran.
-func (t ticket) writeIf(write func()) bool {
+// locked runs f with t's key lock and the bulk lock (shared) held,
+// telling it whether t is still current.
+func (t ticket) locked(f func(current bool)) {
 	t.e.mu.Lock()
 	defer t.e.mu.Unlock()
 	t.w.bulk.RLock()
 	defer t.w.bulk.RUnlock()
-	if !t.current() {
-		return false
-	}
-	write()
-	return true
+	f(t.current())
 }
 
 // current reports whether no explicit write of t's key and no bulk
