@@ -129,3 +129,42 @@ func TestGetDoesNotAllocateForPointerValues(t *testing.T) {
 		t.Fatalf("Get allocates %.1f times per call; want 0", n)
 	}
 }
+
+// BenchmarkAll ranges over a store of 100k items, as bulk invalidation
+// (InvalidatePrefix, Clear, the resynchronisation after the Bus was down)
+// does, and reports the cost per item visited.
+func BenchmarkAll(b *testing.B) {
+	const items = 100_000
+	for _, tc := range []struct {
+		name string
+		opts Options[*payload]
+	}{
+		{"real-clock", Options[*payload]{MaxEntries: 2 * items}},
+		{"coarse-clock", Options[*payload]{MaxEntries: 2 * items, ClockResolution: time.Millisecond}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s, err := New(tc.opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			now := time.Now()
+			for i := range items {
+				k := "key:" + strconv.Itoa(i)
+				s.Set(k, flightcache.Item[*payload]{Value: &payload{k}, Meta: flightcache.Meta{StaleUntil: now.Add(time.Hour)}})
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			visited := 0
+			for b.Loop() {
+				for range s.All() {
+					visited++
+				}
+			}
+			if visited != b.N*items {
+				b.Fatalf("visited %d items in %d iterations, want %d each", visited, b.N, items)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(visited), "ns/item")
+		})
+	}
+}

@@ -27,6 +27,7 @@
 package memstore
 
 import (
+	"iter"
 	"math"
 	"time"
 
@@ -89,8 +90,11 @@ type Store[V any] struct {
 	coarse *clock.Coarse // nil unless Options.ClockResolution; owned, stopped by Close
 }
 
-// Compile-time proof that Store satisfies the interface the cache consumes.
-var _ flightcache.LocalStore[int] = (*Store[int])(nil)
+// Compile-time proof that Store satisfies the interfaces the cache consumes.
+var (
+	_ flightcache.LocalStore[int]  = (*Store[int])(nil)
+	_ flightcache.LocalRanger[int] = (*Store[int])(nil)
+)
 
 // New returns a Store configured by opts. Options out of range are reported
 // as a *flightcache.ConfigError (errors.Is(err, flightcache.ErrInvalidConfig)).
@@ -193,6 +197,26 @@ func (s *Store[V]) Set(key string, it flightcache.Item[V]) {
 // Delete removes key; removing a missing key is not an error.
 func (s *Store[V]) Delete(key string) {
 	s.c.Invalidate(key)
+}
+
+// All yields every item stored with its key, in no particular order
+// (flightcache.LocalRanger, which bulk invalidation uses). Like Get it
+// never yields an item whose StaleUntil has passed (with
+// ClockResolution: once the coarse clock has passed it), and the Items are
+// the Store's own copies, shared by every caller: they must not be
+// modified.
+//
+// The Store may be used while ranging, from the loop body too: Delete (or
+// Set) of any key, including the one just yielded, is allowed. No lock is
+// held while the loop body runs. The iteration is weakly consistent: an
+// item stored, unchanged, for the whole iteration is yielded; an item Set
+// or Deleted while it runs may be yielded in its old or new state, or not
+// at all. A pass costs on the order of 100 ns per item, mostly cache
+// misses and, without ClockResolution, a clock read per item (otter checks
+// each item's expiry as it goes; see BenchmarkAll): bulk operations over a
+// large store are for writes, not for the read path.
+func (s *Store[V]) All() iter.Seq2[string, *flightcache.Item[V]] {
+	return s.c.All()
 }
 
 // Len returns the approximate number of items held. It may count items that
