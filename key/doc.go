@@ -62,6 +62,18 @@
 // decomposed "é", are different keys. That is safe (they cannot collide) but
 // wastes cache space, so normalise values before building keys.
 //
+// # Prefixes
+//
+// Builder.Prefix returns what the keys sharing some leading dimensions
+// begin with, for bulk invalidation: the prefix of {tenant acme, ID 42},
+// "ns=product|v=3|t=acme|id=42|", starts every key of product 42 whatever
+// its locale, currency or extra dimensions, and no key of ID 420 or tenant
+// acme2, since it ends with the separator that ends a value. A prefix is
+// defined only for dimensions that lead in canonical order: a Builder that
+// leaves a dimension unset before a later one it sets (tenant and locale
+// without ID) is refused, because the keys carrying that dimension would
+// not start with it.
+//
 // # Templates
 //
 // Builder methods return a modified copy and never change their receiver,

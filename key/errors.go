@@ -41,6 +41,10 @@ const (
 	// of the form [a-z][a-z0-9_-]* up to MaxNameLen bytes, or is the name
 	// of a built-in dimension.
 	ReasonInvalidName Reason = "invalid dimension name"
+	// ReasonPrefixGap: Prefix was asked for the prefix of a Builder that
+	// leaves a dimension unset before a later one it sets, so the prefix
+	// would miss keys that carry that dimension (see Builder.Prefix).
+	ReasonPrefixGap Reason = "gap in key prefix"
 	// ReasonMalformed: Parse was given a string that is not a canonical key.
 	ReasonMalformed Reason = "malformed key"
 )
@@ -87,6 +91,10 @@ func newError(dim string, r Reason) *Error { return &Error{Dim: dim, Reason: r} 
 
 func lengthError(dim string, r Reason, got, limit int) *Error {
 	return &Error{Dim: dim, Reason: r, detail: fmt.Sprintf("%d bytes, max %d", got, limit)}
+}
+
+func prefixGap(dim string) *Error {
+	return &Error{Dim: dim, Reason: ReasonPrefixGap, detail: "unset, but a later dimension is set"}
 }
 
 func tooManyDims(got int) *Error {

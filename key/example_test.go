@@ -3,6 +3,7 @@ package key_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/flightcache/flightcache/key"
 )
@@ -63,4 +64,36 @@ func ExampleParse() {
 	// Output:
 	// product 3 acme 42 [{channel web}]
 	// key: tenant: malformed key (dimension out of canonical order or repeated)
+}
+
+func ExampleBuilder_Prefix() {
+	// Every variant of product 42 of tenant acme, for bulk invalidation.
+	p, err := productKey.Tenant("acme").ID("42").Prefix()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(p)
+
+	for _, b := range []key.Builder{
+		productKey.Tenant("acme").ID("42").Locale("de-DE").Currency("EUR"),
+		productKey.Tenant("acme").ID("42").Locale("en-US").Currency("USD"),
+		productKey.Tenant("acme").ID("420").Locale("de-DE").Currency("EUR"),
+		productKey.Tenant("acme2").ID("42").Locale("de-DE").Currency("EUR"),
+	} {
+		k := b.MustBuild()
+		fmt.Println(strings.HasPrefix(k, p), k)
+	}
+
+	// Tenant and locale without the ID between them cannot be a prefix:
+	// the keys of that tenant and locale all carry an ID.
+	_, err = productKey.Tenant("acme").Locale("de-DE").Prefix()
+	fmt.Println(err)
+	// Output:
+	// ns=product|v=3|t=acme|id=42|
+	// true ns=product|v=3|t=acme|id=42|loc=de-DE|cur=EUR
+	// true ns=product|v=3|t=acme|id=42|loc=en-US|cur=USD
+	// false ns=product|v=3|t=acme|id=420|loc=de-DE|cur=EUR
+	// false ns=product|v=3|t=acme2|id=42|loc=de-DE|cur=EUR
+	// key: id: gap in key prefix (unset, but a later dimension is set)
 }

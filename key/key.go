@@ -187,53 +187,70 @@ func (b Builder) MustBuild() string {
 	return k
 }
 
+// Prefix returns the beginning shared by the keys of the dimensions set so
+// far, for bulk invalidation (flightcache's Cache.InvalidatePrefix): their
+// encoding in canonical order, ending with the segment separator '|'. It is
+// a prefix of every key Build produces from this Builder after further
+// dimensions that come later in canonical order are set:
+//
+//   - the built-in dimensions after the last one set, in the order
+//     namespace, version, tenant, ID, locale, currency, scope;
+//   - then the extra dimensions whose names sort after the last extra
+//     dimension set (every extra dimension, if none is set).
+//
+// The trailing separator ends the last value, so the prefix of
+// {tenant acme, ID 42} matches the keys of ID 42 in every locale, currency,
+// scope and extra dimension, and never those of ID 420 or tenant acme2 (a
+// '|' inside a value is escaped). More generally it matches no key that
+// lacks a dimension set here or holds a different value for it. Nor does it
+// match the key of exactly these dimensions, which has no trailing
+// separator: that key is Build's, and is invalidated on its own.
+//
+// Because a dimension left unset has no segment, the prefix also excludes
+// every key that carries one placed before a dimension set here. Prefix
+// therefore refuses, with ReasonPrefixGap naming the unset dimension, a
+// Builder that leaves
+//
+//   - a dimension of Require unset before the last dimension set: every
+//     key carries it, so the prefix would match none;
+//   - a built-in dimension from tenant to scope unset between two set ones
+//     (extra dimensions counting as after scope), such as tenant and locale
+//     without ID: the keys of that tenant and locale that have an ID would
+//     not match.
+//
+// Dimensions before the first one set may be unset: the version is
+// optional, and the prefix of {namespace, ID} matches the keys built
+// without a tenant, as a single-tenant service builds them. Extra dimension
+// names are open, so an extra dimension that sorts before the last one set
+// is a gap only when required.
+//
+// Values are checked as by Build, and every failure is an *Error wrapping
+// ErrInvalid; the prefix without its separator must fit MaxLen.
+func (b Builder) Prefix() (string, error) {
+	limit := b.maxLen
+	if limit <= 0 {
+		limit = DefaultMaxLen
+	}
+	return b.encode(limit, true)
+}
+
 func (b Builder) build(limit int) (string, error) {
+	return b.encode(limit, false)
+}
+
+// encode writes the key (Build) or, with prefix, the prefix (Prefix).
+func (b Builder) encode(limit int, prefix bool) (string, error) {
 	// Pass 1 validates and measures so that pass 2 can write the key with
 	// exactly one allocation.
-	n := -1 // no separator before the first segment
-	for i := range numFields {
-		if b.set&(1<<i) == 0 {
-			if i == fNamespace || b.required&(1<<i) != 0 {
-				return "", newError(fieldNames[i], ReasonMissing)
-			}
-			continue
-		}
-		el, err := checkValue(fieldNames[i], b.vals[i])
-		if err != nil {
-			return "", err
-		}
-		n += 1 + len(fieldTags[i]) + 1 + el
-	}
-	if len(b.extras) > MaxDims {
-		return "", tooManyDims(len(b.extras))
-	}
-	// Names before values: equal names sit in call order, so checking a
-	// value first would make the reported error depend on that order.
-	for j, e := range b.extras {
-		if !validName(e.Name) || fieldIndex(e.Name) >= 0 {
-			return "", newError(e.Name, ReasonInvalidName)
-		}
-		if j > 0 && b.extras[j-1].Name == e.Name {
-			return "", newError(e.Name, ReasonDuplicate)
-		}
-	}
-	for _, e := range b.extras {
-		el, err := checkValue(e.Name, e.Value)
-		if err != nil {
-			return "", err
-		}
-		n += 1 + len(extraPrefix) + len(e.Name) + 1 + el
-	}
-	for _, r := range b.reqExtras {
-		if !validName(r) {
-			return "", newError(r, ReasonInvalidName)
-		}
-		if !b.hasExtra(r) {
-			return "", newError(r, ReasonMissing)
-		}
+	n, err := b.measure(prefix)
+	if err != nil {
+		return "", err
 	}
 	if n > limit {
 		return "", lengthError("", ReasonKeyTooLong, n, limit)
+	}
+	if prefix {
+		n++
 	}
 
 	var sb strings.Builder
@@ -256,7 +273,101 @@ func (b Builder) build(limit int) (string, error) {
 		sb.WriteByte('=')
 		writeEscaped(&sb, e.Value)
 	}
+	if prefix {
+		sb.WriteByte('|')
+	}
 	return sb.String(), nil
+}
+
+// measure validates the dimensions and returns the length of their
+// encoding (without Prefix's trailing separator). For Build every required
+// dimension must be set; for Prefix only those before the last dimension
+// set, and no built-in dimension may be missing between two set ones.
+func (b Builder) measure(prefix bool) (int, error) {
+	// For Prefix: last is the position of the last dimension set
+	// (numFields for any extra), first that of the first one set from the
+	// tenant on.
+	last, first := fNamespace, numFields
+	if prefix {
+		last, first = b.bounds()
+	}
+
+	n := -1 // no separator before the first segment
+	for i := range numFields {
+		if b.set&(1<<i) == 0 {
+			required := b.required&(1<<i) != 0
+			switch {
+			case i == fNamespace || !prefix && required:
+				return 0, newError(fieldNames[i], ReasonMissing)
+			case prefix && i < last && (required || i > first):
+				return 0, prefixGap(fieldNames[i])
+			}
+			continue
+		}
+		el, err := checkValue(fieldNames[i], b.vals[i])
+		if err != nil {
+			return 0, err
+		}
+		n += 1 + len(fieldTags[i]) + 1 + el
+	}
+	if len(b.extras) > MaxDims {
+		return 0, tooManyDims(len(b.extras))
+	}
+	// Names before values: equal names sit in call order, so checking a
+	// value first would make the reported error depend on that order.
+	for j, e := range b.extras {
+		if !validName(e.Name) || fieldIndex(e.Name) >= 0 {
+			return 0, newError(e.Name, ReasonInvalidName)
+		}
+		if j > 0 && b.extras[j-1].Name == e.Name {
+			return 0, newError(e.Name, ReasonDuplicate)
+		}
+	}
+	for _, e := range b.extras {
+		el, err := checkValue(e.Name, e.Value)
+		if err != nil {
+			return 0, err
+		}
+		n += 1 + len(extraPrefix) + len(e.Name) + 1 + el
+	}
+	for _, r := range b.reqExtras {
+		if !validName(r) {
+			return 0, newError(r, ReasonInvalidName)
+		}
+		if b.hasExtra(r) {
+			continue
+		}
+		if !prefix {
+			return 0, newError(r, ReasonMissing)
+		}
+		if len(b.extras) > 0 && r < b.extras[len(b.extras)-1].Name {
+			return 0, prefixGap(r)
+		}
+	}
+	return n, nil
+}
+
+// bounds returns the positions in canonical order of the last dimension
+// set (numFields when an extra dimension is) and of the first one set from
+// the tenant on (numFields when none is).
+func (b Builder) bounds() (last, first int) {
+	last, first = fNamespace, numFields
+	for i := fTenant; i < numFields; i++ {
+		if b.set&(1<<i) != 0 {
+			first = i
+			break
+		}
+	}
+	for i := numFields - 1; i > fNamespace; i-- {
+		if b.set&(1<<i) != 0 {
+			last = i
+			break
+		}
+	}
+	if len(b.extras) > 0 {
+		last = numFields
+	}
+	return last, first
 }
 
 func (b Builder) hasExtra(name string) bool {
