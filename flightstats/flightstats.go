@@ -66,7 +66,37 @@ type Stats struct {
 	ScopeChanges         uint64        // changes of the coalescing scope
 	// Degraded is true when the last scope change was to process-local.
 	Degraded bool
+
+	// Cross-instance invalidation (flightcache.Options.Bus), by kind.
+	InvalidationsSent       InvalidationCounts // published to the other instances
+	InvalidationsSendFailed InvalidationCounts // not published: the write took effect on this instance only
+	InvalidationsReceived   InvalidationCounts // from other instances; each then applied or ignored
+	InvalidationsApplied    InvalidationCounts // received and applied: older local copies dropped
+	InvalidationsIgnored    InvalidationCounts // received late, twice or out of order: changed nothing
+	// LastInvalidationReceived is when the last invalidation from another
+	// instance arrived, by this process's clock; zero before the first.
+	// time.Since of it is how long the Bus has been silent.
+	LastInvalidationReceived time.Time
+	// Bus is the state of the Bus subscription at its last change
+	// (BusNone until the first).
+	Bus flightcache.BusState
+	// BusDisconnects counts changes of the Bus subscription from up to
+	// down, after which invalidations may have been missed. The report of
+	// a Bus that has not connected yet, or a repeated report of down, is
+	// not one.
+	BusDisconnects uint64
 }
+
+// InvalidationCounts counts invalidations by flightcache.InvalidationKind.
+type InvalidationCounts struct {
+	Key    uint64 // flightcache.InvalidateKey
+	Prefix uint64 // flightcache.InvalidatePrefix
+	All    uint64 // flightcache.InvalidateAll
+	Other  uint64 // a kind this package does not know; the Cache reports none
+}
+
+// Total is the sum over every kind.
+func (c InvalidationCounts) Total() uint64 { return c.Key + c.Prefix + c.All + c.Other }
 
 // BreakerTransitions counts circuit breaker state changes by new state.
 type BreakerTransitions struct {
@@ -127,7 +157,8 @@ func (s Stats) HitRatio(tier flightcache.Tier) float64 {
 
 // Recorder counts events. It implements singleflight.Observer and
 // flightcache.Observer, is safe for concurrent use, and costs one atomic
-// addition per event. The zero value is ready to use.
+// addition per event (and a clock read per invalidation received). The
+// zero value is ready to use.
 type Recorder struct {
 	requests, loaderStarted, shared                  atomic.Uint64
 	loaderSucceeded, loaderFailed, loaderPanicked    atomic.Uint64
@@ -148,6 +179,32 @@ type Recorder struct {
 	followersWoken, followerWaits, scopeChanges               atomic.Uint64
 	followerWaitNanos                                         atomic.Int64
 	degraded                                                  atomic.Bool
+
+	// Invalidations by kind (index: flightcache.InvalidationKind, 0 for an
+	// unknown one).
+	invSent, invSendFailed, invReceived invalidationCounters
+	invApplied, invIgnored              invalidationCounters
+	lastReceivedNanos                   atomic.Int64  // Unix nanoseconds; 0 before the first
+	bus                                 atomic.Uint32 // the last flightcache.BusState reported
+	busDisconnects                      atomic.Uint64
+}
+
+type invalidationCounters [flightcache.InvalidateAll + 1]atomic.Uint64
+
+func (c *invalidationCounters) add(k flightcache.InvalidationKind) {
+	if int(k) >= len(c) {
+		k = 0
+	}
+	c[k].Add(1)
+}
+
+func (c *invalidationCounters) load() InvalidationCounts {
+	return InvalidationCounts{
+		Key:    c[flightcache.InvalidateKey].Load(),
+		Prefix: c[flightcache.InvalidatePrefix].Load(),
+		All:    c[flightcache.InvalidateAll].Load(),
+		Other:  c[0].Load(),
+	}
 }
 
 var (
@@ -240,6 +297,24 @@ func (r *Recorder) ObserveCache(e flightcache.Event) {
 	case flightcache.EventScopeChanged:
 		r.scopeChanges.Add(1)
 		r.degraded.Store(e.Scope == flightcache.ScopeLocal)
+	case flightcache.EventInvalidationSent:
+		if e.Err != nil {
+			r.invSendFailed.add(e.Invalidation)
+		} else {
+			r.invSent.add(e.Invalidation)
+		}
+	case flightcache.EventInvalidationReceived:
+		r.invReceived.add(e.Invalidation)
+		r.lastReceivedNanos.Store(time.Now().UnixNano())
+	case flightcache.EventInvalidationApplied:
+		r.invApplied.add(e.Invalidation)
+	case flightcache.EventInvalidationIgnored:
+		r.invIgnored.add(e.Invalidation)
+	case flightcache.EventBusChanged:
+		prev := flightcache.BusState(r.bus.Swap(uint32(e.Bus)))
+		if prev == flightcache.BusUp && e.Bus != flightcache.BusUp && e.Bus != flightcache.BusNone {
+			r.busDisconnects.Add(1)
+		}
 	case flightcache.EventGet:
 		r.gets.Add(1)
 	}
@@ -303,5 +378,21 @@ func (r *Recorder) Snapshot() Stats {
 		FollowerWaitTotal:    time.Duration(r.followerWaitNanos.Load()),
 		ScopeChanges:         r.scopeChanges.Load(),
 		Degraded:             r.degraded.Load(),
+
+		InvalidationsSent:        r.invSent.load(),
+		InvalidationsSendFailed:  r.invSendFailed.load(),
+		InvalidationsReceived:    r.invReceived.load(),
+		InvalidationsApplied:     r.invApplied.load(),
+		InvalidationsIgnored:     r.invIgnored.load(),
+		LastInvalidationReceived: r.lastReceived(),
+		Bus:                      flightcache.BusState(r.bus.Load()),
+		BusDisconnects:           r.busDisconnects.Load(),
 	}
+}
+
+func (r *Recorder) lastReceived() time.Time {
+	if n := r.lastReceivedNanos.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }

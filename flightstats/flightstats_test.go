@@ -209,3 +209,105 @@ func TestClusterEventsAreCounted(t *testing.T) {
 		t.Fatalf("Degraded %v after recovering, want false", s.Degraded)
 	}
 }
+
+func TestInvalidationEventsAreCountedByKind(t *testing.T) {
+	r := flightstats.New()
+	if s := r.Snapshot(); !s.LastInvalidationReceived.IsZero() {
+		t.Fatalf("LastInvalidationReceived before any message = %v, want zero", s.LastInvalidationReceived)
+	}
+	obs := func(k flightcache.EventKind, kind flightcache.InvalidationKind, err error) {
+		r.ObserveCache(flightcache.Event{Kind: k, Invalidation: kind, Err: err})
+	}
+	publishErr := fmt.Errorf("publish: %w", context.DeadlineExceeded)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidateKey, nil)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidateKey, nil)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidateKey, publishErr)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidatePrefix, nil)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidateAll, publishErr)
+	before := time.Now()
+	for _, k := range []flightcache.InvalidationKind{flightcache.InvalidateKey, flightcache.InvalidateKey, flightcache.InvalidateKey, flightcache.InvalidatePrefix, flightcache.InvalidateAll} {
+		obs(flightcache.EventInvalidationReceived, k, nil)
+	}
+	after := time.Now()
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidateKey, nil)
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidateKey, nil)
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidatePrefix, nil)
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidateAll, nil)
+	obs(flightcache.EventInvalidationIgnored, flightcache.InvalidateKey, nil)
+	obs(flightcache.EventInvalidationIgnored, flightcache.InvalidationKind(99), nil) // counted, not dropped
+
+	s := r.Snapshot()
+	for _, c := range []struct {
+		name      string
+		got, want flightstats.InvalidationCounts
+	}{
+		{"sent", s.InvalidationsSent, flightstats.InvalidationCounts{Key: 2, Prefix: 1}},
+		{"send failed", s.InvalidationsSendFailed, flightstats.InvalidationCounts{Key: 1, All: 1}},
+		{"received", s.InvalidationsReceived, flightstats.InvalidationCounts{Key: 3, Prefix: 1, All: 1}},
+		{"applied", s.InvalidationsApplied, flightstats.InvalidationCounts{Key: 2, Prefix: 1, All: 1}},
+		{"ignored", s.InvalidationsIgnored, flightstats.InvalidationCounts{Key: 1, Other: 1}},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %+v, want %+v", c.name, c.got, c.want)
+		}
+	}
+	if got := s.InvalidationsReceived.Total(); got != 5 {
+		t.Errorf("received total = %d, want 5", got)
+	}
+	if got := s.InvalidationsApplied.Total() + s.InvalidationsIgnored.Total(); got != 6 {
+		t.Errorf("applied + ignored = %d, want 6", got)
+	}
+	if at := s.LastInvalidationReceived; at.Before(before) || at.After(after) {
+		t.Errorf("LastInvalidationReceived = %v, want within [%v, %v]", at, before, after)
+	}
+}
+
+func TestBusChangesSetTheStateAndCountDisconnects(t *testing.T) {
+	r := flightstats.New()
+	if s := r.Snapshot(); s.Bus != flightcache.BusNone || s.BusDisconnects != 0 {
+		t.Fatalf("before any change: Bus %v, %d disconnects; want none, 0", s.Bus, s.BusDisconnects)
+	}
+	for i, step := range []struct {
+		to          flightcache.BusState
+		disconnects uint64
+	}{
+		{flightcache.BusDown, 0}, // not yet connected: no disconnect
+		{flightcache.BusUp, 0},
+		{flightcache.BusDown, 1},
+		{flightcache.BusDown, 1}, // reported twice: one disconnect
+		{flightcache.BusUp, 1},
+		{flightcache.BusUp, 1},
+		{flightcache.BusDown, 2},
+	} {
+		r.ObserveCache(flightcache.Event{Kind: flightcache.EventBusChanged, Bus: step.to})
+		if s := r.Snapshot(); s.Bus != step.to || s.BusDisconnects != step.disconnects {
+			t.Fatalf("step %d: after a change to %v: Bus %v, %d disconnects; want %v, %d", i, step.to, s.Bus, s.BusDisconnects, step.to, step.disconnects)
+		}
+	}
+}
+
+// Bus events arrive from the Bus's goroutine while Gets report theirs
+// (run with -race): every event is counted once.
+func TestInvalidationCountsUnderConcurrentEvents(t *testing.T) {
+	r := flightstats.New()
+	const workers, per = 8, 1000
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for w := range workers {
+		wg.Go(func() {
+			<-start
+			for i := range per {
+				kind := flightcache.InvalidationKind(1 + (i+w)%3)
+				r.ObserveCache(flightcache.Event{Kind: flightcache.EventInvalidationReceived, Invalidation: kind})
+				r.ObserveCache(flightcache.Event{Kind: flightcache.EventInvalidationApplied, Invalidation: kind})
+				_ = r.Snapshot()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	s := r.Snapshot()
+	if s.InvalidationsReceived.Total() != workers*per || s.InvalidationsApplied != s.InvalidationsReceived {
+		t.Fatalf("received %+v, applied %+v; want %d each, equal", s.InvalidationsReceived, s.InvalidationsApplied, workers*per)
+	}
+}

@@ -6,7 +6,7 @@
 // Metric names follow the core single-flight set (single_flight.request.count, …); the
 // Prometheus equivalents that package promflight exports are listed in
 // docs/OBSERVABILITY.md. Attributes are bounded: the operation name given at
-// construction, result, reason, tier, outcome and to. No key or ID is ever an
+// construction, result, reason, tier, outcome, to, event and kind. No key or ID is ever an
 // attribute; events do not even carry keys.
 package otelflight
 
@@ -14,12 +14,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/flightcache/flightcache/internal/metriclabels"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/internal/metriclabels"
 	"github.com/flightcache/flightcache/singleflight"
 )
 
@@ -121,6 +122,17 @@ type Metrics struct {
 	degraded     metric.Int64Gauge
 	degradedOpts []metric.RecordOption
 	scopeChanges [len(metriclabels.ScopeNames)]counter
+
+	invalidationsSent     [len(metriclabels.InvalidationKindNames)][metriclabels.NumPublishResults]counter
+	invalidationsReceived [len(metriclabels.InvalidationKindNames)]counter
+	invalidationsApplied  [len(metriclabels.InvalidationKindNames)]counter
+	invalidationsIgnored  [len(metriclabels.InvalidationKindNames)]counter
+	lastReceived          metric.Float64Gauge
+	lastReceivedOpts      []metric.RecordOption
+	busState              metric.Int64Gauge
+	busOpts               []metric.RecordOption
+	busDisconnects        counter
+	bus                   metriclabels.BusTracker
 }
 
 var (
@@ -198,6 +210,34 @@ func NewMetrics(meter metric.Meter, opts ...MetricsOption) (*Metrics, error) {
 	if b.err == nil {
 		m.degraded.Record(context.Background(), 0, m.degradedOpts...)
 	}
+	kinds := metriclabels.InvalidationKindNames[:]
+	if sent := b.int64Counter("flightcache.invalidation.sent.count", "{invalidation}", "Invalidations this instance published to the others, by kind and result (error: not published)."); b.err == nil {
+		for i, k := range kinds {
+			for j, r := range metriclabels.PublishResultNames {
+				m.invalidationsSent[i][j] = counter{c: sent, opts: []metric.AddOption{metric.WithAttributeSet(b.set(attribute.String("kind", k), attribute.String("result", r)))}}
+			}
+		}
+	}
+	b.counters(m.invalidationsReceived[:], "flightcache.invalidation.received.count", "{invalidation}", "Invalidations received from other instances, by kind.", "kind", kinds)
+	b.counters(m.invalidationsApplied[:], "flightcache.invalidation.applied.count", "{invalidation}", "Received invalidations applied (the older local copies they cover dropped), by kind.", "kind", kinds)
+	b.counters(m.invalidationsIgnored[:], "flightcache.invalidation.ignored.count", "{invalidation}", "Received invalidations ignored as stale (late, duplicate or out of order: no newer than what was applied or held), by kind.", "kind", kinds)
+	if b.err == nil {
+		m.lastReceived, b.err = meter.Float64Gauge("flightcache.invalidation.last_received.timestamp", metric.WithUnit("s"),
+			metric.WithDescription("Unix time at which the last invalidation from another instance arrived; 0 before the first."))
+		m.lastReceivedOpts = []metric.RecordOption{metric.WithAttributeSet(b.set())}
+	}
+	if b.err == nil {
+		m.lastReceived.Record(context.Background(), 0, m.lastReceivedOpts...)
+	}
+	if b.err == nil {
+		m.busState, b.err = meter.Int64Gauge("flightcache.bus.state", metric.WithUnit("{state}"),
+			metric.WithDescription("State of the invalidation bus subscription: 0 none (no Bus), 1 down, 2 up."))
+		m.busOpts = []metric.RecordOption{metric.WithAttributeSet(b.set())}
+	}
+	if b.err == nil {
+		m.busState.Record(context.Background(), int64(flightcache.BusNone), m.busOpts...)
+	}
+	b.counter(&m.busDisconnects, "flightcache.bus.disconnect.count", "{disconnect}", "Changes of the invalidation bus subscription from up to down: invalidations may have been missed.")
 	if b.err != nil {
 		return nil, fmt.Errorf("otelflight: create instruments of operation %q: %w", cfg.operation, b.err)
 	}
@@ -355,6 +395,20 @@ func (m *Metrics) ObserveCache(e flightcache.Event) {
 			v = 1
 		}
 		m.degraded.Record(ctx, v, m.degradedOpts...)
+	case flightcache.EventInvalidationSent:
+		m.invalidationsSent[metriclabels.InvalidationKindIndex(e.Invalidation)][metriclabels.PublishResult(e.Err)].add(ctx)
+	case flightcache.EventInvalidationReceived:
+		m.invalidationsReceived[metriclabels.InvalidationKindIndex(e.Invalidation)].add(ctx)
+		m.lastReceived.Record(ctx, float64(time.Now().UnixNano())/1e9, m.lastReceivedOpts...)
+	case flightcache.EventInvalidationApplied:
+		m.invalidationsApplied[metriclabels.InvalidationKindIndex(e.Invalidation)].add(ctx)
+	case flightcache.EventInvalidationIgnored:
+		m.invalidationsIgnored[metriclabels.InvalidationKindIndex(e.Invalidation)].add(ctx)
+	case flightcache.EventBusChanged:
+		m.busState.Record(ctx, int64(metriclabels.BusStateIndex(e.Bus)), m.busOpts...)
+		if m.bus.Changed(e.Bus) {
+			m.busDisconnects.add(ctx)
+		}
 	case flightcache.EventGet:
 		o := int(e.Outcome)
 		if o >= metriclabels.NumOutcomes {

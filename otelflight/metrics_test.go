@@ -109,6 +109,12 @@ func (c collected) value(t *testing.T, name string, want ...attribute.KeyValue) 
 				total += float64(dp.Value)
 			}
 		}
+	case metricdata.Gauge[float64]:
+		for _, dp := range d.DataPoints {
+			if matches(dp.Attributes) {
+				total += dp.Value
+			}
+		}
 	case metricdata.Histogram[float64]:
 		for _, dp := range d.DataPoints {
 			if matches(dp.Attributes) {
@@ -292,6 +298,10 @@ func TestNoAttributeDerivesFromAKey(t *testing.T) {
 					check(mt.Name, dp.Attributes)
 				}
 			case metricdata.Gauge[int64]:
+				for _, dp := range d.DataPoints {
+					check(mt.Name, dp.Attributes)
+				}
+			case metricdata.Gauge[float64]:
 				for _, dp := range d.DataPoints {
 					check(mt.Name, dp.Attributes)
 				}
@@ -487,6 +497,106 @@ func TestClusterEventsMapToTheirInstruments(t *testing.T) {
 	} {
 		if v := got.value(t, c.name, append([]attribute.KeyValue{op}, c.attr...)...); v != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.attr, v, c.want)
+		}
+	}
+}
+
+func TestInvalidationEventsMapToTheirInstruments(t *testing.T) {
+	m, reader := newMetrics(t, otelflight.WithOperation("product"))
+	obs := func(k flightcache.EventKind, kind flightcache.InvalidationKind, err error) {
+		m.ObserveCache(flightcache.Event{Kind: k, Cache: "product", Invalidation: kind, Err: err})
+	}
+	const last = "flightcache.invalidation.last_received.timestamp"
+	got := collect(t, reader)
+	if got[last] == nil {
+		t.Fatalf("%s has no data point before the first message", last)
+	}
+	if v := got.value(t, last, op); v != 0 {
+		t.Fatalf("%s before any message = %v, want 0", last, v)
+	}
+	publishErr := fmt.Errorf("publish: %w", context.DeadlineExceeded)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidateKey, nil)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidateKey, nil)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidateKey, publishErr)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidatePrefix, nil)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidateAll, publishErr)
+	before := time.Now()
+	for _, k := range []flightcache.InvalidationKind{flightcache.InvalidateKey, flightcache.InvalidateKey, flightcache.InvalidateKey, flightcache.InvalidatePrefix, flightcache.InvalidateAll} {
+		obs(flightcache.EventInvalidationReceived, k, nil)
+	}
+	after := time.Now()
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidateKey, nil)
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidateKey, nil)
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidatePrefix, nil)
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidateAll, nil)
+	obs(flightcache.EventInvalidationIgnored, flightcache.InvalidateKey, nil)
+	obs(flightcache.EventInvalidationIgnored, flightcache.InvalidationKind(99), nil) // counted, not dropped
+
+	got = collect(t, reader)
+	kind := func(k string) attribute.KeyValue { return attribute.String("kind", k) }
+	result := func(r string) attribute.KeyValue { return attribute.String("result", r) }
+	for _, c := range []struct {
+		name string
+		attr []attribute.KeyValue
+		want float64
+	}{
+		{"flightcache.invalidation.sent.count", []attribute.KeyValue{kind("key"), result("success")}, 2},
+		{"flightcache.invalidation.sent.count", []attribute.KeyValue{kind("key"), result("error")}, 1},
+		{"flightcache.invalidation.sent.count", []attribute.KeyValue{kind("prefix"), result("success")}, 1},
+		{"flightcache.invalidation.sent.count", []attribute.KeyValue{kind("prefix"), result("error")}, 0},
+		{"flightcache.invalidation.sent.count", []attribute.KeyValue{kind("all"), result("success")}, 0},
+		{"flightcache.invalidation.sent.count", []attribute.KeyValue{kind("all"), result("error")}, 1},
+		{"flightcache.invalidation.received.count", []attribute.KeyValue{kind("key")}, 3},
+		{"flightcache.invalidation.received.count", []attribute.KeyValue{kind("prefix")}, 1},
+		{"flightcache.invalidation.received.count", []attribute.KeyValue{kind("all")}, 1},
+		{"flightcache.invalidation.applied.count", []attribute.KeyValue{kind("key")}, 2},
+		{"flightcache.invalidation.applied.count", []attribute.KeyValue{kind("prefix")}, 1},
+		{"flightcache.invalidation.applied.count", []attribute.KeyValue{kind("all")}, 1},
+		{"flightcache.invalidation.ignored.count", []attribute.KeyValue{kind("key")}, 1},
+		{"flightcache.invalidation.ignored.count", []attribute.KeyValue{kind("prefix")}, 0},
+		{"flightcache.invalidation.ignored.count", []attribute.KeyValue{kind("unknown")}, 1},
+	} {
+		if v := got.value(t, c.name, append([]attribute.KeyValue{op}, c.attr...)...); v != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.attr, v, c.want)
+		}
+	}
+	ts := got.value(t, last, op)
+	if lo, hi := float64(before.UnixNano())/1e9, float64(after.UnixNano())/1e9; ts < lo || ts > hi {
+		t.Errorf("%s = %.6f, want the time of the last message, within [%.6f, %.6f]", last, ts, lo, hi)
+	}
+}
+
+func TestBusChangesSetTheGaugeAndCountDisconnects(t *testing.T) {
+	m, reader := newMetrics(t, otelflight.WithOperation("product"))
+	const state, disconnects = "flightcache.bus.state", "flightcache.bus.disconnect.count"
+	got := collect(t, reader)
+	if got[state] == nil {
+		t.Fatalf("%s has no data point before the first change", state)
+	}
+	if v := got.value(t, state, op); v != 0 {
+		t.Fatalf("%s before any change = %v, want 0 (none)", state, v)
+	}
+	for i, step := range []struct {
+		to          flightcache.BusState
+		gauge       float64
+		disconnects float64
+	}{
+		{flightcache.BusDown, 1, 0}, // not yet connected: no disconnect
+		{flightcache.BusUp, 2, 0},
+		{flightcache.BusDown, 1, 1},
+		{flightcache.BusDown, 1, 1}, // reported twice: one disconnect
+		{flightcache.BusUp, 2, 1},
+		{flightcache.BusDown, 1, 2},
+		{flightcache.BusUp, 2, 2},
+		{flightcache.BusState(9), 1, 3}, // unknown: counted as down
+	} {
+		m.ObserveCache(flightcache.Event{Kind: flightcache.EventBusChanged, Cache: "product", Bus: step.to})
+		got := collect(t, reader)
+		if v := got.value(t, state, op); v != step.gauge {
+			t.Fatalf("step %d: %s after a change to %v = %v, want %v", i, state, step.to, v, step.gauge)
+		}
+		if v := got.value(t, disconnects, op); v != step.disconnects {
+			t.Fatalf("step %d: %s after a change to %v = %v, want %v", i, disconnects, step.to, v, step.disconnects)
 		}
 	}
 }

@@ -9,7 +9,7 @@
 //
 // Every label child is created in New, so observing an event is a few atomic
 // additions: no map lookup, no allocation. The only labels are bounded ones
-// (operation, result, reason, tier, outcome, to). No key or ID ever becomes a
+// (operation, result, reason, tier, outcome, to, event, kind). No key or ID ever becomes a
 // label value; events do not even carry keys.
 //
 // See docs/OBSERVABILITY.md for the meaning of each metric, the derived
@@ -19,11 +19,12 @@ package promflight
 import (
 	"errors"
 	"fmt"
-	"github.com/flightcache/flightcache/internal/metriclabels"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/internal/metriclabels"
 	"github.com/flightcache/flightcache/singleflight"
 )
 
@@ -60,7 +61,7 @@ func WithNamespace(ns string) Option {
 
 // WithConstLabels adds constant labels (say, region) to every metric. They
 // must have bounded values and must not be named operation, result, reason,
-// tier, outcome or to.
+// tier, outcome, to, event or kind.
 func WithConstLabels(l prometheus.Labels) Option {
 	return func(c *config) { c.constLabels = l }
 }
@@ -107,6 +108,15 @@ type Metrics struct {
 	followerWait [metriclabels.NumFollowerResults]*durationCounts
 	degraded     prometheus.Gauge
 	scopeChanges [len(metriclabels.ScopeNames)]prometheus.Counter
+
+	invalidationsSent     [len(metriclabels.InvalidationKindNames)][metriclabels.NumPublishResults]prometheus.Counter
+	invalidationsReceived [len(metriclabels.InvalidationKindNames)]prometheus.Counter
+	invalidationsApplied  [len(metriclabels.InvalidationKindNames)]prometheus.Counter
+	invalidationsIgnored  [len(metriclabels.InvalidationKindNames)]prometheus.Counter
+	lastReceived          prometheus.Gauge
+	busState              prometheus.Gauge
+	busDisconnects        prometheus.Counter
+	bus                   metriclabels.BusTracker
 }
 
 var (
@@ -158,6 +168,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		breakerState:    b.gauge("flightcache", "shared_breaker_state", "State of the shared tier's circuit breaker: 0 closed, 1 half-open, 2 open."),
 		fencedWrites:    b.counter("flightcache", "cluster_fenced_writes_rejected_total", "Write-backs refused by the fencing token: a newer lease, Set or Delete superseded the load."),
 		degraded:        b.gauge("flightcache", "cluster_degraded", "1 while cluster coalescing has degraded to process-local because the coordinator failed, else 0."),
+		lastReceived:    b.gauge("flightcache", "invalidation_last_received_timestamp_seconds", "Unix time at which the last invalidation from another instance arrived; 0 before the first."),
+		busState:        b.gauge("flightcache", "bus_state", "State of the invalidation bus subscription: 0 none (no Bus), 1 down, 2 up."),
+		busDisconnects:  b.counter("flightcache", "bus_disconnects_total", "Changes of the invalidation bus subscription from up to down: invalidations may have been missed."),
 	}
 	rejections := b.counterVec("single_flight", "rejections_total", "Calls refused by admission without running the loader, by reason.", "reason")
 	for i, r := range metriclabels.ReasonNames {
@@ -192,6 +205,18 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	scopes := b.counterVec("flightcache", "cluster_scope_changes_total", "Changes of the coalescing scope, by new scope (local: degraded, cluster: recovered).", "to")
 	for i, s := range metriclabels.ScopeNames {
 		m.scopeChanges[i] = scopes.WithLabelValues(s)
+	}
+	sent := b.counterVec2("flightcache", "invalidations_sent_total", "Invalidations this instance published to the others, by kind and result (error: not published).", "kind", "result")
+	received := b.counterVec("flightcache", "invalidations_received_total", "Invalidations received from other instances, by kind.", "kind")
+	applied := b.counterVec("flightcache", "invalidations_applied_total", "Received invalidations applied (the older local copies they cover dropped), by kind.", "kind")
+	ignored := b.counterVec("flightcache", "invalidations_ignored_total", "Received invalidations ignored as stale (late, duplicate or out of order: no newer than what was applied or held), by kind.", "kind")
+	for i, k := range metriclabels.InvalidationKindNames {
+		for j, r := range metriclabels.PublishResultNames {
+			m.invalidationsSent[i][j] = sent.WithLabelValues(k, r)
+		}
+		m.invalidationsReceived[i] = received.WithLabelValues(k)
+		m.invalidationsApplied[i] = applied.WithLabelValues(k)
+		m.invalidationsIgnored[i] = ignored.WithLabelValues(k)
 	}
 	gets := b.counterVec("flightcache", "gets_total", "Finished Gets, by outcome.", "outcome")
 	for i := range m.gets {
@@ -229,6 +254,12 @@ func (b *builder) counter(subsystem, name, help string) prometheus.Counter {
 
 func (b *builder) counterVec(subsystem, name, help, label string) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts(b.opts(subsystem, name, help)), []string{label})
+	b.collectors = append(b.collectors, c)
+	return c
+}
+
+func (b *builder) counterVec2(subsystem, name, help, label1, label2 string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts(b.opts(subsystem, name, help)), []string{label1, label2})
 	b.collectors = append(b.collectors, c)
 	return c
 }
@@ -321,6 +352,20 @@ func (m *Metrics) ObserveCache(e flightcache.Event) {
 			m.degraded.Set(1)
 		} else {
 			m.degraded.Set(0)
+		}
+	case flightcache.EventInvalidationSent:
+		m.invalidationsSent[metriclabels.InvalidationKindIndex(e.Invalidation)][metriclabels.PublishResult(e.Err)].Inc()
+	case flightcache.EventInvalidationReceived:
+		m.invalidationsReceived[metriclabels.InvalidationKindIndex(e.Invalidation)].Inc()
+		m.lastReceived.Set(float64(time.Now().UnixNano()) / 1e9)
+	case flightcache.EventInvalidationApplied:
+		m.invalidationsApplied[metriclabels.InvalidationKindIndex(e.Invalidation)].Inc()
+	case flightcache.EventInvalidationIgnored:
+		m.invalidationsIgnored[metriclabels.InvalidationKindIndex(e.Invalidation)].Inc()
+	case flightcache.EventBusChanged:
+		m.busState.Set(float64(metriclabels.BusStateIndex(e.Bus)))
+		if m.bus.Changed(e.Bus) {
+			m.busDisconnects.Inc()
 		}
 	case flightcache.EventGet:
 		if o := int(e.Outcome); o < metriclabels.NumOutcomes {

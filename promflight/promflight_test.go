@@ -369,10 +369,11 @@ func TestNoLabelValueDerivesFromAKey(t *testing.T) {
 	}
 	// 70 engine keys and 20 cache keys went through; the label values stay
 	// the fixed, bounded vocabulary: the operation and every value of
-	// result, reason, tier, outcome, to and event.
+	// result, reason, tier, outcome, to, event and kind.
 	vocabulary := 1 + metriclabels.NumResults + metriclabels.NumReasons + len(metriclabels.TierNames) +
 		metriclabels.NumOutcomes + len(metriclabels.BreakerStateNames) +
-		metriclabels.NumLeaseEvents + metriclabels.NumFollowerResults + len(metriclabels.ScopeNames)
+		metriclabels.NumLeaseEvents + metriclabels.NumFollowerResults + len(metriclabels.ScopeNames) +
+		len(metriclabels.InvalidationKindNames)
 	if len(values) > vocabulary {
 		t.Errorf("%d distinct label pairs, want a small bounded set: %v", len(values), values)
 	}
@@ -694,6 +695,107 @@ func TestClusterEventsMapToTheirSeries(t *testing.T) {
 		}
 		if v := got.get(t, c.name, "product", extra...); v != c.want {
 			t.Errorf("%s{%s} = %v, want %v", c.name, c.label, v, c.want)
+		}
+	}
+}
+
+func TestInvalidationEventsMapToTheirSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := promflight.New(reg, promflight.WithOperation("product"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := func(k flightcache.EventKind, kind flightcache.InvalidationKind, err error) {
+		m.ObserveCache(flightcache.Event{Kind: k, Cache: "product", Invalidation: kind, Err: err})
+	}
+	const last = "flightcache_invalidation_last_received_timestamp_seconds"
+	if v := gather(t, reg).get(t, last, "product"); v != 0 {
+		t.Fatalf("%s before any message = %v, want 0", last, v)
+	}
+	publishErr := fmt.Errorf("publish: %w", context.DeadlineExceeded)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidateKey, nil)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidateKey, nil)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidateKey, publishErr)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidatePrefix, nil)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidateAll, publishErr)
+
+	before := time.Now()
+	for _, k := range []flightcache.InvalidationKind{flightcache.InvalidateKey, flightcache.InvalidateKey, flightcache.InvalidateKey, flightcache.InvalidatePrefix, flightcache.InvalidateAll} {
+		obs(flightcache.EventInvalidationReceived, k, nil)
+	}
+	after := time.Now()
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidateKey, nil)
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidateKey, nil)
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidatePrefix, nil)
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidateAll, nil)
+	obs(flightcache.EventInvalidationIgnored, flightcache.InvalidateKey, nil)
+	obs(flightcache.EventInvalidationIgnored, flightcache.InvalidationKind(99), nil) // counted, not dropped
+
+	got := gather(t, reg)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"flightcache_invalidations_sent_total", []string{"kind=key", "result=success"}, 2},
+		{"flightcache_invalidations_sent_total", []string{"kind=key", "result=error"}, 1},
+		{"flightcache_invalidations_sent_total", []string{"kind=prefix", "result=success"}, 1},
+		{"flightcache_invalidations_sent_total", []string{"kind=prefix", "result=error"}, 0},
+		{"flightcache_invalidations_sent_total", []string{"kind=all", "result=success"}, 0},
+		{"flightcache_invalidations_sent_total", []string{"kind=all", "result=error"}, 1},
+		{"flightcache_invalidations_received_total", []string{"kind=key"}, 3},
+		{"flightcache_invalidations_received_total", []string{"kind=prefix"}, 1},
+		{"flightcache_invalidations_received_total", []string{"kind=all"}, 1},
+		{"flightcache_invalidations_applied_total", []string{"kind=key"}, 2},
+		{"flightcache_invalidations_applied_total", []string{"kind=prefix"}, 1},
+		{"flightcache_invalidations_applied_total", []string{"kind=all"}, 1},
+		{"flightcache_invalidations_ignored_total", []string{"kind=key"}, 1},
+		{"flightcache_invalidations_ignored_total", []string{"kind=prefix"}, 0},
+		{"flightcache_invalidations_ignored_total", []string{"kind=unknown"}, 1},
+	} {
+		if v := got.get(t, c.name, "product", c.labels...); v != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, v, c.want)
+		}
+	}
+	ts := got.get(t, last, "product")
+	if lo, hi := float64(before.UnixNano())/1e9, float64(after.UnixNano())/1e9; ts < lo || ts > hi {
+		t.Errorf("%s = %.6f, want the time of the last message, within [%.6f, %.6f]", last, ts, lo, hi)
+	}
+}
+
+func TestBusChangesSetTheGaugeAndCountDisconnects(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := promflight.New(reg, promflight.WithOperation("product"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const state, disconnects = "flightcache_bus_state", "flightcache_bus_disconnects_total"
+	if v := gather(t, reg).get(t, state, "product"); v != 0 {
+		t.Fatalf("%s before any change = %v, want 0 (none)", state, v)
+	}
+	for i, step := range []struct {
+		to          flightcache.BusState
+		gauge       float64
+		disconnects float64
+	}{
+		{flightcache.BusDown, 1, 0}, // not yet connected: no disconnect
+		{flightcache.BusUp, 2, 0},
+		{flightcache.BusDown, 1, 1},
+		{flightcache.BusDown, 1, 1}, // reported twice: one disconnect
+		{flightcache.BusUp, 2, 1},
+		{flightcache.BusUp, 2, 1},
+		{flightcache.BusDown, 1, 2},
+		{flightcache.BusState(9), 1, 2}, // unknown: counted as down, but it was down already
+		{flightcache.BusUp, 2, 2},
+		{flightcache.BusState(9), 1, 3},
+	} {
+		m.ObserveCache(flightcache.Event{Kind: flightcache.EventBusChanged, Cache: "product", Bus: step.to})
+		got := gather(t, reg)
+		if v := got.get(t, state, "product"); v != step.gauge {
+			t.Fatalf("step %d: %s after a change to %v = %v, want %v", i, state, step.to, v, step.gauge)
+		}
+		if v := got.get(t, disconnects, "product"); v != step.disconnects {
+			t.Fatalf("step %d: %s after a change to %v = %v, want %v", i, disconnects, step.to, v, step.disconnects)
 		}
 	}
 }

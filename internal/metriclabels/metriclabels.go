@@ -8,6 +8,7 @@ package metriclabels
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/singleflight"
@@ -176,4 +177,78 @@ func ScopeIndex(s flightcache.Scope) int {
 		return int(s)
 	}
 	return int(flightcache.ScopeNone)
+}
+
+// InvalidationKindNames are the "kind" label values of cross-instance
+// invalidations, indexed by flightcache.InvalidationKind. Index 0 is no
+// kind the Cache reports, but is kept so that an unexpected one is still
+// counted rather than dropped.
+var InvalidationKindNames = [...]string{
+	0:                            flightcache.InvalidationKind(0).String(),
+	flightcache.InvalidateKey:    flightcache.InvalidateKey.String(),
+	flightcache.InvalidatePrefix: flightcache.InvalidatePrefix.String(),
+	flightcache.InvalidateAll:    flightcache.InvalidateAll.String(),
+}
+
+// InvalidationKindIndex returns k's index in InvalidationKindNames,
+// mapping unknown kinds to 0.
+func InvalidationKindIndex(k flightcache.InvalidationKind) int {
+	if int(k) < len(InvalidationKindNames) {
+		return int(k)
+	}
+	return 0
+}
+
+// Values of the "result" label of sent invalidations, indexing
+// PublishResultNames: the values of ResultNames that apply to a publish.
+const (
+	PublishSuccess = iota
+	PublishError
+	NumPublishResults
+)
+
+// PublishResultNames are the "result" label values of sent invalidations.
+var PublishResultNames = [NumPublishResults]string{ResultNames[ResultSuccess], ResultNames[ResultError]}
+
+// PublishResult classifies the Err of an EventInvalidationSent.
+func PublishResult(err error) int {
+	if err != nil {
+		return PublishError
+	}
+	return PublishSuccess
+}
+
+// BusStateNames name the states of a Cache's Bus subscription, indexed by
+// flightcache.BusState. The state gauge uses the index itself (0 none,
+// 1 down, 2 up): a Cache without a Bus reads 0 rather than "down".
+var BusStateNames = [...]string{
+	flightcache.BusNone: flightcache.BusNone.String(),
+	flightcache.BusDown: flightcache.BusDown.String(),
+	flightcache.BusUp:   flightcache.BusUp.String(),
+}
+
+// BusStateIndex returns s's index in BusStateNames. An unknown state counts
+// as down: a subscription whose state cannot be named is not known to
+// work.
+func BusStateIndex(s flightcache.BusState) int {
+	if int(s) < len(BusStateNames) {
+		return int(s)
+	}
+	return int(flightcache.BusDown)
+}
+
+// BusTracker turns EventBusChanged events into disconnects: a change to
+// down counts as one only after the subscription was up, so the first
+// report of a Bus that has not connected yet is not a disconnect, and a
+// repeated report of down is not another one. The zero value is ready
+// (state none). It is safe for concurrent use.
+type BusTracker struct {
+	last atomic.Uint32 // the last BusStateIndex reported
+}
+
+// Changed records the new state s and reports whether it is a disconnect.
+func (t *BusTracker) Changed(s flightcache.BusState) (disconnect bool) {
+	i := BusStateIndex(s)
+	prev := t.last.Swap(uint32(i))
+	return i == int(flightcache.BusDown) && prev == uint32(flightcache.BusUp)
 }
