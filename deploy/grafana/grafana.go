@@ -1,8 +1,10 @@
 // Package grafana ships the Grafana dashboard for flightcache's Prometheus
 // metrics (package promflight): requests per loader, suppression ratio,
 // in-flight keys, waiter and loader latency, hit ratio per tier, rejections,
-// stale served, failures, the shared tier's circuit breaker and filtered
-// Gets. Import flightcache.json in Grafana, or serve
+// stale served, failures, the shared tier's circuit breaker, filtered Gets,
+// cluster coalescing and cross-instance invalidation (invalidations sent,
+// received, applied and ignored, the Bus's state and disconnects, and the
+// time since the last invalidation received). Import flightcache.json in Grafana, or serve
 // Dashboard from a program. Its test checks that every query names a metric
 // promflight registers, so the two cannot drift apart.
 package grafana

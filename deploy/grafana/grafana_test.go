@@ -260,6 +260,13 @@ func TestDashboardHasAPanelForEveryOperatorSignalOnItsMetric(t *testing.T) {
 		{"Follower wait p50/p99", "flightcache_cluster_follower_wait_seconds_bucket"},
 		{"Remote followers woken", "flightcache_cluster_follower_wait_seconds_count"},
 		{"Coalescing scope", "flightcache_cluster_degraded"},
+		{"Invalidations sent", "flightcache_invalidations_sent_total"},
+		{"Invalidations received, applied, ignored", "flightcache_invalidations_received_total"},
+		{"Invalidations received, applied, ignored", "flightcache_invalidations_applied_total"},
+		{"Invalidations received, applied, ignored", "flightcache_invalidations_ignored_total"},
+		{"Bus state", "flightcache_bus_state"},
+		{"Bus disconnects", "flightcache_bus_disconnects_total"},
+		{"Time since last invalidation received", "flightcache_invalidation_last_received_timestamp_seconds"},
 	} {
 		p, ok := titles[want.title]
 		if !ok {
@@ -282,6 +289,13 @@ func TestDashboardHasAPanelForEveryOperatorSignalOnItsMetric(t *testing.T) {
 	sup := titles["Loader suppression ratio"].Targets[0].Expr
 	if !strings.HasPrefix(sup, "1 - (") || strings.Index(sup, "single_flight_loader_started_total") > strings.Index(sup, "single_flight_requests_total") {
 		t.Errorf("suppression ratio is not 1 - loader executions / requests: %s", sup)
+	}
+	// The silence is now minus the time of the last message, never the
+	// gauge itself, and skips instances that never received one (0).
+	for _, tg := range titles["Time since last invalidation received"].Targets {
+		if !strings.Contains(tg.Expr, "time() - (flightcache_invalidation_last_received_timestamp_seconds") || !strings.Contains(tg.Expr, "> 0)") {
+			t.Errorf("time since last invalidation is not time() - the timestamp of those that received one: %s", tg.Expr)
+		}
 	}
 	for _, q := range []string{"Waiter latency p50/p95/p99", "Loader latency p50/p95/p99"} {
 		var got []string
