@@ -799,3 +799,134 @@ func TestBusChangesSetTheGaugeAndCountDisconnects(t *testing.T) {
 		}
 	}
 }
+
+// stubBus is a Bus whose subscriber the test drives by hand, as if other
+// instances published; Publish fails with err when set.
+type stubBus struct {
+	mu  sync.Mutex
+	h   flightcache.BusHandler
+	err error
+}
+
+func (b *stubBus) Publish(context.Context, string, flightcache.Invalidation) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+func (b *stubBus) Subscribe(_ string, h flightcache.BusHandler) (func(), error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.h = h
+	return func() {}, nil
+}
+
+func (b *stubBus) handler() flightcache.BusHandler {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.h
+}
+
+func (b *stubBus) failWith(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.err = err
+}
+
+// TestInvalidationEventsThroughRealCache drives a Cache with a Bus (and a
+// memstore local tier, which ranges for bulk invalidation) and checks the
+// series, and that no key, prefix or ID reaches a label.
+func TestInvalidationEventsThroughRealCache(t *testing.T) {
+	const marker = "KEYMARKER-b05-"
+	reg := prometheus.NewRegistry()
+	m, err := promflight.New(reg, promflight.WithOperation("product"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := memstore.New(memstore.Options[int]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(local.Close)
+	bus := &stubBus{}
+	c, err := flightcache.New(flightcache.Options[int]{Name: "product", Local: local, Bus: bus, TTL: time.Minute, Observer: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	h := bus.handler()
+	if h == nil {
+		t.Fatal("New did not subscribe to the Bus")
+	}
+	ctx := context.Background()
+	h.BusChanged(flightcache.BusUp)
+
+	for i := range 3 {
+		if err := c.Set(ctx, fmt.Sprintf("%s%d", marker, i), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.InvalidatePrefix(ctx, marker); err != nil {
+		t.Fatal(err)
+	}
+	bus.failWith(errors.New("bus unreachable"))
+	if err := c.Delete(ctx, marker+"0"); !errors.Is(err, flightcache.ErrNotPublished) {
+		t.Fatalf("Delete with a failing Bus = %v, want ErrNotPublished", err)
+	}
+	bus.failWith(nil)
+
+	if err := c.Set(ctx, marker+"held", 1); err != nil {
+		t.Fatal(err)
+	}
+	inv := flightcache.Invalidation{Kind: flightcache.InvalidateKey, Target: marker + "held", Version: time.Now()}
+	before := time.Now()
+	h.Invalidated(inv) // newer than the Set: applied
+	h.Invalidated(inv) // the same again: ignored
+	h.Invalidated(flightcache.Invalidation{Kind: flightcache.InvalidatePrefix, Target: marker, Version: time.Now()})
+	after := time.Now()
+	if _, ok := local.Get(marker + "held"); ok {
+		t.Fatal("the local copy survived an invalidation newer than it")
+	}
+	h.BusChanged(flightcache.BusDown)
+	h.BusChanged(flightcache.BusUp)
+
+	got := gather(t, reg)
+	for _, w := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"flightcache_invalidations_sent_total", []string{"kind=key", "result=success"}, 4},
+		{"flightcache_invalidations_sent_total", []string{"kind=key", "result=error"}, 1},
+		{"flightcache_invalidations_sent_total", []string{"kind=prefix", "result=success"}, 1},
+		{"flightcache_invalidations_received_total", []string{"kind=key"}, 2},
+		{"flightcache_invalidations_received_total", []string{"kind=prefix"}, 1},
+		{"flightcache_invalidations_applied_total", []string{"kind=key"}, 1},
+		{"flightcache_invalidations_ignored_total", []string{"kind=key"}, 1},
+		{"flightcache_invalidations_applied_total", []string{"kind=prefix"}, 1},
+		{"flightcache_bus_state", nil, 2},
+		{"flightcache_bus_disconnects_total", nil, 1},
+	} {
+		if v := got.get(t, w.name, "product", w.labels...); v != w.want {
+			t.Errorf("%s%v = %v, want %v", w.name, w.labels, v, w.want)
+		}
+	}
+	ts := got.get(t, "flightcache_invalidation_last_received_timestamp_seconds", "product")
+	if lo, hi := float64(before.UnixNano())/1e9, float64(after.UnixNano())/1e9; ts < lo || ts > hi {
+		t.Errorf("last received = %.6f, want within [%.6f, %.6f]", ts, lo, hi)
+	}
+
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, s := range mf.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if strings.Contains(l.GetValue(), "KEYMARKER") {
+					t.Errorf("%s has key-derived label %s=%q", mf.GetName(), l.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+}
