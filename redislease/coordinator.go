@@ -64,6 +64,16 @@ type Options struct {
 	// Timeout bounds each Redis call. Must be in [1ms, 10s]. Default
 	// DefaultTimeout.
 	Timeout time.Duration
+	// HeartbeatInterval is how often the bus, while something is
+	// subscribed, publishes a heartbeat to itself through Redis (see
+	// Coordinator.Subscribe). Must be in [10ms, 10s]. Default
+	// DefaultHeartbeatInterval.
+	HeartbeatInterval time.Duration
+	// DownAfter is how long the bus may go without a heartbeat coming
+	// back before it reports BusDown. Must be at least twice
+	// HeartbeatInterval and at most 1m. Default DefaultDownAfter, or four
+	// HeartbeatIntervals if that is longer.
+	DownAfter time.Duration
 }
 
 // Coordinator is a flightcache.Coordinator on Redis. It shares its client
@@ -77,6 +87,8 @@ type Coordinator struct {
 	leaseTTL   time.Duration
 	failWindow time.Duration
 	timeout    time.Duration
+
+	bus *bus
 
 	mu     sync.Mutex
 	subs   map[string]*subscriber // per shard address ("" outside Cluster); guarded by mu
@@ -110,6 +122,13 @@ func New(ctx context.Context, client redis.UniversalClient, store *redisstore.St
 	if c.timeout == 0 {
 		c.timeout = DefaultTimeout
 	}
+	interval, downAfter := opts.HeartbeatInterval, opts.DownAfter
+	if interval == 0 {
+		interval = DefaultHeartbeatInterval
+	}
+	if downAfter == 0 {
+		downAfter = max(DefaultDownAfter, 4*interval)
+	}
 	switch {
 	case c.leaseTTL < minLeaseTTL || c.leaseTTL > maxLeaseTTL:
 		return nil, &flightcache.ConfigError{Field: "LeaseTTL", Reason: "must be between 100ms and 1m, got " + c.leaseTTL.String()}
@@ -117,7 +136,12 @@ func New(ctx context.Context, client redis.UniversalClient, store *redisstore.St
 		return nil, &flightcache.ConfigError{Field: "FailureWindow", Reason: "must be between 1ms and 1m, got " + c.failWindow.String()}
 	case c.timeout < time.Millisecond || c.timeout > 10*time.Second:
 		return nil, &flightcache.ConfigError{Field: "Timeout", Reason: "must be between 1ms and 10s, got " + c.timeout.String()}
+	case interval < minHeartbeatInterval || interval > maxHeartbeatInterval:
+		return nil, &flightcache.ConfigError{Field: "HeartbeatInterval", Reason: "must be between 10ms and 10s, got " + interval.String()}
+	case downAfter < 2*interval || downAfter > maxDownAfter:
+		return nil, &flightcache.ConfigError{Field: "DownAfter", Reason: "must be between twice HeartbeatInterval (" + (2 * interval).String() + ") and 1m, got " + downAfter.String()}
 	}
+	c.bus = newBus(c, interval, downAfter)
 	c.cluster, _ = client.(*redis.ClusterClient)
 	pctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
@@ -138,8 +162,9 @@ func New(ctx context.Context, client redis.UniversalClient, store *redisstore.St
 // LeaseTTL returns the lease TTL in use.
 func (c *Coordinator) LeaseTTL() time.Duration { return c.leaseTTL }
 
-// Close ends the subscriptions. Leases still held are not released; they
-// expire. Close is idempotent.
+// Close ends the bus's subscriptions (no handler is called once it
+// returned) and the lease subscriptions. Leases still held are not
+// released; they expire. Close is idempotent.
 func (c *Coordinator) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -147,6 +172,9 @@ func (c *Coordinator) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.mu.Unlock()
+	c.bus.close()
+	c.mu.Lock()
 	subs := c.subs
 	c.subs = nil
 	c.mu.Unlock()

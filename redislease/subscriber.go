@@ -42,6 +42,22 @@ type channelState struct {
 	// on is a message published to the channel sure to arrive.
 	ready     chan struct{}
 	confirmed bool
+	// listener, when set, is the bus: it hears every confirmation and end
+	// of the subscription and every message, and keeps the channel
+	// subscribed without waiters.
+	listener listener
+}
+
+// listener receives the traffic of the channels it listens to: every
+// confirmation of their subscription (go-redis's silent resubscription
+// after a reconnect included), every end of it the server announces, and
+// every message, in the order they arrived. Its methods are called from
+// the reader, one at a time, and must not block: lease wake-ups go through
+// the same reader.
+type listener interface {
+	subscribed(channel string)
+	unsubscribed(channel string)
+	message(channel, payload string)
 }
 
 // waiter is one Claim's interest in a channel. ch holds at most one
@@ -57,14 +73,38 @@ type waiter struct {
 func (c *Coordinator) subscribe(ctx context.Context, channel string) (*waiter, error) {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	shard := ""
-	if c.cluster != nil {
-		m, err := c.cluster.MasterForKey(ctx, channel)
-		if err != nil {
-			return nil, fmt.Errorf("redislease: subscribe: %w", err)
-		}
-		shard = m.Options().Addr
+	shard, err := c.shardOf(ctx, channel)
+	if err != nil {
+		return nil, err
 	}
+	var w *waiter
+	if _, err := c.withSubscriber(ctx, shard, func(s *subscriber, first bool) (err error) {
+		w, err = s.add(ctx, channel, first)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	return w, w.wait(ctx)
+}
+
+// shardOf returns the address of the master that serves channel's slot on
+// a Cluster, "" otherwise.
+func (c *Coordinator) shardOf(ctx context.Context, channel string) (string, error) {
+	if c.cluster == nil {
+		return "", nil
+	}
+	m, err := c.cluster.MasterForKey(ctx, channel)
+	if err != nil {
+		return "", fmt.Errorf("redislease: subscribe: %w", err)
+	}
+	return m.Options().Addr, nil
+}
+
+// withSubscriber runs add on the subscriber of shard, creating it first if
+// needed (add is then told first: its SUBSCRIBE opens the connection on
+// the shard, and it starts the reader). The subscriber is returned even
+// when add failed, if it exists.
+func (c *Coordinator) withSubscriber(ctx context.Context, shard string, add func(s *subscriber, first bool) error) (*subscriber, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -79,21 +119,14 @@ func (c *Coordinator) subscribe(ctx context.Context, channel string) (*waiter, e
 			s.ps = c.client.Subscribe(ctx)
 		}
 		c.subs[shard] = s
-		// The reader starts after the first SUBSCRIBE (in add), which opens
-		// the connection on the channel's shard.
-		w, err := s.add(ctx, channel, true)
+		// Under c.mu, so that no one uses the subscriber before its reader
+		// runs.
+		err := add(s, true)
 		c.mu.Unlock()
-		if err != nil {
-			return nil, err
-		}
-		return w, w.wait(ctx)
+		return s, err
 	}
 	c.mu.Unlock()
-	w, err := s.add(ctx, channel, false)
-	if err != nil {
-		return nil, err
-	}
-	return w, w.wait(ctx)
+	return s, add(s, false)
 }
 
 func (s *subscriber) add(ctx context.Context, channel string, first bool) (*waiter, error) {
@@ -107,12 +140,7 @@ func (s *subscriber) add(ctx context.Context, channel string, first bool) (*wait
 	}
 	cs = &channelState{waiters: map[*waiter]struct{}{w: {}}, ready: make(chan struct{})}
 	s.chans[channel] = cs
-	var err error
-	if s.sharded {
-		err = s.ps.SSubscribe(ctx, channel)
-	} else {
-		err = s.ps.Subscribe(ctx, channel)
-	}
+	err := s.subscribeCmd(ctx, channel)
 	if first {
 		go s.read(s.ps.ChannelWithSubscriptions())
 	}
@@ -151,13 +179,69 @@ func (w *waiter) release() {
 		return
 	}
 	delete(cs.waiters, w)
-	if len(cs.waiters) > 0 || !cs.confirmed {
+	if len(cs.waiters) > 0 || cs.listener != nil || !cs.confirmed {
 		// Unconfirmed: the reader unsubscribes the channel when the
 		// confirmation arrives, unless a waiter joined it meanwhile.
 		return
 	}
 	delete(s.chans, w.channel)
 	s.unsubscribe(w.channel)
+}
+
+// listen subscribes l to channels, which share a slot, with one SUBSCRIBE
+// (SSUBSCRIBE on a Cluster); a channel already there is subscribed again,
+// which is harmless at the server and confirmed once more. The channels
+// stay registered even if the command failed: go-redis subscribes them
+// again when it reconnects, and the bus asks again while they are not
+// confirmed.
+func (s *subscriber) listen(ctx context.Context, l listener, first bool, channels ...string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range channels {
+		cs := s.chans[ch]
+		if cs == nil {
+			cs = &channelState{waiters: make(map[*waiter]struct{}), ready: make(chan struct{})}
+			s.chans[ch] = cs
+		}
+		cs.listener = l
+	}
+	err := s.subscribeCmd(ctx, channels...)
+	if first {
+		go s.read(s.ps.ChannelWithSubscriptions())
+	}
+	if err != nil {
+		return fmt.Errorf("redislease: subscribe: %w", err)
+	}
+	return nil
+}
+
+// unlisten detaches l from channels. As for a channel's last waiter, a
+// confirmed channel is unsubscribed now, an unconfirmed one when its
+// confirmation arrives.
+func (s *subscriber) unlisten(l listener, channels ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range channels {
+		cs := s.chans[ch]
+		if cs == nil || cs.listener != l {
+			continue
+		}
+		cs.listener = nil
+		if len(cs.waiters) > 0 || !cs.confirmed {
+			continue
+		}
+		delete(s.chans, ch)
+		s.unsubscribe(ch)
+	}
+}
+
+// subscribeCmd sends SUBSCRIBE (SSUBSCRIBE on a Cluster). The caller holds
+// s.mu.
+func (s *subscriber) subscribeCmd(ctx context.Context, channels ...string) error {
+	if s.sharded {
+		return s.ps.SSubscribe(ctx, channels...)
+	}
+	return s.ps.Subscribe(ctx, channels...)
 }
 
 // unsubscribe ends the subscription of channel. Best effort: a failed
@@ -174,29 +258,35 @@ func (s *subscriber) unsubscribe(channel string) {
 }
 
 // read dispatches the connection's traffic until the PubSub is closed:
-// confirmations open a channel's ready, messages wake its waiters. go-redis
-// reconnects and subscribes again by itself after a connection loss; the
-// followers' safety-net re-check covers what was published meanwhile.
+// confirmations open a channel's ready, messages wake its waiters, and the
+// bus's listener hears both. go-redis reconnects and subscribes again by
+// itself after a connection loss; the followers' safety-net re-check
+// covers what was published meanwhile, and the bus learns of it from the
+// new confirmation.
 func (s *subscriber) read(msgs <-chan any) {
 	defer close(s.done)
 	for m := range msgs {
 		switch m := m.(type) {
 		case *redis.Subscription:
-			if m.Kind != "subscribe" && m.Kind != "ssubscribe" {
-				continue
-			}
-			s.mu.Lock()
-			if cs := s.chans[m.Channel]; cs != nil && !cs.confirmed {
-				cs.confirmed = true
-				close(cs.ready)
-				if len(cs.waiters) == 0 { // all gave up before the confirmation
-					delete(s.chans, m.Channel)
-					s.unsubscribe(m.Channel)
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
+				if l := s.confirm(m.Channel); l != nil {
+					l.subscribed(m.Channel)
+				}
+			case "unsubscribe", "sunsubscribe":
+				s.mu.Lock()
+				var l listener
+				if cs := s.chans[m.Channel]; cs != nil {
+					l = cs.listener
+				}
+				s.mu.Unlock()
+				if l != nil {
+					l.unsubscribed(m.Channel)
 				}
 			}
-			s.mu.Unlock()
 		case *redis.Message:
 			s.mu.Lock()
+			var l listener
 			if cs := s.chans[m.Channel]; cs != nil {
 				for w := range cs.waiters {
 					select {
@@ -204,10 +294,34 @@ func (s *subscriber) read(msgs <-chan any) {
 					default: // a wake-up is already pending
 					}
 				}
+				l = cs.listener
 			}
 			s.mu.Unlock()
+			if l != nil {
+				l.message(m.Channel, m.Payload)
+			}
 		}
 	}
+}
+
+// confirm records the confirmation of channel's subscription and returns
+// its listener, if any.
+func (s *subscriber) confirm(channel string) listener {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs := s.chans[channel]
+	if cs == nil {
+		return nil
+	}
+	if !cs.confirmed {
+		cs.confirmed = true
+		close(cs.ready)
+		if len(cs.waiters) == 0 && cs.listener == nil { // all gave up before the confirmation
+			delete(s.chans, channel)
+			s.unsubscribe(channel)
+		}
+	}
+	return cs.listener
 }
 
 func (s *subscriber) close() error {

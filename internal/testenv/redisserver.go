@@ -70,6 +70,23 @@ func (s *RedisServer) Kill() {
 	s.cmd = nil
 }
 
+// Pause stops the server with SIGSTOP: its connections stay open, but it
+// answers nothing until Resume.
+func (s *RedisServer) Pause() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		s.t.Fatalf("SIGSTOP redis-server: %v", err)
+	}
+}
+
+// Resume continues a paused server with SIGCONT.
+func (s *RedisServer) Resume() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		s.t.Fatalf("SIGCONT redis-server: %v", err)
+	}
+}
+
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()

@@ -1,0 +1,619 @@
+package redislease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/flightcache/flightcache"
+)
+
+// Defaults and bounds of the bus's Options.
+const (
+	// DefaultHeartbeatInterval is how often a subscribed Coordinator sends
+	// itself a heartbeat through Redis: a few messages a second per
+	// instance, each to the instance alone.
+	DefaultHeartbeatInterval = 250 * time.Millisecond
+	// DefaultDownAfter is how long the bus may go without a heartbeat
+	// coming back before it reports BusDown.
+	DefaultDownAfter = time.Second
+
+	minHeartbeatInterval = 10 * time.Millisecond
+	maxHeartbeatInterval = 10 * time.Second
+	maxDownAfter         = time.Minute
+	// busQueueLen bounds the invalidations waiting for one subscription's
+	// handler; beyond it they are dropped and the subscription goes down
+	// until the handler caught up.
+	busQueueLen = 4096
+)
+
+var _ flightcache.Bus = (*Coordinator)(nil)
+
+// BusStats are a Coordinator's bus counters since New.
+type BusStats struct {
+	// Published counts the invalidations Publish handed to Redis.
+	Published uint64
+	// Received counts the well-formed invalidations that arrived from
+	// other Coordinators, whether or not a subscription wanted them.
+	Received uint64
+	// Dropped counts the messages on the bus's channels that did not
+	// decode; they never reach a handler.
+	Dropped uint64
+	// Overflowed counts the invalidations dropped because a handler had
+	// fallen busQueueLen (4096) messages behind.
+	Overflowed uint64
+	// Disconnects counts the moves of the bus from BusUp to BusDown: a
+	// heartbeat failed or came back late, or the subscription was
+	// confirmed again after a reconnect.
+	Disconnects uint64
+	// Resubscribed counts the confirmations of the bus channel's
+	// subscription after its first one in a run: go-redis reconnected and
+	// subscribed again, and messages may have been lost in between.
+	Resubscribed uint64
+	// LastMessage is when the last message of any kind (heartbeats
+	// included) arrived on the bus's channels; zero if none did.
+	LastMessage time.Time
+	// State is the bus's state: BusNone while nothing is subscribed.
+	State flightcache.BusState
+}
+
+// bus is the Coordinator's flightcache.Bus. It runs while something is
+// subscribed: a run attaches the bus channel and the Coordinator's own
+// heartbeat channel to the subscriber of their shard, the one the lease
+// channels use, and heartbeats through Redis to know whether messages
+// arrive.
+type bus struct {
+	c         *Coordinator
+	origin    uint64
+	channel   string // the bus channel: <prefix>{bus}
+	hbChannel string // this Coordinator's heartbeats: <prefix>{bus}|hb|<origin>
+	interval  time.Duration
+	downAfter time.Duration
+
+	published, received, dropped, overflowed, disconnects, resubscribed atomic.Uint64
+	lastMessage                                                         atomic.Int64 // Unix nanoseconds, 0 for none
+
+	mu     sync.Mutex
+	subs   map[string]map[*busSub]struct{} // by cache name; guarded by mu
+	nsubs  int                             // guarded by mu
+	run    *busRun                         // the current run, nil while nothing is subscribed; guarded by mu
+	prev   *busRun                         // the last run stopped; guarded by mu
+	closed bool                            // guarded by mu
+	// The current run's state, guarded by mu. A heartbeat counts only if
+	// its sequence number is at least minSeq, which moves past every
+	// heartbeat sent so far whenever the bus channel is confirmed (again)
+	// or the bus goes down: BusUp needs a heartbeat sent after both.
+	state        flightcache.BusState
+	busConfirmed bool // the bus channel's subscription was confirmed
+	hbConfirmed  bool // the heartbeat channel's subscription was confirmed
+	nextSeq      uint64
+	minSeq       uint64
+	lastBack     time.Time // when the last counted heartbeat came back
+}
+
+func newBus(c *Coordinator, interval, downAfter time.Duration) *bus {
+	b := &bus{c: c, origin: rand.Uint64(), interval: interval, downAfter: downAfter, subs: make(map[string]map[*busSub]struct{})}
+	b.channel = c.store.Prefix() + "{bus}"
+	b.hbChannel = string(appendHex16([]byte(b.channel+"|hb|"), b.origin))
+	return b
+}
+
+// Publish implements flightcache.Bus: one PUBLISH (SPUBLISH on a Cluster)
+// of inv, with the raw key or prefix, on the bus channel, bounded by
+// ctx and Options.Timeout. Every other Coordinator on the same store
+// prefix whose subscription for cache is up receives it; this one does
+// not. It fails for a closed Coordinator, an Invalidation that is not
+// well formed (see flightcache.Invalidation; a Version before 1970, an
+// empty cache name, or one longer than 255 bytes, a Target longer than 64
+// KiB), or when Redis did not accept the message.
+func (c *Coordinator) Publish(ctx context.Context, cache string, inv flightcache.Invalidation) error {
+	b := c.bus
+	if c.isClosed() {
+		return errClosed
+	}
+	msg, err := appendBusMessage(make([]byte, 0, maxBusHeader+len(cache)+len(inv.Target)), b.origin, cache, inv)
+	if err != nil {
+		return err
+	}
+	if err := c.publishTo(ctx, b.channel, msg); err != nil {
+		return fmt.Errorf("redislease: bus: publish: %w", err)
+	}
+	b.published.Add(1)
+	return nil
+}
+
+// publishTo publishes msg on channel, bounded by Options.Timeout.
+func (c *Coordinator) publishTo(ctx context.Context, channel string, msg []byte) error {
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	if c.cluster != nil {
+		return c.cluster.SPublish(ctx, channel, msg).Err()
+	}
+	return c.client.Publish(ctx, channel, msg).Err()
+}
+
+func (c *Coordinator) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// Subscribe implements flightcache.Bus: it delivers the invalidations
+// other Coordinators publish for cache to h, with the bus's state.
+//
+// The first subscription starts the bus: it subscribes the bus channel and
+// its own heartbeat channel over the Coordinator's subscription connection
+// (the one its lease channels use), and heartbeats every
+// Options.HeartbeatInterval; the last stop ends it. The bus is up once the
+// bus channel's subscription is confirmed and a heartbeat sent after that
+// came back; it goes down when a heartbeat cannot be sent, when none came
+// back for Options.DownAfter, or when the subscription is confirmed again
+// (go-redis reconnected: messages may have been lost meanwhile).
+//
+// Each subscription has its own goroutine and a queue of 4096
+// invalidations: the connection's reader never waits for h. A handler
+// that falls further behind loses the newest invalidations and is told
+// BusDown at once, then BusUp once it caught up (if the bus is up). stop
+// is idempotent and waits for a call to h in progress, so it must not be
+// called from h's methods.
+func (c *Coordinator) Subscribe(cache string, h flightcache.BusHandler) (stop func(), err error) {
+	switch {
+	case h == nil:
+		return nil, errors.New("redislease: bus: nil handler")
+	case cache == "":
+		return nil, errors.New("redislease: bus: empty cache name")
+	case len(cache) > maxBusCache:
+		return nil, errors.New("redislease: bus: cache name longer than " + strconv.Itoa(maxBusCache) + " bytes")
+	}
+	b := c.bus
+	s := &busSub{b: b, cache: cache, h: h, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), delivered: flightcache.BusDown}
+	b.mu.Lock()
+	if b.closed || c.isClosed() {
+		b.mu.Unlock()
+		return nil, errClosed
+	}
+	if b.subs[cache] == nil {
+		b.subs[cache] = make(map[*busSub]struct{})
+	}
+	b.subs[cache][s] = struct{}{}
+	b.nsubs++
+	if b.run == nil {
+		b.startRun()
+	}
+	s.global = b.state
+	if b.state == flightcache.BusUp {
+		s.push(busEvent{state: flightcache.BusUp})
+	}
+	b.mu.Unlock()
+	go s.deliver()
+	return s.end, nil
+}
+
+// BusStats returns the bus's counters and state.
+func (c *Coordinator) BusStats() BusStats {
+	b := c.bus
+	st := BusStats{
+		Published: b.published.Load(), Received: b.received.Load(), Dropped: b.dropped.Load(),
+		Overflowed: b.overflowed.Load(), Disconnects: b.disconnects.Load(), Resubscribed: b.resubscribed.Load(),
+	}
+	if ns := b.lastMessage.Load(); ns != 0 {
+		st.LastMessage = time.Unix(0, ns)
+	}
+	b.mu.Lock()
+	st.State = b.state
+	b.mu.Unlock()
+	return st
+}
+
+// close ends every subscription, and with the last one the run.
+func (b *bus) close() {
+	b.mu.Lock()
+	b.closed = true
+	var subs []*busSub
+	for _, m := range b.subs {
+		for s := range m {
+			subs = append(subs, s)
+		}
+	}
+	b.mu.Unlock()
+	for _, s := range subs {
+		s.end()
+	}
+}
+
+// startRun starts a run. The caller holds b.mu.
+func (b *bus) startRun() {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &busRun{b: b, prev: b.prev, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	b.run = r
+	b.state = flightcache.BusDown
+	b.busConfirmed, b.hbConfirmed = false, false
+	b.minSeq = b.nextSeq
+	go r.monitor()
+}
+
+// setState moves the run's state to st and tells every subscription. The
+// caller holds b.mu.
+func (b *bus) setState(st flightcache.BusState) {
+	if st == flightcache.BusDown {
+		// BusUp again needs a heartbeat sent from now on.
+		b.minSeq = b.nextSeq
+	}
+	if b.state == st {
+		return
+	}
+	if b.state == flightcache.BusUp {
+		b.disconnects.Add(1)
+	}
+	b.state = st
+	for _, m := range b.subs {
+		for s := range m {
+			s.push(busEvent{state: st})
+		}
+	}
+}
+
+// busRun is the bus between the first subscription and the last stop.
+type busRun struct {
+	b      *bus
+	prev   *busRun // the run before, which must have ended before this one attaches
+	ctx    context.Context
+	cancel context.CancelFunc
+	kick   chan struct{} // a heartbeat now, please: the subscription was confirmed
+	done   chan struct{} // closed when the monitor returned
+
+	// Owned by the monitor.
+	sub        *subscriber // the subscriber the channels were given to
+	shard      string
+	attachedAt time.Time
+}
+
+// stop ends the run and waits for it. b.run no longer points to it.
+func (r *busRun) stop() {
+	r.cancel()
+	<-r.done
+}
+
+// monitor attaches the run's channels, sends heartbeats, notices late
+// ones, and attaches again while the channels are not confirmed. On its
+// way out it detaches them, which unsubscribes them.
+func (r *busRun) monitor() {
+	defer close(r.done)
+	b := r.b
+	if r.prev != nil {
+		select {
+		case <-r.prev.done:
+		case <-r.ctx.Done():
+			return
+		}
+	}
+	pub := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.heartbeats(pub)
+	}()
+	defer func() {
+		wg.Wait()
+		if r.sub != nil {
+			r.sub.unlisten(r, b.channel, b.hbChannel)
+		}
+	}()
+	r.attach()
+	t := time.NewTicker(b.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-r.kick:
+		case now := <-t.C:
+			b.mu.Lock()
+			if b.run == r && b.state == flightcache.BusUp && now.Sub(b.lastBack) > b.downAfter {
+				b.setState(flightcache.BusDown)
+			}
+			confirmed := b.busConfirmed && b.hbConfirmed
+			b.mu.Unlock()
+			if r.sub == nil || (!confirmed && now.Sub(r.attachedAt) >= b.downAfter) {
+				r.attach()
+			}
+		}
+		select {
+		case pub <- struct{}{}:
+		default: // one is being sent
+		}
+	}
+}
+
+// heartbeats publishes a heartbeat for each request on pub, one at a time,
+// until the run ends. A heartbeat is its sequence number in decimal.
+func (r *busRun) heartbeats(pub <-chan struct{}) {
+	b := r.b
+	var buf []byte
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-pub:
+		}
+		b.mu.Lock()
+		seq := b.nextSeq
+		b.nextSeq++
+		b.mu.Unlock()
+		buf = strconv.AppendUint(buf[:0], seq, 10)
+		if err := b.c.publishTo(r.ctx, b.hbChannel, buf); err != nil && r.ctx.Err() == nil {
+			b.mu.Lock()
+			if b.run == r {
+				b.setState(flightcache.BusDown)
+			}
+			b.mu.Unlock()
+		}
+	}
+}
+
+// attach gives the run's channels to the subscriber of their shard, or
+// subscribes them again on the one they have; on a Cluster whose slot
+// moved, it moves them.
+func (r *busRun) attach() {
+	b := r.b
+	ctx, cancel := b.c.opCtx(r.ctx)
+	defer cancel()
+	r.attachedAt = time.Now()
+	shard, err := b.c.shardOf(ctx, b.channel)
+	if err != nil {
+		return
+	}
+	if r.sub != nil && r.shard == shard {
+		_ = r.sub.listen(ctx, r, false, b.channel, b.hbChannel)
+		return
+	}
+	if r.sub != nil {
+		r.sub.unlisten(r, b.channel, b.hbChannel)
+		r.sub = nil
+	}
+	s, _ := b.c.withSubscriber(ctx, shard, func(s *subscriber, first bool) error {
+		return s.listen(ctx, r, first, b.channel, b.hbChannel)
+	})
+	if s != nil {
+		r.sub, r.shard = s, shard
+	}
+}
+
+// subscribed implements listener.
+func (r *busRun) subscribed(channel string) {
+	b := r.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.run != r {
+		return
+	}
+	switch channel {
+	case b.channel:
+		if b.busConfirmed {
+			b.resubscribed.Add(1)
+		}
+		b.busConfirmed = true
+		b.setState(flightcache.BusDown)
+	case b.hbChannel:
+		b.hbConfirmed = true
+	}
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// unsubscribed implements listener: the server ended a subscription (a
+// Cluster slot moved).
+func (r *busRun) unsubscribed(channel string) {
+	b := r.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.run != r {
+		return
+	}
+	switch channel {
+	case b.channel:
+		b.busConfirmed = false
+	case b.hbChannel:
+		b.hbConfirmed = false
+	}
+	b.setState(flightcache.BusDown)
+}
+
+// message implements listener.
+func (r *busRun) message(channel, payload string) {
+	b := r.b
+	now := time.Now()
+	b.lastMessage.Store(now.UnixNano())
+	if channel == b.hbChannel {
+		seq, ok := canonicalUint(payload, 20)
+		if !ok {
+			b.dropped.Add(1)
+			return
+		}
+		b.mu.Lock()
+		if b.run == r && b.busConfirmed && seq >= b.minSeq && seq < b.nextSeq {
+			b.lastBack = now
+			b.setState(flightcache.BusUp)
+		}
+		b.mu.Unlock()
+		return
+	}
+	m, err := decodeBusMessage(payload)
+	if err != nil {
+		b.dropped.Add(1)
+		return
+	}
+	if m.origin == b.origin {
+		return
+	}
+	b.received.Add(1)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.run != r {
+		return
+	}
+	for s := range b.subs[m.cache] {
+		s.push(busEvent{inv: m.inv})
+	}
+}
+
+// busEvent is one call to a handler: Invalidated(inv), or BusChanged(state)
+// when state is set.
+type busEvent struct {
+	inv   flightcache.Invalidation
+	state flightcache.BusState
+}
+
+// busSub is one subscription: a bounded queue of events and the goroutine
+// that delivers them.
+type busSub struct {
+	b     *bus
+	cache string
+	h     flightcache.BusHandler
+	wake  chan struct{} // something was queued
+	stop  chan struct{} // closed by end
+	done  chan struct{} // closed when deliver returned
+	once  sync.Once
+
+	mu sync.Mutex
+	// q is a ring of n events from head, growing up to busQueueLen.
+	q       []busEvent
+	head, n int
+	// global is the bus's state as last queued; lagging is set from an
+	// overflow until the queue drained, and holds BusUp back meanwhile.
+	global  flightcache.BusState
+	lagging bool
+
+	delivered flightcache.BusState // owned by deliver
+}
+
+// push queues ev. The caller holds b.mu, so events are queued in the order
+// they happened.
+func (s *busSub) push(ev busEvent) {
+	s.mu.Lock()
+	if ev.state != 0 {
+		s.global = ev.state
+		if ev.state == flightcache.BusUp && s.lagging {
+			s.mu.Unlock()
+			return // delivered once the queue drained
+		}
+	}
+	if s.n == busQueueLen {
+		// The handler is 4096 behind: what waits is dropped with ev, and
+		// the subscription is down until it caught up.
+		lost := 0
+		for i := range s.n {
+			if s.q[(s.head+i)%len(s.q)].state == 0 {
+				lost++
+			}
+		}
+		if ev.state == 0 {
+			lost++
+		}
+		s.b.overflowed.Add(uint64(lost))
+		clear(s.q)
+		s.head, s.n = 0, 0
+		s.lagging = true
+		ev = busEvent{state: flightcache.BusDown}
+	}
+	if s.n == len(s.q) {
+		grown := make([]busEvent, min(max(2*len(s.q), 16), busQueueLen))
+		for i := range s.n {
+			grown[i] = s.q[(s.head+i)%len(s.q)]
+		}
+		s.q, s.head = grown, 0
+	}
+	s.q[(s.head+s.n)%len(s.q)] = ev
+	s.n++
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// next pops the next event; once the queue drained after an overflow, that
+// is BusUp if the bus is up.
+func (s *busSub) next() (busEvent, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n > 0 {
+		ev := s.q[s.head]
+		s.q[s.head] = busEvent{}
+		s.head = (s.head + 1) % len(s.q)
+		s.n--
+		return ev, true
+	}
+	if s.lagging {
+		s.lagging = false
+		if s.global == flightcache.BusUp {
+			return busEvent{state: flightcache.BusUp}, true
+		}
+	}
+	return busEvent{}, false
+}
+
+// deliver calls the handler for each event, in order, until end.
+func (s *busSub) deliver() {
+	defer close(s.done)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.wake:
+		}
+		for {
+			ev, ok := s.next()
+			if !ok {
+				break
+			}
+			select {
+			case <-s.stop:
+				return
+			default:
+			}
+			switch {
+			case ev.state == 0:
+				s.h.Invalidated(ev.inv)
+			case ev.state != s.delivered:
+				s.delivered = ev.state
+				s.h.BusChanged(ev.state)
+			}
+		}
+	}
+}
+
+// end is the subscription's stop: no call to the handler starts after it
+// and none is in progress when it returns. The last subscription's end
+// stops the run.
+func (s *busSub) end() {
+	s.once.Do(func() {
+		b := s.b
+		b.mu.Lock()
+		delete(b.subs[s.cache], s)
+		if len(b.subs[s.cache]) == 0 {
+			delete(b.subs, s.cache)
+		}
+		b.nsubs--
+		var r *busRun
+		if b.nsubs == 0 && b.run != nil {
+			r = b.run
+			b.run, b.prev = nil, r
+			b.state = flightcache.BusNone
+		}
+		b.mu.Unlock()
+		close(s.stop)
+		<-s.done
+		if r != nil {
+			r.stop()
+		}
+	})
+}

@@ -1,0 +1,179 @@
+package redislease
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache"
+)
+
+// randomInvalidation returns a well-formed invalidation, with arbitrary
+// bytes in the cache name and the target.
+func randomInvalidation(r *rand.Rand) (string, flightcache.Invalidation) {
+	bytesOf := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(r.UintN(256))
+		}
+		return string(b)
+	}
+	lengths := []int{1, 2, 17, 255, 1024, maxBusTarget}
+	cache := bytesOf(1 + r.IntN(maxBusCache))
+	inv := flightcache.Invalidation{
+		Kind:    flightcache.InvalidationKind(1 + r.IntN(3)),
+		Version: time.UnixMicro(r.Int64N(1 << 62)),
+	}
+	if inv.Kind != flightcache.InvalidateAll {
+		inv.Target = bytesOf(lengths[r.IntN(len(lengths))])
+	}
+	return cache, inv
+}
+
+// Whatever the Coordinator publishes decodes to what it published, with
+// the Version to the microsecond.
+func TestBusMessageRoundTrips(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	now := time.Now()
+	cases := []struct {
+		cache string
+		inv   flightcache.Invalidation
+	}{
+		{"product", flightcache.Invalidation{Kind: flightcache.InvalidateKey, Target: "product:42", Version: now}},
+		{"c", flightcache.Invalidation{Kind: flightcache.InvalidatePrefix, Target: "tenant-a:", Version: now}},
+		{"c", flightcache.Invalidation{Kind: flightcache.InvalidateAll, Version: time.UnixMicro(0)}},
+		{"k with spaces: and {braces}", flightcache.Invalidation{Kind: flightcache.InvalidateKey, Target: "fc1 0000000000000000 k 1 1:x", Version: now}},
+	}
+	for range 2000 {
+		c, inv := randomInvalidation(r)
+		cases = append(cases, struct {
+			cache string
+			inv   flightcache.Invalidation
+		}{c, inv})
+	}
+	for i, c := range cases {
+		origin := r.Uint64()
+		msg, err := appendBusMessage(nil, origin, c.cache, c.inv)
+		if err != nil {
+			t.Fatalf("case %d: encode: %v", i, err)
+		}
+		if len(msg) > maxBusMessage {
+			t.Fatalf("case %d: %d bytes, above the %d the decoder accepts", i, len(msg), maxBusMessage)
+		}
+		m, err := decodeBusMessage(string(msg))
+		if err != nil {
+			t.Fatalf("case %d: decode: %v", i, err)
+		}
+		if m.origin != origin || m.cache != c.cache || m.inv.Kind != c.inv.Kind || m.inv.Target != c.inv.Target ||
+			!m.inv.Version.Equal(c.inv.Version.Truncate(time.Microsecond)) {
+			t.Fatalf("case %d: decoded %x %q %v %d bytes %v, want %x %q %v %d bytes %v", i,
+				m.origin, m.cache, m.inv.Kind, len(m.inv.Target), m.inv.Version,
+				origin, c.cache, c.inv.Kind, len(c.inv.Target), c.inv.Version)
+		}
+	}
+	msg, _ := appendBusMessage(nil, 0xfedcba9876543210, "product", flightcache.Invalidation{Kind: flightcache.InvalidateKey, Target: "product:42", Version: time.UnixMicro(1764524459123456)})
+	if want := "fc1 fedcba9876543210 k 1764524459123456 7:productproduct:42"; string(msg) != want {
+		t.Fatalf("encoding = %q, want %q", msg, want)
+	}
+}
+
+// What cannot be published is refused, without quoting it.
+func TestBusMessageRefusesWhatCannotBeDecoded(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		name  string
+		cache string
+		inv   flightcache.Invalidation
+	}{
+		{"empty cache", "", flightcache.Invalidation{Kind: flightcache.InvalidateAll, Version: now}},
+		{"long cache", strings.Repeat("c", maxBusCache+1), flightcache.Invalidation{Kind: flightcache.InvalidateAll, Version: now}},
+		{"zero version", "c", flightcache.Invalidation{Kind: flightcache.InvalidateAll}},
+		{"before 1970", "c", flightcache.Invalidation{Kind: flightcache.InvalidateAll, Version: time.Date(1969, 12, 31, 0, 0, 0, 0, time.UTC)}},
+		{"no kind", "c", flightcache.Invalidation{Version: now}},
+		{"unknown kind", "c", flightcache.Invalidation{Kind: 9, Version: now}},
+		{"key without target", "c", flightcache.Invalidation{Kind: flightcache.InvalidateKey, Version: now}},
+		{"prefix without target", "c", flightcache.Invalidation{Kind: flightcache.InvalidatePrefix, Version: now}},
+		{"all with target", "c", flightcache.Invalidation{Kind: flightcache.InvalidateAll, Target: "secret-key", Version: now}},
+		{"long target", "c", flightcache.Invalidation{Kind: flightcache.InvalidateKey, Target: strings.Repeat("k", maxBusTarget+1), Version: now}},
+	} {
+		_, err := appendBusMessage(nil, 1, c.cache, c.inv)
+		if err == nil {
+			t.Errorf("%s: encoded", c.name)
+			continue
+		}
+		if strings.Contains(err.Error(), "secret-key") {
+			t.Errorf("%s: error %q quotes the target", c.name, err)
+		}
+	}
+}
+
+// The decoder takes exactly the encoder's output: every other message is
+// an error.
+func TestBusMessageDecoderIsStrict(t *testing.T) {
+	const good = "fc1 fedcba9876543210 k 1764524459123456 7:productproduct:42"
+	if _, err := decodeBusMessage(good); err != nil {
+		t.Fatalf("the reference message: %v", err)
+	}
+	for _, bad := range []string{
+		"",
+		"fc1",
+		"fc2 fedcba9876543210 k 1764524459123456 7:productproduct:42",  // unknown version
+		"FC1 fedcba9876543210 k 1764524459123456 7:productproduct:42",  // version case
+		"fc1 FEDCBA9876543210 k 1764524459123456 7:productproduct:42",  // hex case
+		"fc1 fedcba987654321 k 1764524459123456 7:productproduct:42",   // short origin
+		"fc1 fedcba98765432100 k 1764524459123456 7:productproduct:42", // long origin
+		"fc1 fedcba987654321g k 1764524459123456 7:productproduct:42",  // not hex
+		"fc1 fedcba9876543210 x 1764524459123456 7:productproduct:42",  // unknown kind
+		"fc1 fedcba9876543210 kk 1764524459123456 7:productproduct:42",
+		"fc1 fedcba9876543210 k  1764524459123456 7:productproduct:42",
+		"fc1 fedcba9876543210 k 01764524459123456 7:productproduct:42", // leading zero
+		"fc1 fedcba9876543210 k -1764524459123456 7:productproduct:42", // sign
+		"fc1 fedcba9876543210 k +1764524459123456 7:productproduct:42",
+		"fc1 fedcba9876543210 k 9223372036854775808 7:productproduct:42", // above int64
+		"fc1 fedcba9876543210 k 99999999999999999999 7:productproduct:42",
+		"fc1 fedcba9876543210 k 1764524459123456 07:productproduct:42",
+		"fc1 fedcba9876543210 k 1764524459123456 0:product:42", // empty cache
+		"fc1 fedcba9876543210 k 1764524459123456 256:" + strings.Repeat("c", 256) + "k",
+		"fc1 fedcba9876543210 k 1764524459123456 1000:product",       // cache past the end
+		"fc1 fedcba9876543210 k 1764524459123456 7:product",          // key without target
+		"fc1 fedcba9876543210 p 1764524459123456 7:product",          // prefix without target
+		"fc1 fedcba9876543210 a 1764524459123456 7:productx",         // all with target
+		"fc1 fedcba9876543210 k 1764524459123456 7productproduct:42", // no colon
+		"fc1 fedcba9876543210 k 1764524459123456:7:productproduct:42",
+		"fc1 fedcba9876543210 k 1764524459123456 7:p" + strings.Repeat("k", maxBusTarget+7),
+		"fc1 fedcba9876543210 k " + strings.Repeat("9", 1<<20),
+	} {
+		if _, err := decodeBusMessage(bad); !errors.Is(err, errBadMessage) {
+			t.Errorf("decoded %.80q: %v", bad, err)
+		}
+	}
+}
+
+// FuzzDecode: the decoder never panics, and whatever it accepts is well
+// formed and encodes back to the very same bytes.
+func FuzzDecode(f *testing.F) {
+	f.Add("fc1 fedcba9876543210 k 1764524459123456 7:productproduct:42")
+	f.Add("fc1 0000000000000000 a 0 1:c")
+	f.Add("fc1 0123456789abcdef p 1 3:abc{tenant}:")
+	f.Add("fc1 fedcba9876543210 k 9223372036854775807 255:" + strings.Repeat("c", 255) + "k")
+	f.Add("fc2 fedcba9876543210 k 1 1:cx")
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := decodeBusMessage(s)
+		if err != nil {
+			if !errors.Is(err, errBadMessage) {
+				t.Fatalf("error %v does not match errBadMessage", err)
+			}
+			return
+		}
+		if err := checkInvalidation(m.cache, m.inv); err != nil {
+			t.Fatalf("decoded %q into an invalidation that cannot be published: %v", s, err)
+		}
+		again, err := appendBusMessage(nil, m.origin, m.cache, m.inv)
+		if err != nil || string(again) != s {
+			t.Fatalf("decoded %q, which encodes back to %q, %v", s, again, err)
+		}
+	})
+}
