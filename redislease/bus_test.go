@@ -1,0 +1,836 @@
+package redislease
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/internal/testenv"
+	"github.com/flightcache/flightcache/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// busCall is one call to a handler: Invalidated(inv), or BusChanged(state)
+// when state is set.
+type busCall struct {
+	inv   flightcache.Invalidation
+	state flightcache.BusState
+}
+
+// busRecorder is a BusHandler that hands every call to the test, in order.
+// Once stopped is set, any call counts as late. While hold is set, the
+// first Invalidated waits for it to close, after telling held.
+type busRecorder struct {
+	calls   chan busCall
+	stopped atomic.Bool
+	late    atomic.Int64
+	hold    chan struct{}
+	held    chan struct{}
+	once    sync.Once
+}
+
+func newBusRecorder() *busRecorder { return &busRecorder{calls: make(chan busCall, 1<<14)} }
+
+func (r *busRecorder) Invalidated(inv flightcache.Invalidation) {
+	if r.stopped.Load() {
+		r.late.Add(1)
+	}
+	if r.hold != nil {
+		r.once.Do(func() {
+			close(r.held)
+			<-r.hold
+		})
+	}
+	r.calls <- busCall{inv: inv}
+}
+
+func (r *busRecorder) BusChanged(s flightcache.BusState) {
+	if r.stopped.Load() {
+		r.late.Add(1)
+	}
+	r.calls <- busCall{state: s}
+}
+
+// next returns the next call, failing the test if none comes within d.
+func (r *busRecorder) next(t testing.TB, d time.Duration) busCall {
+	t.Helper()
+	select {
+	case c := <-r.calls:
+		return c
+	case <-time.After(d):
+		t.Fatalf("no call to the handler within %v", d)
+		return busCall{}
+	}
+}
+
+// waitState reads calls until BusChanged(s) and returns how long that
+// took and the invalidations before it.
+func (r *busRecorder) waitState(t testing.TB, s flightcache.BusState, d time.Duration) (time.Duration, []flightcache.Invalidation) {
+	t.Helper()
+	start := time.Now()
+	deadline := time.After(d)
+	var invs []flightcache.Invalidation
+	for {
+		select {
+		case c := <-r.calls:
+			if c.state == s {
+				return time.Since(start), invs
+			}
+			if c.state == 0 {
+				invs = append(invs, c.inv)
+			}
+		case <-deadline:
+			t.Fatalf("no BusChanged(%v) within %v", s, d)
+		}
+	}
+}
+
+// nextInv returns the next invalidation, skipping state changes (a shared
+// and slow test machine may make a heartbeat late).
+func (r *busRecorder) nextInv(t testing.TB, d time.Duration) flightcache.Invalidation {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		select {
+		case c := <-r.calls:
+			if c.state == 0 {
+				return c.inv
+			}
+		case <-deadline:
+			t.Fatalf("no invalidation within %v", d)
+		}
+	}
+}
+
+// quiet fails the test if the handler is called within d.
+func (r *busRecorder) quiet(t testing.TB, d time.Duration) {
+	t.Helper()
+	select {
+	case c := <-r.calls:
+		t.Fatalf("unexpected call %+v", c)
+	case <-time.After(d):
+	}
+}
+
+// newBusCoordinator returns a Coordinator on client for prefix, closed
+// when the test ends.
+func newBusCoordinator(t testing.TB, client redis.UniversalClient, prefix string, opts Options) *Coordinator {
+	t.Helper()
+	store, err := redisstore.New(client, redisstore.Options{Prefix: prefix, HashTag: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = 5 * time.Second // a shared machine under -race
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := New(ctx, client, store, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// subscribeUp subscribes r to cache on c and waits until it is up, which
+// must be the first call.
+func subscribeUp(t testing.TB, c *Coordinator, cache string, r *busRecorder) func() {
+	t.Helper()
+	stop, err := c.Subscribe(cache, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	if first := r.next(t, 10*time.Second); first.state != flightcache.BusUp {
+		t.Fatalf("first call %+v, want BusChanged(up)", first)
+	}
+	return stop
+}
+
+func inv(kind flightcache.InvalidationKind, target string) flightcache.Invalidation {
+	return flightcache.Invalidation{Kind: kind, Target: target, Version: time.Now()}
+}
+
+func sameInv(a, b flightcache.Invalidation) bool {
+	return a.Kind == b.Kind && a.Target == b.Target && a.Version.Equal(b.Version.Truncate(time.Microsecond))
+}
+
+// eventually polls cond until it holds, failing the test after d.
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		runtime.Gosched()
+		time.Sleep(time.Millisecond) // polling a condition, not synchronising
+	}
+}
+
+// Two Coordinators, each with its own client, deliver to each other, per
+// cache name, but never to themselves; every subscription starts with
+// BusChanged(up).
+func TestBusDeliversToOtherInstancesOnly(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	a := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	b := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	ra, rb, rbOther := newBusRecorder(), newBusRecorder(), newBusRecorder()
+	subscribeUp(t, a, "c", ra)
+	subscribeUp(t, b, "c", rb)
+	subscribeUp(t, b, "other", rbOther)
+	ctx := context.Background()
+
+	sent := []flightcache.Invalidation{
+		inv(flightcache.InvalidateKey, "user:42"),
+		inv(flightcache.InvalidatePrefix, "tenant-a:"),
+		inv(flightcache.InvalidateAll, ""),
+	}
+	for _, i := range sent {
+		if err := a.Publish(ctx, "c", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fromB := inv(flightcache.InvalidateKey, "k2")
+	if err := b.Publish(ctx, "c", fromB); err != nil {
+		t.Fatal(err)
+	}
+	toOther := inv(flightcache.InvalidateKey, "x")
+	if err := a.Publish(ctx, "other", toOther); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range sent {
+		if got := rb.nextInv(t, 5*time.Second); !sameInv(got, want) {
+			t.Fatalf("b's invalidation %d = %+v, want %+v", i, got, want)
+		}
+	}
+	// a published its three before b published: had a heard itself, those
+	// would come first.
+	if got := ra.nextInv(t, 5*time.Second); !sameInv(got, fromB) {
+		t.Fatalf("a's first invalidation = %+v, want b's %+v (never its own)", got, fromB)
+	}
+	if got := rbOther.nextInv(t, 5*time.Second); !sameInv(got, toOther) {
+		t.Fatalf("other's first invalidation = %+v, want %+v (never another cache's)", got, toOther)
+	}
+	sa, sb := a.BusStats(), b.BusStats()
+	if sa.Published != 4 || sb.Published != 1 || sa.Received != 1 || sb.Received != 4 || sa.Dropped+sb.Dropped != 0 {
+		t.Fatalf("stats a %+v, b %+v", sa, sb)
+	}
+	if sa.State != flightcache.BusUp || sa.LastMessage.IsZero() {
+		t.Fatalf("a's state %v, last message %v", sa.State, sa.LastMessage)
+	}
+
+	// A subscription added while the bus is up starts with BusChanged(up)
+	// at once.
+	subscribeUp(t, a, "c", newBusRecorder())
+
+	// Both listen on the one bus channel, a classic one outside Cluster.
+	n, err := newClient(t, addr).PubSubNumSub(ctx, a.bus.channel).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n[a.bus.channel] != 2 {
+		t.Fatalf("%d subscribers of the bus channel, want 2", n[a.bus.channel])
+	}
+}
+
+// The bus channel, the heartbeat channel and the lease channels share one
+// subscription connection per Coordinator.
+func TestBusSharesTheLeaseSubscriptionConnection(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	leader := newBusCoordinator(t, newClient(t, srv.Addr), "conn:", Options{})
+	follower := newBusCoordinator(t, newClient(t, srv.Addr, heldHook{}), "conn:", Options{})
+	subscribeUp(t, follower, "c", newBusRecorder())
+	ctx := context.Background()
+	lc, err := leader.Claim(ctx, "k", flightcache.ClaimRequest{Wait: time.Minute})
+	if err != nil || lc.Lease == nil {
+		t.Fatalf("leader Claim = %+v, %v", lc, err)
+	}
+	held := make(chan struct{}, 2)
+	res := make(chan error, 1)
+	go func() {
+		_, err := follower.Claim(context.WithValue(ctx, heldKey{}, held), "k", flightcache.ClaimRequest{Wait: time.Minute})
+		res <- err
+	}()
+	<-held // found the lease held; subscribes
+	<-held // subscribed, looked again, waits
+
+	admin := newClient(t, srv.Addr)
+	list, err := admin.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubsub := 0
+	for _, line := range splitLines(list) {
+		if containsField(line, "flags=P") {
+			pubsub++
+		}
+	}
+	if pubsub != 1 {
+		t.Fatalf("%d subscription connections on the server, want 1 (the follower's, carrying the bus and the lease):\n%s", pubsub, list)
+	}
+	k, _ := follower.keysFor("k")
+	n, err := admin.PubSubNumSub(ctx, follower.bus.channel, follower.bus.hbChannel, k.channel).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ch, c := range n {
+		if c != 1 {
+			t.Fatalf("%d subscribers of a channel, want 1 (%v)", c, n)
+		}
+		_ = ch
+	}
+	if _, err := lc.Lease.Complete(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-res; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func splitLines(s string) []string {
+	var out []string
+	for len(s) > 0 {
+		i := 0
+		for i < len(s) && s[i] != '\n' {
+			i++
+		}
+		out = append(out, s[:i])
+		if i < len(s) {
+			i++
+		}
+		s = s[i:]
+	}
+	return out
+}
+
+func containsField(line, field string) bool {
+	for len(line) > 0 {
+		i := 0
+		for i < len(line) && line[i] != ' ' {
+			i++
+		}
+		if line[:i] == field {
+			return true
+		}
+		if i < len(line) {
+			i++
+		}
+		line = line[i:]
+	}
+	return false
+}
+
+// One publisher's invalidations arrive in the order it published them.
+func TestBusKeepsOrder(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	a := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	b := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	rb := newBusRecorder()
+	subscribeUp(t, b, "c", rb)
+	ctx := context.Background()
+	const n = 500
+	done := make(chan error, 1)
+	go func() {
+		for i := range n {
+			if err := a.Publish(ctx, "c", inv(flightcache.InvalidateKey, strconv.Itoa(i))); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for i := range n {
+		if got := rb.nextInv(t, 10*time.Second); got.Target != strconv.Itoa(i) {
+			t.Fatalf("invalidation %d is for %q", i, got.Target)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Whatever does not decode is dropped and counted, and never reaches a
+// handler; a message claiming the receiver's own origin is ignored.
+func TestBusDropsGarbage(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	a := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	b := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	rb := newBusRecorder()
+	subscribeUp(t, b, "c", rb)
+	ctx := context.Background()
+	raw := newClient(t, addr)
+	own, err := appendBusMessage(nil, b.bus.origin, "c", inv(flightcache.InvalidateKey, "own"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	garbage := []string{
+		"", "hello", "fc1", "fc2 0000000000000001 k 1 1:ck",
+		"fc1 0000000000000001 k 1 1:c",  // key without target
+		"fc1 0000000000000001 a 1 1:cx", // all with target
+		"fc1 0000000000000001 k 1 1:c" + string(make([]byte, maxBusMessage)),
+	}
+	for _, g := range garbage {
+		if err := raw.Publish(ctx, b.bus.channel, g).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := raw.Publish(ctx, b.bus.channel, own).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Garbage on the heartbeat channel is no heartbeat either.
+	if err := raw.Publish(ctx, b.bus.hbChannel, "not a number").Err(); err != nil {
+		t.Fatal(err)
+	}
+	good := inv(flightcache.InvalidateKey, "good")
+	if err := a.Publish(ctx, "c", good); err != nil {
+		t.Fatal(err)
+	}
+	if got := rb.next(t, 5*time.Second); got.state != 0 || !sameInv(got.inv, good) {
+		t.Fatalf("first call after the garbage %+v, want %+v", got, good)
+	}
+	if s := b.BusStats(); s.Dropped != uint64(len(garbage))+1 || s.Received != 1 {
+		t.Fatalf("b's stats %+v, want %d dropped, 1 received", s, len(garbage)+1)
+	}
+}
+
+// busFaultOptions detect faults fast.
+var busFaultOptions = Options{HeartbeatInterval: 50 * time.Millisecond, DownAfter: 300 * time.Millisecond}
+
+// busDetectionSlack is what a shared two-core machine under -race may add
+// to a detection time.
+const busDetectionSlack = 500 * time.Millisecond
+
+// publishArrives checks from publishes an invalidation that to receives.
+func publishArrives(t *testing.T, from, to *Coordinator, r *busRecorder, target string) {
+	t.Helper()
+	want := inv(flightcache.InvalidateKey, target)
+	if err := from.Publish(context.Background(), "c", want); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.nextInv(t, 5*time.Second); !sameInv(got, want) {
+		t.Fatalf("received %+v, want %+v", got, want)
+	}
+}
+
+// Redis dies: the bus is down within DownAfter plus a heartbeat; it comes
+// back on the same port: the bus is up again (go-redis subscribed again,
+// and a heartbeat sent since came back) and invalidations flow.
+func TestBusDownWhenRedisDiesUpWhenItReturns(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	a := newBusCoordinator(t, newClient(t, srv.Addr), "fault:", busFaultOptions)
+	b := newBusCoordinator(t, newClient(t, srv.Addr), "fault:", busFaultOptions)
+	ra, rb := newBusRecorder(), newBusRecorder()
+	subscribeUp(t, a, "c", ra)
+	subscribeUp(t, b, "c", rb)
+
+	srv.Kill()
+	took, _ := ra.waitState(t, flightcache.BusDown, 10*time.Second)
+	t.Logf("down %v after the kill", took)
+	if limit := busFaultOptions.DownAfter + busFaultOptions.HeartbeatInterval + busDetectionSlack; took > limit {
+		t.Fatalf("down %v after the kill, want within %v", took, limit)
+	}
+	if s := a.BusStats(); s.State != flightcache.BusDown || s.Disconnects != 1 {
+		t.Fatalf("stats after the kill %+v", s)
+	}
+	rb.waitState(t, flightcache.BusDown, 10*time.Second)
+
+	srv.Start()
+	took, _ = ra.waitState(t, flightcache.BusUp, 10*time.Second)
+	t.Logf("up %v after the restart", took)
+	rb.waitState(t, flightcache.BusUp, 10*time.Second)
+	if s := a.BusStats(); s.Resubscribed < 1 {
+		t.Fatalf("stats after the restart %+v, want a resubscription", s)
+	}
+	publishArrives(t, b, a, ra, "after")
+	publishArrives(t, a, b, rb, "after")
+}
+
+// Redis stops answering (SIGSTOP) without closing anything: no heartbeat
+// comes back, so the bus is down within DownAfter plus a heartbeat; once
+// it answers again (SIGCONT) the bus is up.
+func TestBusDownWhileRedisIsPausedUpWhenResumed(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	a := newBusCoordinator(t, newClient(t, srv.Addr), "pause:", busFaultOptions)
+	b := newBusCoordinator(t, newClient(t, srv.Addr), "pause:", busFaultOptions)
+	ra := newBusRecorder()
+	subscribeUp(t, a, "c", ra)
+
+	srv.Pause()
+	paused := true
+	defer func() {
+		if paused {
+			srv.Resume()
+		}
+	}()
+	took, _ := ra.waitState(t, flightcache.BusDown, 10*time.Second)
+	t.Logf("down %v after SIGSTOP", took)
+	if limit := busFaultOptions.DownAfter + busFaultOptions.HeartbeatInterval + busDetectionSlack; took > limit {
+		t.Fatalf("down %v after SIGSTOP, want within %v", took, limit)
+	}
+	srv.Resume()
+	paused = false
+	took, _ = ra.waitState(t, flightcache.BusUp, 10*time.Second)
+	t.Logf("up %v after SIGCONT", took)
+	if s := a.BusStats(); s.Resubscribed != 0 {
+		t.Fatalf("stats %+v: the connection survived, nothing to resubscribe", s)
+	}
+	publishArrives(t, b, a, ra, "after")
+}
+
+// The server closes the subscription connections (CLIENT KILL TYPE
+// pubsub); go-redis reconnects and subscribes again at once, silently: the
+// new confirmation alone tells the bus that messages may have been lost,
+// so it goes down, then up with the next heartbeat.
+func TestBusDownAndUpWhenTheSubscriptionIsReestablished(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	a := newBusCoordinator(t, newClient(t, srv.Addr), "kill:", busFaultOptions)
+	b := newBusCoordinator(t, newClient(t, srv.Addr), "kill:", busFaultOptions)
+	ra := newBusRecorder()
+	subscribeUp(t, a, "c", ra)
+	admin := newClient(t, srv.Addr)
+	ctx := context.Background()
+	if err := admin.Do(ctx, "client", "kill", "type", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ra.waitState(t, flightcache.BusDown, 10*time.Second)
+	took, _ := ra.waitState(t, flightcache.BusUp, 10*time.Second)
+	t.Logf("up %v after down", took)
+	if s := a.BusStats(); s.Resubscribed != 1 || s.Disconnects != 1 {
+		t.Fatalf("stats %+v, want one resubscription and one disconnect", s)
+	}
+	publishArrives(t, b, a, ra, "after")
+}
+
+// On a Redis Cluster the bus is one sharded channel, on the master of
+// its slot, and invalidations cross between Coordinators on cluster
+// clients; the lease channels of keys on other masters use those masters'
+// connections.
+func TestBusOnRedisCluster(t *testing.T) {
+	addrs := testenv.StartRedisCluster(t, 3)
+	newCluster := func() redis.UniversalClient {
+		c := redis.NewUniversalClient(&redis.UniversalOptions{
+			Addrs: addrs, IsClusterMode: true, ContextTimeoutEnabled: true, MaxRetries: -1,
+			DialTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
+		})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	a := newBusCoordinator(t, newCluster(), "cluster:", Options{})
+	b := newBusCoordinator(t, newCluster(), "cluster:", Options{})
+	ra, rb := newBusRecorder(), newBusRecorder()
+	subscribeUp(t, a, "c", ra)
+	subscribeUp(t, b, "c", rb)
+	publishArrives(t, a, b, rb, "from-a")
+	publishArrives(t, b, a, ra, "from-b")
+
+	ctx := context.Background()
+	master, err := a.cluster.MasterForKey(ctx, a.bus.channel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := master.Do(ctx, "pubsub", "shardnumsub", a.bus.channel).Slice()
+	if err != nil || len(n) != 2 || n[1] != int64(2) {
+		t.Fatalf("PUBSUB SHARDNUMSUB on the bus channel's master = %v, %v; want 2 sharded subscribers", n, err)
+	}
+	a.mu.Lock()
+	s := a.subs[master.Options().Addr]
+	nsubs := len(a.subs)
+	a.mu.Unlock()
+	if s == nil || nsubs != 1 {
+		t.Fatalf("a has %d subscription connections, want 1, on the bus's master", nsubs)
+	}
+}
+
+// A handler that falls 4096 invalidations behind loses the newest, is told
+// BusDown at once, and BusUp once it caught up; the connection's reader
+// never waits for it, so the bus stays up meanwhile.
+func TestBusOverflowGoesDownThenUp(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	b := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	rb := newBusRecorder()
+	rb.hold, rb.held = make(chan struct{}), make(chan struct{})
+	subscribeUp(t, b, "c", rb)
+	ctx := context.Background()
+	raw := newClient(t, addr)
+	publishBurst := func(from, n int) {
+		t.Helper()
+		p := raw.Pipeline()
+		for i := from; i < from+n; i++ {
+			msg, err := appendBusMessage(nil, 1, "c", inv(flightcache.InvalidateKey, strconv.Itoa(i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Publish(ctx, b.bus.channel, msg)
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const total = busQueueLen + 200
+	publishBurst(0, 1)
+	<-rb.held // the handler is stuck in its first call
+	publishBurst(1, total-1)
+	eventually(t, 10*time.Second, "overflow while the handler is stuck", func() bool { return b.BusStats().Received == total })
+	if s := b.BusStats(); s.Overflowed == 0 || s.State != flightcache.BusUp {
+		t.Fatalf("stats with the handler stuck %+v, want an overflow and the bus up", s)
+	}
+	close(rb.hold)
+
+	if got := rb.next(t, 5*time.Second); got.state != 0 || got.inv.Target != "0" {
+		t.Fatalf("first call %+v, want the invalidation it was stuck on", got)
+	}
+	delivered, last := 1, 0
+	sawDown := false
+	for up := false; !up; {
+		c := rb.next(t, 10*time.Second)
+		switch c.state {
+		case flightcache.BusDown:
+			sawDown = true
+		case flightcache.BusUp:
+			if !sawDown {
+				t.Fatal("BusChanged(up) before BusChanged(down)")
+			}
+			up = true
+		case 0:
+			if !sawDown {
+				t.Fatalf("invalidation %q delivered before BusChanged(down): the queue overflowed", c.inv.Target)
+			}
+			i, _ := strconv.Atoi(c.inv.Target)
+			if i <= last {
+				t.Fatalf("invalidation %d after %d", i, last)
+			}
+			last = i
+			delivered++
+		}
+	}
+	if s := b.BusStats(); uint64(delivered)+s.Overflowed != total {
+		t.Fatalf("%d delivered + %d overflowed, want %d", delivered, s.Overflowed, total)
+	}
+	if last != total-1 {
+		t.Fatalf("the last invalidation delivered is %d, want %d", last, total-1)
+	}
+	publishBurst(total, 1)
+	if got := rb.nextInv(t, 5*time.Second); got.Target != strconv.Itoa(total) {
+		t.Fatalf("after catching up: %+v", got)
+	}
+}
+
+// stop is idempotent and safe to call concurrently; once it returned the
+// handler is never called, though the bus keeps delivering to others; the
+// last stop unsubscribes, and a new Subscribe starts the bus again.
+func TestBusStopEndsDelivery(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	a := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	b := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	rb, witness := newBusRecorder(), newBusRecorder()
+	stop := subscribeUp(t, b, "c", rb)
+	stopWitness := subscribeUp(t, b, "c", witness)
+	stream := startStream(t, a, "c")
+	witness.nextInv(t, 5*time.Second) // the stream flows
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() { defer wg.Done(); stop() }()
+	}
+	wg.Wait()
+	rb.stopped.Store(true)
+	// The witness hears what was published after the stop returned.
+	stream.heardAfter(t, witness)
+	stream.end()
+	stop()
+	if late := rb.late.Load(); late != 0 {
+		t.Fatalf("%d calls to a handler after its stop returned", late)
+	}
+
+	// The last stop ends the run and unsubscribes.
+	stopWitness()
+	if s := b.BusStats(); s.State != flightcache.BusNone {
+		t.Fatalf("state with nothing subscribed %v, want none", s.State)
+	}
+	admin := newClient(t, addr)
+	eventually(t, 5*time.Second, "bus channel unsubscribed", func() bool {
+		n, err := admin.PubSubNumSub(context.Background(), b.bus.channel, b.bus.hbChannel).Result()
+		return err == nil && n[b.bus.channel] == 0 && n[b.bus.hbChannel] == 0
+	})
+
+	// And it starts again.
+	again := newBusRecorder()
+	subscribeUp(t, b, "c", again)
+	publishArrives(t, a, b, again, "again")
+}
+
+// stream publishes invalidations, numbered, to caches in turn until end.
+type stream struct {
+	sent   atomic.Int64
+	caches int
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startStream(t *testing.T, c *Coordinator, caches ...string) *stream {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &stream{caches: len(caches), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		for i := 0; ctx.Err() == nil; i++ {
+			if c.Publish(context.Background(), caches[i%len(caches)], inv(flightcache.InvalidateKey, strconv.Itoa(i))) != nil {
+				return
+			}
+			s.sent.Store(int64(i + 1))
+		}
+	}()
+	t.Cleanup(s.end)
+	return s
+}
+
+// heardAfter waits until r, subscribed to the stream's first cache, heard
+// an invalidation published after the call.
+func (s *stream) heardAfter(t *testing.T, r *busRecorder) {
+	t.Helper()
+	mark := s.sent.Load()
+	for {
+		i, _ := strconv.Atoi(r.nextInv(t, 5*time.Second).Target)
+		if int64(i) > mark {
+			return
+		}
+	}
+}
+
+func (s *stream) end() {
+	s.cancel()
+	<-s.done
+}
+
+// Close ends every subscription: no handler is called once it returned,
+// stop still works, and the closed Coordinator refuses Subscribe and
+// Publish.
+func TestBusCloseEndsEverything(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	a := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	b := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	w := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	witness := newBusRecorder()
+	subscribeUp(t, w, "c0", witness)
+	var recs []*busRecorder
+	var stops []func()
+	for i := range 3 {
+		r := newBusRecorder()
+		recs = append(recs, r)
+		stops = append(stops, subscribeUp(t, b, "c"+strconv.Itoa(i%2), r))
+	}
+	stream := startStream(t, a, "c0", "c1")
+	recs[0].nextInv(t, 5*time.Second)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		r.stopped.Store(true)
+	}
+	stream.heardAfter(t, witness)
+	stream.end()
+	for _, s := range stops {
+		s()
+	}
+	for i, r := range recs {
+		if late := r.late.Load(); late != 0 {
+			t.Fatalf("subscription %d: %d calls after Close returned", i, late)
+		}
+	}
+	if _, err := b.Subscribe("c", newBusRecorder()); !errors.Is(err, errClosed) {
+		t.Fatalf("Subscribe after Close = %v, want errClosed", err)
+	}
+	if err := b.Publish(context.Background(), "c", inv(flightcache.InvalidateAll, "")); !errors.Is(err, errClosed) {
+		t.Fatalf("Publish after Close = %v, want errClosed", err)
+	}
+	if s := b.BusStats(); s.State != flightcache.BusNone {
+		t.Fatalf("state after Close %v", s.State)
+	}
+}
+
+// Subscribe and Publish refuse bad arguments, without quoting keys.
+func TestBusRefusesBadArguments(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	c := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	if _, err := c.Subscribe("c", nil); err == nil {
+		t.Error("Subscribe with a nil handler")
+	}
+	if _, err := c.Subscribe("", newBusRecorder()); err == nil {
+		t.Error("Subscribe with an empty cache name")
+	}
+	if _, err := c.Subscribe(string(make([]byte, maxBusCache+1)), newBusRecorder()); err == nil {
+		t.Error("Subscribe with a long cache name")
+	}
+	ctx := context.Background()
+	for _, bad := range []flightcache.Invalidation{
+		{Kind: flightcache.InvalidateKey, Version: time.Now()},
+		{Kind: flightcache.InvalidateAll, Target: "secret-key", Version: time.Now()},
+		{Kind: flightcache.InvalidateKey, Target: "secret-key"},
+		{Kind: 0, Target: "secret-key", Version: time.Now()},
+	} {
+		err := c.Publish(ctx, "c", bad)
+		if err == nil {
+			t.Errorf("published %+v", bad)
+		} else if strings.Contains(err.Error(), "secret-key") {
+			t.Errorf("error %q quotes the key", err)
+		}
+	}
+	if s := c.BusStats(); s.Published != 0 || s.State != flightcache.BusNone {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// The heartbeat options are checked by New.
+func TestBusOptionsAreChecked(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	client := newClient(t, addr)
+	store, err := redisstore.New(client, redisstore.Options{Prefix: prefix, HashTag: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		opts  Options
+		field string
+	}{
+		{Options{HeartbeatInterval: 9 * time.Millisecond}, "HeartbeatInterval"},
+		{Options{HeartbeatInterval: 11 * time.Second}, "HeartbeatInterval"},
+		{Options{HeartbeatInterval: -time.Second}, "HeartbeatInterval"},
+		{Options{DownAfter: 499 * time.Millisecond}, "DownAfter"},
+		{Options{HeartbeatInterval: time.Second, DownAfter: 1999 * time.Millisecond}, "DownAfter"},
+		{Options{DownAfter: time.Minute + 1}, "DownAfter"},
+		{Options{HeartbeatInterval: 10 * time.Second, DownAfter: 10 * time.Second}, "DownAfter"},
+	} {
+		_, err := New(ctx, client, store, c.opts)
+		var ce *flightcache.ConfigError
+		if !errors.As(err, &ce) || ce.Field != c.field {
+			t.Errorf("New(%+v) = %v, want a ConfigError on %s", c.opts, err, c.field)
+		}
+	}
+	for _, c := range []struct {
+		opts                Options
+		interval, downAfter time.Duration
+	}{
+		{Options{}, DefaultHeartbeatInterval, DefaultDownAfter},
+		{Options{HeartbeatInterval: time.Second}, time.Second, 4 * time.Second},
+		{Options{HeartbeatInterval: 10 * time.Second}, 10 * time.Second, 40 * time.Second},
+		{Options{HeartbeatInterval: 10 * time.Millisecond, DownAfter: 20 * time.Millisecond}, 10 * time.Millisecond, 20 * time.Millisecond},
+	} {
+		co, err := New(ctx, client, store, c.opts)
+		if err != nil {
+			t.Fatalf("New(%+v) = %v", c.opts, err)
+		}
+		if co.bus.interval != c.interval || co.bus.downAfter != c.downAfter {
+			t.Errorf("New(%+v): interval %v, down after %v; want %v, %v", c.opts, co.bus.interval, co.bus.downAfter, c.interval, c.downAfter)
+		}
+		co.Close()
+	}
+}
