@@ -286,11 +286,9 @@ func (r *busRun) monitor() {
 	defer close(r.done)
 	b := r.b
 	if r.prev != nil {
-		select {
-		case <-r.prev.done:
-		case <-r.ctx.Done():
-			return
-		}
+		// It is being stopped: its last subscription's end stops it.
+		<-r.prev.done
+		r.prev = nil // runs must not chain up
 	}
 	pub := make(chan struct{}, 1)
 	var wg sync.WaitGroup

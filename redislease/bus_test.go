@@ -834,3 +834,34 @@ func TestBusOptionsAreChecked(t *testing.T) {
 		co.Close()
 	}
 }
+
+// Subscriptions that come and go concurrently start and stop the bus's
+// run over and over; whatever the interleaving, a subscription that stays
+// comes up and receives, and nothing leaks.
+func TestBusSubscribeStopChurn(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	a := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	b := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 25 {
+				stop, err := b.Subscribe("c"+strconv.Itoa(g), newBusRecorder())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				stop()
+			}
+		}()
+	}
+	wg.Wait()
+	if s := b.BusStats(); s.State != flightcache.BusNone {
+		t.Fatalf("state after the churn %v, want none", s.State)
+	}
+	r := newBusRecorder()
+	subscribeUp(t, b, "c", r)
+	publishArrives(t, a, b, r, "after the churn")
+}

@@ -78,8 +78,10 @@ type Options struct {
 
 // Coordinator is a flightcache.Coordinator on Redis. It shares its client
 // and key layout with a redisstore.Store (built with HashTag), so its fenced
-// write stores exactly what the Store reads. It is safe for concurrent use
-// and does not own the client. Close it after the Caches that use it.
+// write stores exactly what the Store reads. It is also a flightcache.Bus
+// for the Caches on that store prefix (see Publish and Subscribe). It is
+// safe for concurrent use and does not own the client. Close it after the
+// Caches that use it.
 type Coordinator struct {
 	client     redis.UniversalClient
 	store      *redisstore.Store

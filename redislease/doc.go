@@ -1,7 +1,9 @@
 // Package redislease is flightcache's cluster coalescing on Redis: a
 // flightcache.Coordinator that makes one instance of a service load a
 // missing key while the others wait for its result, with leases, monotonic
-// fencing tokens, result broadcast and crash takeover.
+// fencing tokens, result broadcast and crash takeover. The same
+// Coordinator is a flightcache.Bus, which carries invalidations between
+// the instances over the subscription connection the leases already use.
 //
 // # Wiring
 //
@@ -14,7 +16,7 @@
 //		return err // Redis unreachable (ErrUnreachable): a configuration error, reported at start
 //	}
 //	defer coord.Close()
-//	cache, err := flightcache.New(flightcache.Options[*Product]{Local: local, Shared: store, Coordinator: coord})
+//	cache, err := flightcache.New(flightcache.Options[*Product]{Local: local, Shared: store, Coordinator: coord, Bus: coord})
 //
 // Process-local coalescing is the same code without Coordinator; it is
 // never a silent fallback for a Coordinator that New refused.
@@ -78,4 +80,60 @@
 // fail). A leader that cannot extend its lease for a whole LeaseTTL reports
 // it lost; its write is then likely fenced. A lost publish costs followers
 // one safety-net re-check, no more.
+//
+// # Bus
+//
+// The bus has two channels, with the store's prefix P and the
+// Coordinator's origin O (below):
+//
+//	P{bus}        the bus channel, shared by every instance on P
+//	P{bus}|hb|O   the Coordinator's own heartbeat channel
+//
+// Both carry the hash tag {bus}, so on a Cluster they live in one slot, on
+// one master, which carries all of the bus's traffic. Publish sends one
+// message per invalidation on the bus channel (PUBLISH, or SPUBLISH on a
+// Cluster); every Coordinator on P whose Subscribe is active receives it,
+// except the one that published it.
+// Redis pub/sub delivers at most once: the bus's state tells a Cache when
+// it may have missed something, and the Cache resynchronises.
+//
+// A message is small, versioned and strict:
+//
+//	fc1 <origin> <k|p|a> <version> <n>:<cache><target>
+//
+// origin is a random 64-bit id the Coordinator draws at New, in 16
+// lowercase hex digits; a Coordinator never delivers messages of its own
+// origin. The kind is k (one key), p (a prefix) or a (the whole cache);
+// version is the Invalidation's Version in Unix microseconds; n is the
+// cache name's length (1 to 255 bytes), and the target (empty for a, up
+// to 64 KiB otherwise) runs to the end. An invalidation of key
+// "product:1234567" in cache "product" is 64 bytes. A message carries
+// the raw cache key, never the value: anyone who can read the Redis
+// keyspace already reads the keys there (V above contains k), so the bus
+// discloses nothing new, and a raw key is what a prefix invalidation needs
+// to match. The decoder accepts exactly what the encoder writes, nothing
+// else; other messages (another version, malformed, oversized) are
+// dropped and counted in BusStats.Dropped, and never reach a handler.
+//
+// The bus runs while at least one Subscribe is active. It adds its two
+// channels to the Coordinator's one subscription connection (per master
+// on a Cluster), and publishes a heartbeat, a sequence number, to its own
+// heartbeat channel every Options.HeartbeatInterval. It is up once the bus
+// channel's subscription is confirmed and a heartbeat published after
+// that confirmation came back. It goes down when a heartbeat cannot be
+// published (at once for a refused connection, within Options.Timeout
+// otherwise), when no heartbeat came back for Options.DownAfter (noticed
+// within one more HeartbeatInterval), and when the bus channel's
+// subscription is confirmed again: go-redis reconnects and subscribes
+// again silently, and only that new confirmation says messages may have
+// been lost. It is up again when a heartbeat published since came back.
+// With the defaults, a dead Redis is noticed within 250ms, a hung one
+// within 500ms (a heartbeat times out), a dropped connection as soon as
+// go-redis has reconnected.
+//
+// Each subscription has its own goroutine and a queue of 4096
+// invalidations, so the connection's reader, which also wakes the lease
+// followers, never waits for a handler. A handler that falls further
+// behind loses what was queued, is told BusDown at once, and BusUp once it
+// caught up; the Cache resynchronises on that as on any other outage.
 package redislease
