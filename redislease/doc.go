@@ -108,10 +108,10 @@
 // cache name's length (1 to 255 bytes), and the target (empty for a, up
 // to 64 KiB otherwise) runs to the end. An invalidation of key
 // "product:1234567" in cache "product" is 64 bytes. A message carries
-// the raw cache key, never the value: anyone who can read the Redis
-// keyspace already reads the keys there (V above contains k), so the bus
-// discloses nothing new, and a raw key is what a prefix invalidation needs
-// to match. The decoder accepts exactly what the encoder writes, nothing
+// the raw cache key, never the value: the Redis key names already contain
+// it (V above), so the bus discloses nothing that listing the keyspace
+// does not, and a prefix invalidation needs raw keys to match. Redis ACLs
+// restrict the channels (&P{bus}*) as they restrict the keys. The decoder accepts exactly what the encoder writes, nothing
 // else; other messages (another version, malformed, oversized) are
 // dropped and counted in BusStats.Dropped, and never reach a handler.
 //
@@ -129,7 +129,7 @@
 // been lost. It is up again when a heartbeat published since came back.
 // With the defaults, a dead Redis is noticed within 250ms, a hung one
 // within 500ms (a heartbeat times out), a dropped connection as soon as
-// go-redis has reconnected.
+// go-redis has reconnected (or when the heartbeats stop, if it cannot).
 //
 // Each subscription has its own goroutine and a queue of 4096
 // invalidations, so the connection's reader, which also wakes the lease
