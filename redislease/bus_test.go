@@ -438,7 +438,7 @@ func TestBusDownWhenRedisDiesUpWhenItReturns(t *testing.T) {
 	if limit := busFaultOptions.DownAfter + busFaultOptions.HeartbeatInterval + busDetectionSlack; took > limit {
 		t.Fatalf("down %v after the kill, want within %v", took, limit)
 	}
-	if s := a.BusStats(); s.State != flightcache.BusDown || s.Disconnects != 1 {
+	if s := a.BusStats(); s.State != flightcache.BusDown || s.Disconnects == 0 {
 		t.Fatalf("stats after the kill %+v", s)
 	}
 	rb.waitState(t, flightcache.BusDown, 10*time.Second)
@@ -454,36 +454,50 @@ func TestBusDownWhenRedisDiesUpWhenItReturns(t *testing.T) {
 	publishArrives(t, a, b, rb, "after")
 }
 
-// Redis stops answering (SIGSTOP) without closing anything: no heartbeat
-// comes back, so the bus is down within DownAfter plus a heartbeat; once
-// it answers again (SIGCONT) the bus is up.
+// Redis stops answering (SIGSTOP) without closing anything. With a long
+// Timeout no heartbeat comes back, so the bus is down within DownAfter
+// plus a heartbeat; with a short one, the heartbeat's PUBLISH times out
+// first, within a heartbeat plus Timeout. Once Redis answers again
+// (SIGCONT) the bus is up, without a resubscription: the connection
+// survived.
 func TestBusDownWhileRedisIsPausedUpWhenResumed(t *testing.T) {
-	srv := testenv.StartRedis(t)
-	a := newBusCoordinator(t, newClient(t, srv.Addr), "pause:", busFaultOptions)
-	b := newBusCoordinator(t, newClient(t, srv.Addr), "pause:", busFaultOptions)
-	ra := newBusRecorder()
-	subscribeUp(t, a, "c", ra)
+	for _, c := range []struct {
+		name  string
+		opts  Options
+		limit time.Duration
+	}{
+		{"late", busFaultOptions, busFaultOptions.DownAfter + busFaultOptions.HeartbeatInterval},
+		{"timeout", Options{HeartbeatInterval: 50 * time.Millisecond, DownAfter: 2 * time.Second, Timeout: 100 * time.Millisecond}, 150 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := testenv.StartRedis(t)
+			a := newBusCoordinator(t, newClient(t, srv.Addr), "pause:", c.opts)
+			b := newBusCoordinator(t, newClient(t, srv.Addr), "pause:", Options{})
+			ra := newBusRecorder()
+			subscribeUp(t, a, "c", ra)
 
-	srv.Pause()
-	paused := true
-	defer func() {
-		if paused {
+			srv.Pause()
+			paused := true
+			defer func() {
+				if paused {
+					srv.Resume()
+				}
+			}()
+			took, _ := ra.waitState(t, flightcache.BusDown, 10*time.Second)
+			t.Logf("down %v after SIGSTOP", took)
+			if limit := c.limit + busDetectionSlack; took > limit {
+				t.Fatalf("down %v after SIGSTOP, want within %v", took, limit)
+			}
 			srv.Resume()
-		}
-	}()
-	took, _ := ra.waitState(t, flightcache.BusDown, 10*time.Second)
-	t.Logf("down %v after SIGSTOP", took)
-	if limit := busFaultOptions.DownAfter + busFaultOptions.HeartbeatInterval + busDetectionSlack; took > limit {
-		t.Fatalf("down %v after SIGSTOP, want within %v", took, limit)
+			paused = false
+			took, _ = ra.waitState(t, flightcache.BusUp, 10*time.Second)
+			t.Logf("up %v after SIGCONT", took)
+			if s := a.BusStats(); s.Resubscribed != 0 {
+				t.Fatalf("stats %+v: the connection survived, nothing to resubscribe", s)
+			}
+			publishArrives(t, b, a, ra, "after")
+		})
 	}
-	srv.Resume()
-	paused = false
-	took, _ = ra.waitState(t, flightcache.BusUp, 10*time.Second)
-	t.Logf("up %v after SIGCONT", took)
-	if s := a.BusStats(); s.Resubscribed != 0 {
-		t.Fatalf("stats %+v: the connection survived, nothing to resubscribe", s)
-	}
-	publishArrives(t, b, a, ra, "after")
 }
 
 // The server closes the subscription connections (CLIENT KILL TYPE
@@ -504,8 +518,8 @@ func TestBusDownAndUpWhenTheSubscriptionIsReestablished(t *testing.T) {
 	ra.waitState(t, flightcache.BusDown, 10*time.Second)
 	took, _ := ra.waitState(t, flightcache.BusUp, 10*time.Second)
 	t.Logf("up %v after down", took)
-	if s := a.BusStats(); s.Resubscribed != 1 || s.Disconnects != 1 {
-		t.Fatalf("stats %+v, want one resubscription and one disconnect", s)
+	if s := a.BusStats(); s.Resubscribed == 0 || s.Disconnects == 0 {
+		t.Fatalf("stats %+v, want a resubscription and a disconnect", s)
 	}
 	publishArrives(t, b, a, ra, "after")
 }
