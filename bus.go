@@ -37,20 +37,20 @@ type InvalidationKind uint8
 
 // The kinds of invalidation.
 const (
-	// InvalidateKey covers one key: Target.
-	InvalidateKey InvalidationKind = iota + 1
-	// InvalidatePrefix covers every key that begins with Target (see
+	// InvalidationKey covers one key: Target.
+	InvalidationKey InvalidationKind = iota + 1
+	// InvalidationPrefix covers every key that begins with Target (see
 	// Cache.InvalidatePrefix).
-	InvalidatePrefix
-	// InvalidateAll covers every key of the Cache (see Cache.Clear);
+	InvalidationPrefix
+	// InvalidationAll covers every key of the Cache (see Cache.Clear);
 	// Target is empty.
-	InvalidateAll
+	InvalidationAll
 )
 
 var invalidationKindNames = [...]string{
-	InvalidateKey:    "key",
-	InvalidatePrefix: "prefix",
-	InvalidateAll:    "all",
+	InvalidationKey:    "key",
+	InvalidationPrefix: "prefix",
+	InvalidationAll:    "all",
 }
 
 // String returns "key", "prefix" or "all", usable as a metric label.
@@ -65,7 +65,7 @@ func (k InvalidationKind) String() string {
 // older than Version must no longer be served.
 type Invalidation struct {
 	Kind InvalidationKind
-	// Target is the key (InvalidateKey) or the prefix (InvalidatePrefix);
+	// Target is the key (InvalidationKey) or the prefix (InvalidationPrefix);
 	// empty for InvalidateAll.
 	Target string
 	// Version is the wall-clock time (time.Now) at which the publisher's

@@ -251,7 +251,7 @@ func TestLateDuplicateAndOutOfOrderInvalidationsNeverRegress(t *testing.T) {
 	var price, calls atomic.Int64
 	load := valueLoader(&price, &calls)
 	inv := func(at time.Time) flightcache.Invalidation {
-		return flightcache.Invalidation{Kind: flightcache.InvalidateKey, Target: "k", Version: wallAt(clock, at)}
+		return flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: "k", Version: wallAt(clock, at)}
 	}
 	// served records every price B serves and fails on a regression.
 	last := 0
@@ -318,7 +318,7 @@ func TestInvalidationRefusesTheWriteOfALoadInProgress(t *testing.T) {
 		done <- r
 	}()
 	<-started
-	b.bus.inject(flightcache.Invalidation{Kind: flightcache.InvalidateKey, Target: "k", Version: time.Now()})
+	b.bus.inject(flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: "k", Version: time.Now()})
 	close(release)
 	if r := <-done; r.Value.Price != 1 {
 		t.Fatalf("the caller of the load got %d, want its value 1", r.Value.Price)

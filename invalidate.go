@@ -215,14 +215,14 @@ func (c *Cache[V]) InvalidatePrefix(ctx context.Context, prefix string) error {
 	if len(prefix) > c.maxKeyLen || !utf8.ValidString(prefix) {
 		return &KeyError{Reason: fmt.Sprintf("prefix longer than MaxKeyLen %d or not valid UTF-8", c.maxKeyLen)}
 	}
-	return c.invalidateBulk(ctx, InvalidatePrefix, prefix)
+	return c.invalidateBulk(ctx, InvalidationPrefix, prefix)
 }
 
 // Clear drops every value of the Cache, in every tier, on this instance at
 // once and, with a Bus, on every other instance: InvalidatePrefix for
 // every key, with the same shared-tier window and errors.
 func (c *Cache[V]) Clear(ctx context.Context) error {
-	return c.invalidateBulk(ctx, InvalidateAll, "")
+	return c.invalidateBulk(ctx, InvalidationAll, "")
 }
 
 func (c *Cache[V]) invalidateBulk(ctx context.Context, kind InvalidationKind, prefix string) error {
@@ -251,7 +251,7 @@ func (c *Cache[V]) invalidateBulk(ctx context.Context, kind InvalidationKind, pr
 // or the moment a Delete finished.
 func (c *Cache[V]) announceKey(ctx context.Context, key string, version time.Time) error {
 	c.noteFence(ctx, false, key, version)
-	return c.publish(ctx, InvalidateKey, key, version)
+	return c.publish(ctx, InvalidationKey, key, version)
 }
 
 // publish announces an invalidation of this instance on the Bus, on its
@@ -367,7 +367,7 @@ func (c *Cache[V]) received(inv Invalidation) {
 	version := shiftTime(inv.Version, time.Duration(c.now().UnixNano()-time.Now().UnixNano()))
 	applied := false
 	switch inv.Kind {
-	case InvalidateKey:
+	case InvalidationKey:
 		if inv.Target == "" || len(inv.Target) > c.maxKeyLen || !utf8.ValidString(inv.Target) {
 			break // no key of this Cache: nothing it could cover
 		}
@@ -375,9 +375,9 @@ func (c *Cache[V]) received(inv Invalidation) {
 			held, dropped := c.applyKey(inv.Target, version)
 			applied = dropped || !held
 		}
-	case InvalidatePrefix, InvalidateAll:
+	case InvalidationPrefix, InvalidationAll:
 		prefix := inv.Target
-		if inv.Kind == InvalidateAll {
+		if inv.Kind == InvalidationAll {
 			prefix = ""
 		} else if prefix == "" || !utf8.ValidString(prefix) {
 			break

@@ -89,9 +89,9 @@ type Stats struct {
 
 // InvalidationCounts counts invalidations by flightcache.InvalidationKind.
 type InvalidationCounts struct {
-	Key    uint64 // flightcache.InvalidateKey
-	Prefix uint64 // flightcache.InvalidatePrefix
-	All    uint64 // flightcache.InvalidateAll
+	Key    uint64 // flightcache.InvalidationKey
+	Prefix uint64 // flightcache.InvalidationPrefix
+	All    uint64 // flightcache.InvalidationAll
 	Other  uint64 // a kind this package does not know; the Cache reports none
 }
 
@@ -189,7 +189,7 @@ type Recorder struct {
 	busDisconnects                      atomic.Uint64
 }
 
-type invalidationCounters [flightcache.InvalidateAll + 1]atomic.Uint64
+type invalidationCounters [flightcache.InvalidationAll + 1]atomic.Uint64
 
 func (c *invalidationCounters) add(k flightcache.InvalidationKind) {
 	if int(k) >= len(c) {
@@ -200,9 +200,9 @@ func (c *invalidationCounters) add(k flightcache.InvalidationKind) {
 
 func (c *invalidationCounters) load() InvalidationCounts {
 	return InvalidationCounts{
-		Key:    c[flightcache.InvalidateKey].Load(),
-		Prefix: c[flightcache.InvalidatePrefix].Load(),
-		All:    c[flightcache.InvalidateAll].Load(),
+		Key:    c[flightcache.InvalidationKey].Load(),
+		Prefix: c[flightcache.InvalidationPrefix].Load(),
+		All:    c[flightcache.InvalidationAll].Load(),
 		Other:  c[0].Load(),
 	}
 }

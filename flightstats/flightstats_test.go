@@ -219,21 +219,21 @@ func TestInvalidationEventsAreCountedByKind(t *testing.T) {
 		r.ObserveCache(flightcache.Event{Kind: k, Invalidation: kind, Err: err})
 	}
 	publishErr := fmt.Errorf("publish: %w", context.DeadlineExceeded)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidateKey, nil)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidateKey, nil)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidateKey, publishErr)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidatePrefix, nil)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidateAll, publishErr)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidationKey, nil)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidationKey, nil)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidationKey, publishErr)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidationPrefix, nil)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidationAll, publishErr)
 	before := time.Now()
-	for _, k := range []flightcache.InvalidationKind{flightcache.InvalidateKey, flightcache.InvalidateKey, flightcache.InvalidateKey, flightcache.InvalidatePrefix, flightcache.InvalidateAll} {
+	for _, k := range []flightcache.InvalidationKind{flightcache.InvalidationKey, flightcache.InvalidationKey, flightcache.InvalidationKey, flightcache.InvalidationPrefix, flightcache.InvalidationAll} {
 		obs(flightcache.EventInvalidationReceived, k, nil)
 	}
 	after := time.Now()
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidateKey, nil)
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidateKey, nil)
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidatePrefix, nil)
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidateAll, nil)
-	obs(flightcache.EventInvalidationIgnored, flightcache.InvalidateKey, nil)
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationKey, nil)
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationKey, nil)
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationPrefix, nil)
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationAll, nil)
+	obs(flightcache.EventInvalidationIgnored, flightcache.InvalidationKey, nil)
 	obs(flightcache.EventInvalidationIgnored, flightcache.InvalidationKind(99), nil) // counted, not dropped
 
 	s := r.Snapshot()

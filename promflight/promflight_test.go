@@ -713,22 +713,22 @@ func TestInvalidationEventsMapToTheirSeries(t *testing.T) {
 		t.Fatalf("%s before any message = %v, want 0", last, v)
 	}
 	publishErr := fmt.Errorf("publish: %w", context.DeadlineExceeded)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidateKey, nil)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidateKey, nil)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidateKey, publishErr)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidatePrefix, nil)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidateAll, publishErr)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidationKey, nil)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidationKey, nil)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidationKey, publishErr)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidationPrefix, nil)
+	obs(flightcache.EventInvalidationSent, flightcache.InvalidationAll, publishErr)
 
 	before := time.Now()
-	for _, k := range []flightcache.InvalidationKind{flightcache.InvalidateKey, flightcache.InvalidateKey, flightcache.InvalidateKey, flightcache.InvalidatePrefix, flightcache.InvalidateAll} {
+	for _, k := range []flightcache.InvalidationKind{flightcache.InvalidationKey, flightcache.InvalidationKey, flightcache.InvalidationKey, flightcache.InvalidationPrefix, flightcache.InvalidationAll} {
 		obs(flightcache.EventInvalidationReceived, k, nil)
 	}
 	after := time.Now()
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidateKey, nil)
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidateKey, nil)
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidatePrefix, nil)
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidateAll, nil)
-	obs(flightcache.EventInvalidationIgnored, flightcache.InvalidateKey, nil)
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationKey, nil)
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationKey, nil)
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationPrefix, nil)
+	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationAll, nil)
+	obs(flightcache.EventInvalidationIgnored, flightcache.InvalidationKey, nil)
 	obs(flightcache.EventInvalidationIgnored, flightcache.InvalidationKind(99), nil) // counted, not dropped
 
 	got := gather(t, reg)
@@ -878,11 +878,11 @@ func TestInvalidationEventsThroughRealCache(t *testing.T) {
 	if err := c.Set(ctx, marker+"held", 1); err != nil {
 		t.Fatal(err)
 	}
-	inv := flightcache.Invalidation{Kind: flightcache.InvalidateKey, Target: marker + "held", Version: time.Now()}
+	inv := flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: marker + "held", Version: time.Now()}
 	before := time.Now()
 	h.Invalidated(inv) // newer than the Set: applied
 	h.Invalidated(inv) // the same again: ignored
-	h.Invalidated(flightcache.Invalidation{Kind: flightcache.InvalidatePrefix, Target: marker, Version: time.Now()})
+	h.Invalidated(flightcache.Invalidation{Kind: flightcache.InvalidationPrefix, Target: marker, Version: time.Now()})
 	after := time.Now()
 	if _, ok := local.Get(marker + "held"); ok {
 		t.Fatal("the local copy survived an invalidation newer than it")

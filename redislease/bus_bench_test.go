@@ -20,7 +20,7 @@ import (
 )
 
 // benchInvalidation is a typical invalidation: one key of a named cache.
-var benchInvalidation = flightcache.Invalidation{Kind: flightcache.InvalidateKey, Target: "product:1234567", Version: time.Now()}
+var benchInvalidation = flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: "product:1234567", Version: time.Now()}
 
 const benchCache = "product"
 

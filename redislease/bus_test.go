@@ -190,20 +190,20 @@ func TestBusDeliversToOtherInstancesOnly(t *testing.T) {
 	ctx := context.Background()
 
 	sent := []flightcache.Invalidation{
-		inv(flightcache.InvalidateKey, "user:42"),
-		inv(flightcache.InvalidatePrefix, "tenant-a:"),
-		inv(flightcache.InvalidateAll, ""),
+		inv(flightcache.InvalidationKey, "user:42"),
+		inv(flightcache.InvalidationPrefix, "tenant-a:"),
+		inv(flightcache.InvalidationAll, ""),
 	}
 	for _, i := range sent {
 		if err := a.Publish(ctx, "c", i); err != nil {
 			t.Fatal(err)
 		}
 	}
-	fromB := inv(flightcache.InvalidateKey, "k2")
+	fromB := inv(flightcache.InvalidationKey, "k2")
 	if err := b.Publish(ctx, "c", fromB); err != nil {
 		t.Fatal(err)
 	}
-	toOther := inv(flightcache.InvalidateKey, "x")
+	toOther := inv(flightcache.InvalidationKey, "x")
 	if err := a.Publish(ctx, "other", toOther); err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +341,7 @@ func TestBusKeepsOrder(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		for i := range n {
-			if err := a.Publish(ctx, "c", inv(flightcache.InvalidateKey, strconv.Itoa(i))); err != nil {
+			if err := a.Publish(ctx, "c", inv(flightcache.InvalidationKey, strconv.Itoa(i))); err != nil {
 				done <- err
 				return
 			}
@@ -368,7 +368,7 @@ func TestBusDropsGarbage(t *testing.T) {
 	subscribeUp(t, b, "c", rb)
 	ctx := context.Background()
 	raw := newClient(t, addr)
-	own, err := appendBusMessage(nil, b.bus.origin, "c", inv(flightcache.InvalidateKey, "own"))
+	own, err := appendBusMessage(nil, b.bus.origin, "c", inv(flightcache.InvalidationKey, "own"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,7 +390,7 @@ func TestBusDropsGarbage(t *testing.T) {
 	if err := raw.Publish(ctx, b.bus.hbChannel, "not a number").Err(); err != nil {
 		t.Fatal(err)
 	}
-	good := inv(flightcache.InvalidateKey, "good")
+	good := inv(flightcache.InvalidationKey, "good")
 	if err := a.Publish(ctx, "c", good); err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +412,7 @@ const busDetectionSlack = 500 * time.Millisecond
 // publishArrives checks from publishes an invalidation that to receives.
 func publishArrives(t *testing.T, from, to *Coordinator, r *busRecorder, target string) {
 	t.Helper()
-	want := inv(flightcache.InvalidateKey, target)
+	want := inv(flightcache.InvalidationKey, target)
 	if err := from.Publish(context.Background(), "c", want); err != nil {
 		t.Fatal(err)
 	}
@@ -579,7 +579,7 @@ func TestBusOverflowGoesDownThenUp(t *testing.T) {
 		t.Helper()
 		p := raw.Pipeline()
 		for i := from; i < from+n; i++ {
-			msg, err := appendBusMessage(nil, 1, "c", inv(flightcache.InvalidateKey, strconv.Itoa(i)))
+			msg, err := appendBusMessage(nil, 1, "c", inv(flightcache.InvalidationKey, strconv.Itoa(i)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -696,7 +696,7 @@ func startStream(t *testing.T, c *Coordinator, caches ...string) *stream {
 	go func() {
 		defer close(s.done)
 		for i := 0; ctx.Err() == nil; i++ {
-			if c.Publish(context.Background(), caches[i%len(caches)], inv(flightcache.InvalidateKey, strconv.Itoa(i))) != nil {
+			if c.Publish(context.Background(), caches[i%len(caches)], inv(flightcache.InvalidationKey, strconv.Itoa(i))) != nil {
 				return
 			}
 			s.sent.Store(int64(i + 1))
@@ -762,7 +762,7 @@ func TestBusCloseEndsEverything(t *testing.T) {
 	if _, err := b.Subscribe("c", newBusRecorder()); !errors.Is(err, errClosed) {
 		t.Fatalf("Subscribe after Close = %v, want errClosed", err)
 	}
-	if err := b.Publish(context.Background(), "c", inv(flightcache.InvalidateAll, "")); !errors.Is(err, errClosed) {
+	if err := b.Publish(context.Background(), "c", inv(flightcache.InvalidationAll, "")); !errors.Is(err, errClosed) {
 		t.Fatalf("Publish after Close = %v, want errClosed", err)
 	}
 	if s := b.BusStats(); s.State != flightcache.BusNone {
@@ -785,9 +785,9 @@ func TestBusRefusesBadArguments(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, bad := range []flightcache.Invalidation{
-		{Kind: flightcache.InvalidateKey, Version: time.Now()},
-		{Kind: flightcache.InvalidateAll, Target: "secret-key", Version: time.Now()},
-		{Kind: flightcache.InvalidateKey, Target: "secret-key"},
+		{Kind: flightcache.InvalidationKey, Version: time.Now()},
+		{Kind: flightcache.InvalidationAll, Target: "secret-key", Version: time.Now()},
+		{Kind: flightcache.InvalidationKey, Target: "secret-key"},
 		{Kind: 0, Target: "secret-key", Version: time.Now()},
 	} {
 		err := c.Publish(ctx, "c", bad)

@@ -45,9 +45,9 @@ type busMessage struct {
 }
 
 var busKinds = [...]byte{
-	flightcache.InvalidateKey:    'k',
-	flightcache.InvalidatePrefix: 'p',
-	flightcache.InvalidateAll:    'a',
+	flightcache.InvalidationKey:    'k',
+	flightcache.InvalidationPrefix: 'p',
+	flightcache.InvalidationAll:    'a',
 }
 
 // checkInvalidation reports what is wrong with publishing inv for cache,
@@ -62,14 +62,14 @@ func checkInvalidation(cache string, inv flightcache.Invalidation) error {
 		return errors.New("redislease: bus: Version must be a wall-clock time after 1970")
 	}
 	switch inv.Kind {
-	case flightcache.InvalidateKey, flightcache.InvalidatePrefix:
+	case flightcache.InvalidationKey, flightcache.InvalidationPrefix:
 		if inv.Target == "" {
 			return errors.New("redislease: bus: empty Target for a " + inv.Kind.String() + " invalidation")
 		}
 		if len(inv.Target) > maxBusTarget {
 			return errors.New("redislease: bus: Target longer than " + strconv.Itoa(maxBusTarget) + " bytes")
 		}
-	case flightcache.InvalidateAll:
+	case flightcache.InvalidationAll:
 		if inv.Target != "" {
 			return errors.New("redislease: bus: Target must be empty for an all invalidation")
 		}
@@ -130,11 +130,11 @@ func decodeBusMessage(s string) (busMessage, error) {
 	}
 	switch rest[0] {
 	case 'k':
-		m.inv.Kind = flightcache.InvalidateKey
+		m.inv.Kind = flightcache.InvalidationKey
 	case 'p':
-		m.inv.Kind = flightcache.InvalidatePrefix
+		m.inv.Kind = flightcache.InvalidationPrefix
 	case 'a':
-		m.inv.Kind = flightcache.InvalidateAll
+		m.inv.Kind = flightcache.InvalidationAll
 	default:
 		return m, errBadMessage
 	}
@@ -160,8 +160,8 @@ func decodeBusMessage(s string) (busMessage, error) {
 	rest = rest[i+1:]
 	m.cache, m.inv.Target = rest[:n], rest[n:]
 	switch {
-	case m.inv.Kind == flightcache.InvalidateAll && m.inv.Target != "",
-		m.inv.Kind != flightcache.InvalidateAll && m.inv.Target == "",
+	case m.inv.Kind == flightcache.InvalidationAll && m.inv.Target != "",
+		m.inv.Kind != flightcache.InvalidationAll && m.inv.Target == "",
 		len(m.inv.Target) > maxBusTarget:
 		return m, errBadMessage
 	}

@@ -26,7 +26,7 @@ func randomInvalidation(r *rand.Rand) (string, flightcache.Invalidation) {
 		Kind:    flightcache.InvalidationKind(1 + r.IntN(3)),
 		Version: time.UnixMicro(r.Int64N(1 << 62)),
 	}
-	if inv.Kind != flightcache.InvalidateAll {
+	if inv.Kind != flightcache.InvalidationAll {
 		inv.Target = bytesOf(lengths[r.IntN(len(lengths))])
 	}
 	return cache, inv
@@ -41,10 +41,10 @@ func TestBusMessageRoundTrips(t *testing.T) {
 		cache string
 		inv   flightcache.Invalidation
 	}{
-		{"product", flightcache.Invalidation{Kind: flightcache.InvalidateKey, Target: "product:42", Version: now}},
-		{"c", flightcache.Invalidation{Kind: flightcache.InvalidatePrefix, Target: "tenant-a:", Version: now}},
-		{"c", flightcache.Invalidation{Kind: flightcache.InvalidateAll, Version: time.UnixMicro(0)}},
-		{"k with spaces: and {braces}", flightcache.Invalidation{Kind: flightcache.InvalidateKey, Target: "fc1 0000000000000000 k 1 1:x", Version: now}},
+		{"product", flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: "product:42", Version: now}},
+		{"c", flightcache.Invalidation{Kind: flightcache.InvalidationPrefix, Target: "tenant-a:", Version: now}},
+		{"c", flightcache.Invalidation{Kind: flightcache.InvalidationAll, Version: time.UnixMicro(0)}},
+		{"k with spaces: and {braces}", flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: "fc1 0000000000000000 k 1 1:x", Version: now}},
 	}
 	for range 2000 {
 		c, inv := randomInvalidation(r)
@@ -73,7 +73,7 @@ func TestBusMessageRoundTrips(t *testing.T) {
 				origin, c.cache, c.inv.Kind, len(c.inv.Target), c.inv.Version)
 		}
 	}
-	msg, _ := appendBusMessage(nil, 0xfedcba9876543210, "product", flightcache.Invalidation{Kind: flightcache.InvalidateKey, Target: "product:42", Version: time.UnixMicro(1764524459123456)})
+	msg, _ := appendBusMessage(nil, 0xfedcba9876543210, "product", flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: "product:42", Version: time.UnixMicro(1764524459123456)})
 	if want := "fc1 fedcba9876543210 k 1764524459123456 7:productproduct:42"; string(msg) != want {
 		t.Fatalf("encoding = %q, want %q", msg, want)
 	}
@@ -87,16 +87,16 @@ func TestBusMessageRefusesWhatCannotBeDecoded(t *testing.T) {
 		cache string
 		inv   flightcache.Invalidation
 	}{
-		{"empty cache", "", flightcache.Invalidation{Kind: flightcache.InvalidateAll, Version: now}},
-		{"long cache", strings.Repeat("c", maxBusCache+1), flightcache.Invalidation{Kind: flightcache.InvalidateAll, Version: now}},
-		{"zero version", "c", flightcache.Invalidation{Kind: flightcache.InvalidateAll}},
-		{"before 1970", "c", flightcache.Invalidation{Kind: flightcache.InvalidateAll, Version: time.Date(1969, 12, 31, 0, 0, 0, 0, time.UTC)}},
+		{"empty cache", "", flightcache.Invalidation{Kind: flightcache.InvalidationAll, Version: now}},
+		{"long cache", strings.Repeat("c", maxBusCache+1), flightcache.Invalidation{Kind: flightcache.InvalidationAll, Version: now}},
+		{"zero version", "c", flightcache.Invalidation{Kind: flightcache.InvalidationAll}},
+		{"before 1970", "c", flightcache.Invalidation{Kind: flightcache.InvalidationAll, Version: time.Date(1969, 12, 31, 0, 0, 0, 0, time.UTC)}},
 		{"no kind", "c", flightcache.Invalidation{Version: now}},
 		{"unknown kind", "c", flightcache.Invalidation{Kind: 9, Version: now}},
-		{"key without target", "c", flightcache.Invalidation{Kind: flightcache.InvalidateKey, Version: now}},
-		{"prefix without target", "c", flightcache.Invalidation{Kind: flightcache.InvalidatePrefix, Version: now}},
-		{"all with target", "c", flightcache.Invalidation{Kind: flightcache.InvalidateAll, Target: "secret-key", Version: now}},
-		{"long target", "c", flightcache.Invalidation{Kind: flightcache.InvalidateKey, Target: strings.Repeat("k", maxBusTarget+1), Version: now}},
+		{"key without target", "c", flightcache.Invalidation{Kind: flightcache.InvalidationKey, Version: now}},
+		{"prefix without target", "c", flightcache.Invalidation{Kind: flightcache.InvalidationPrefix, Version: now}},
+		{"all with target", "c", flightcache.Invalidation{Kind: flightcache.InvalidationAll, Target: "secret-key", Version: now}},
+		{"long target", "c", flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: strings.Repeat("k", maxBusTarget+1), Version: now}},
 	} {
 		_, err := appendBusMessage(nil, 1, c.cache, c.inv)
 		if err == nil {

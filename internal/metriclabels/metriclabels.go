@@ -185,9 +185,9 @@ func ScopeIndex(s flightcache.Scope) int {
 // counted rather than dropped.
 var InvalidationKindNames = [...]string{
 	0:                            flightcache.InvalidationKind(0).String(),
-	flightcache.InvalidateKey:    flightcache.InvalidateKey.String(),
-	flightcache.InvalidatePrefix: flightcache.InvalidatePrefix.String(),
-	flightcache.InvalidateAll:    flightcache.InvalidateAll.String(),
+	flightcache.InvalidationKey:    flightcache.InvalidationKey.String(),
+	flightcache.InvalidationPrefix: flightcache.InvalidationPrefix.String(),
+	flightcache.InvalidationAll:    flightcache.InvalidationAll.String(),
 }
 
 // InvalidationKindIndex returns k's index in InvalidationKindNames,
