@@ -68,9 +68,11 @@ type Invalidation struct {
 	// Target is the key (InvalidationKey) or the prefix (InvalidationPrefix);
 	// empty for InvalidateAll.
 	Target string
-	// Version is the wall-clock time (time.Now) at which the publisher's
-	// write was complete. Buses carry it with at least microsecond
-	// precision.
+	// Version is the wall-clock time (time.Now) from which the publisher's
+	// write is visible: for Set, the read time of the entry it stored
+	// (Meta.LoadedAt); for Delete, InvalidatePrefix and Clear, when the
+	// call was made, after the origin changed. Buses carry it with at
+	// least microsecond precision, truncated (never rounded up).
 	Version time.Time
 }
 
@@ -122,11 +124,24 @@ type Bus interface {
 	// subscription is confirmed and known to work. Whenever messages may
 	// have been lost since (the connection dropped and was re-established,
 	// a heartbeat did not come back in time, h fell too far behind), the
-	// bus calls BusChanged(BusDown), then BusChanged(BusUp) once it works
-	// again. Messages that fail to decode are dropped and never reach h.
+	// bus calls BusChanged(BusDown) promptly, without waiting for the
+	// invalidations still queued for h (it may drop them: the move back to
+	// BusUp resynchronises), then BusChanged(BusUp) once it works again.
+	// Messages that fail to decode are dropped and never reach h.
 	//
-	// Subscribe fails only for a closed bus or bad arguments; a bus that
-	// cannot reach its server reports BusDown and keeps trying.
+	// Bulk invalidations (InvalidationPrefix, InvalidationAll) are also
+	// retained by the bus for its retention window: before every
+	// BusChanged(BusUp), the first one included, the bus delivers through
+	// h.Invalidated the retained bulk invalidations of cache, oldest first,
+	// so that an instance that missed them (its bus was down, it restarted,
+	// it started later) still applies them. The window must cover the
+	// Cache's TTL plus StaleFor: until then the shared tier may still hold
+	// entries they cover.
+	//
+	// Subscribe fails only for a closed bus or bad arguments (two
+	// subscriptions of one cache name on one bus are refused: they would
+	// never hear each other); a bus that cannot reach its server reports
+	// BusDown and keeps trying.
 	Subscribe(cache string, h BusHandler) (stop func(), err error)
 }
 
