@@ -681,7 +681,7 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 		if !l.Found {
 			continue
 		}
-		if c.fences.covers(keys[j], readAt(&l.Entry.Meta), now, c.clockSkew) {
+		if c.fences.covers(keys[j], &l.Entry.Meta, now, c.clockSkew) {
 			continue // older than an invalidation applied here (see readShared)
 		}
 		m := c.fromWall(l.Entry.Meta)
@@ -698,7 +698,9 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 			it.Value = v
 		}
 		if c.local != nil {
-			c.fill(tickets[j], keys[j], it, nil)
+			if _, newer := c.fill(tickets[j], keys[j], it, nil); newer != nil {
+				it = newer // see readShared
+			}
 		}
 		items[j] = it
 	}
@@ -741,23 +743,22 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []t
 		// but while the local tier's Set (a Cost function) runs.
 		tier = TierShared
 	)
-	writeIfAll(keys, tickets, func(current []bool) {
-		// A panic in a store or the codec is every key's write error, as
-		// in miss.writeBack: the values were loaded and are returned. Its
-		// value stays out of the error: it may hold a key.
-		defer func() {
-			if p := recover(); p != nil {
-				err := fmt.Errorf("flightcache: write-back panicked (%T)", p)
-				for _, fl := range flights {
-					fl.writeErr = err
-				}
-				c.writeFailed(ctx, tier, err)
-				errs = nil
+	// A panic in a store or the codec is every key's write error, as in
+	// miss.writeBack: the values were loaded and are returned. Its value
+	// stays out of the error: it may hold a key.
+	defer func() {
+		if p := recover(); p != nil {
+			err := fmt.Errorf("flightcache: write-back panicked (%T)", p)
+			for _, fl := range flights {
+				fl.writeErr = err
 			}
-		}()
+			c.writeFailed(ctx, tier, err)
+		}
+	}()
+	writeIfAll(keys, tickets, func(current []bool) {
 		for n, fl := range flights {
 			tier = TierLocal
-			ok := c.fillLocked(tickets[n], current[n], keys[n], &fl.item)
+			ok, _ := c.fillLocked(tickets[n], current[n], keys[n], &fl.item)
 			tier = TierShared
 			if !ok {
 				continue // an explicit write or a newer read won, or the Cache closed
@@ -772,6 +773,7 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []t
 				wn = append(wn, n)
 			}
 		}
+	}, func() {
 		if len(wk) > 0 {
 			errs = c.setSharedMany(ctx, wk, we)
 		}

@@ -2,6 +2,7 @@ package flightcache_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
@@ -23,6 +24,24 @@ import (
 type busNet struct {
 	mu   sync.Mutex
 	subs []*busSub
+	// retained holds every bulk invalidation published, replayed to a
+	// subscriber before each BusUp, as the Bus contract requires.
+	retained []retainedInvalidation
+}
+
+type retainedInvalidation struct {
+	cache string
+	inv   flightcache.Invalidation
+}
+
+// replay delivers the retained bulk invalidations of s's cache to s; the
+// caller holds n.mu.
+func (n *busNet) replay(s *busSub) {
+	for _, r := range n.retained {
+		if r.cache == s.cache {
+			s.h.Invalidated(r.inv)
+		}
+	}
 }
 
 type busSub struct {
@@ -35,6 +54,32 @@ type busEndpoint struct {
 	net       *busNet
 	published atomic.Int64
 	failWith  atomic.Pointer[error] // Publish returns it when set
+	// While holding (guarded by net.mu), messages for this endpoint wait
+	// in held: a slow delivery.
+	holding bool
+	held    []flightcache.Invalidation
+}
+
+// hold delays the delivery of messages to this endpoint until deliverHeld.
+func (e *busEndpoint) hold() {
+	e.net.mu.Lock()
+	defer e.net.mu.Unlock()
+	e.holding = true
+}
+
+// deliverHeld delivers what hold delayed, in order, and stops holding.
+func (e *busEndpoint) deliverHeld() {
+	e.net.mu.Lock()
+	defer e.net.mu.Unlock()
+	e.holding = false
+	for _, inv := range e.held {
+		for _, s := range e.net.subs {
+			if s.ep == e {
+				s.h.Invalidated(inv)
+			}
+		}
+	}
+	e.held = nil
 }
 
 func (n *busNet) endpoint() *busEndpoint { return &busEndpoint{net: n} }
@@ -46,20 +91,29 @@ func (e *busEndpoint) Publish(ctx context.Context, cache string, inv flightcache
 	e.published.Add(1)
 	e.net.mu.Lock()
 	defer e.net.mu.Unlock()
+	if inv.Kind != flightcache.InvalidationKey {
+		e.net.retained = append(e.net.retained, retainedInvalidation{cache, inv})
+	}
 	for _, s := range e.net.subs {
 		if s.ep != e && s.cache == cache {
+			if s.ep.holding {
+				s.ep.held = append(s.ep.held, inv)
+				continue
+			}
 			s.h.Invalidated(inv)
 		}
 	}
 	return nil
 }
 
-// Subscribe reports BusUp at once: the net always works.
+// Subscribe replays the retained bulk invalidations and reports BusUp at
+// once: the net always works.
 func (e *busEndpoint) Subscribe(cache string, h flightcache.BusHandler) (func(), error) {
 	s := &busSub{ep: e, cache: cache, h: h}
 	e.net.mu.Lock()
 	defer e.net.mu.Unlock()
 	e.net.subs = append(e.net.subs, s)
+	e.net.replay(s)
 	h.BusChanged(flightcache.BusUp)
 	return func() {
 		e.net.mu.Lock()
@@ -87,6 +141,9 @@ func (e *busEndpoint) setState(s flightcache.BusState) {
 	defer e.net.mu.Unlock()
 	for _, sub := range e.net.subs {
 		if sub.ep == e {
+			if s == flightcache.BusUp {
+				e.net.replay(sub)
+			}
 			sub.h.BusChanged(s)
 		}
 	}
@@ -590,5 +647,62 @@ func TestConcurrentWritesAndReadsNeverRegressPerReader(t *testing.T) {
 	}
 	if r := mustGet(t, b.c, "k", load); r.Value.Price != rounds {
 		t.Fatalf("after the last write B serves %d, want %d", r.Value.Price, rounds)
+	}
+}
+
+// TestASlowWriteBackThatReachesRedisAfterANewerSetIsNeverServed: without a
+// Coordinator, instance C loads the old value, hears of A's Set late and
+// writes its value back to the shared tier after A's. B, which heard of the
+// Set, treats C's entry as absent and loads the new value; it never serves
+// the old one.
+func TestASlowWriteBackThatReachesRedisAfterANewerSetIsNeverServed(t *testing.T) {
+	net := &busNet{}
+	shared := newMapShared(nil)
+	a := newInstance(t, net, shared, nil, nil)
+	b := newInstance(t, net, shared, nil, nil)
+	cInst := newInstance(t, net, shared, nil, nil)
+	var price, calls atomic.Int64
+	price.Store(1)
+	load := valueLoader(&price, &calls)
+
+	read, release := make(chan struct{}), make(chan struct{})
+	slow := func(ctx context.Context) (*product, error) {
+		p := &product{Price: int(price.Load())} // reads the origin: 1
+		close(read)
+		<-release
+		return p, nil
+	}
+	cInst.bus.hold() // C hears of A's Set only after its write-back
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if r := mustGet(t, cInst.c, "k", slow); r.Value.Price != 1 {
+			t.Errorf("C's own load returned %d, want 1", r.Value.Price)
+		}
+	}()
+	<-read
+	price.Store(2)
+	if err := a.c.Set(context.Background(), "k", &product{Price: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustGet(t, b.c, "k", load); r.Value.Price != 2 {
+		t.Fatalf("B after A's Set: %d", r.Value.Price)
+	}
+	close(release)
+	<-done
+	shared.mu.Lock()
+	e := shared.m["k"]
+	shared.mu.Unlock()
+	var got product
+	if err := json.Unmarshal(e.Value, &got); err != nil || got.Price != 1 {
+		t.Fatalf("the shared tier holds %+v (%v), want C's late write-back of price 1", got, err)
+	}
+	b.local.Delete("k") // B must read the shared tier again
+	if r := mustGet(t, b.c, "k", load); r.Value.Price != 2 {
+		t.Fatalf("B served %d (%v) from C's late write-back after having served 2", r.Value.Price, r.Outcome)
+	}
+	cInst.bus.deliverHeld()
+	if r := mustGet(t, cInst.c, "k", load); r.Value.Price != 2 {
+		t.Fatalf("C after hearing of the Set: %d (%v)", r.Value.Price, r.Outcome)
 	}
 }

@@ -585,6 +585,12 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 		e, encErr = c.encode(&it)
 		version = e.LoadedAt
 	}
+	if encErr == nil {
+		// Before the write: from now on this instance takes no shared
+		// entry read before it for newer (see fenceTable).
+		c.fenceKey(ctx, key, version)
+	}
+	it.filledAt = now
 	err := c.explicit(ctx, key, func() error {
 		if c.local != nil {
 			c.local.Set(key, it)
@@ -605,8 +611,9 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	}
 	if encErr != nil {
 		version = time.Now() // the shared entry is gone, not replaced
+		c.fenceKey(ctx, key, version)
 	}
-	return joinPublished(err, c.announceKey(ctx, key, version))
+	return joinPublished(err, c.publish(ctx, InvalidationKey, key, version))
 }
 
 // joinPublished adds the error of announcing a write to the write's own.
@@ -654,6 +661,7 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 	if err := c.admit(ctx, key); err != nil {
 		return err
 	}
+	c.fenceKey(ctx, key, time.Now())
 	err := c.explicit(ctx, key, func() error {
 		if c.local != nil {
 			c.local.Delete(key)
@@ -666,7 +674,9 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 	if err != nil {
 		c.writeFailed(ctx, TierShared, err)
 	}
-	return joinPublished(err, c.announceKey(ctx, key, time.Now()))
+	version := time.Now()
+	c.fenceKey(ctx, key, version)
+	return joinPublished(err, c.publish(ctx, InvalidationKey, key, version))
 }
 
 // Close stops background refreshes and the engine: running loads have their
@@ -693,59 +703,72 @@ func (c *Cache[V]) Close() error {
 
 // fill is the read path's write of it to the local tier (a copy of a
 // shared hit, a load's result) under ticket t, and then, if it was
-// written, shared (nil: none; the write-back's shared write) under the same
-// lock. It reports whether it wrote; see fillLocked.
-func (c *Cache[V]) fill(t ticket, key string, it *Item[V], shared func()) (stored bool) {
-	t.locked(func(current bool) {
-		if stored = c.fillLocked(t, current, key, it); stored && shared != nil {
-			shared()
-		}
-	})
-	return stored
+// written, shared (nil: none; the write-back's shared write) under the
+// key's lock but not the bulk lock (it is network I/O, and a bulk
+// invalidation waiting for the bulk lock would hold up every other fill).
+// It reports whether it wrote, and the fresh copy held that is newer than
+// it when there is one: the caller serves that instead (see fillLocked).
+func (c *Cache[V]) fill(t ticket, key string, it *Item[V], shared func()) (stored bool, newer *Item[V]) {
+	t.e.mu.Lock()
+	defer t.e.mu.Unlock()
+	func() {
+		t.w.bulk.RLock()
+		defer t.w.bulk.RUnlock()
+		stored, newer = c.fillLocked(t, t.current(key), key, it)
+	}()
+	if stored && shared != nil {
+		shared()
+	}
+	return stored, newer
 }
 
-// fillLocked decides a read-path write of it under key's lock (t.e.mu),
-// current telling whether t is still current, and makes the local one.
-// Per key, this instance never goes back to older data:
+// fillLocked decides a read-path write of it under key's lock (t.e.mu)
+// and the bulk lock (shared), current telling whether t is still current,
+// and makes the local one. Per key, this instance never goes back to older
+// data:
 //
 //   - a ticket outdated by an explicit write or an invalidation writes
 //     nothing, but still drops a held copy read earlier than it (the
 //     caller serves it: the held copy is older than what was served);
 //   - an item read earlier than one another read-path write of the key
-//     brought meanwhile (newest), or than the fresh copy held, is not
-//     written: a slow load or shared read finishing after a newer one.
+//     brought meanwhile (newest) is not written;
+//   - nor is one read earlier than the fresh copy held, which is returned
+//     as newer, for the caller to serve instead.
 //
 // It reports whether the write may go on (false once the Cache is closed:
 // a load that outlives Close must not fill the stores).
-func (c *Cache[V]) fillLocked(t ticket, current bool, key string, it *Item[V]) bool {
+func (c *Cache[V]) fillLocked(t ticket, current bool, key string, it *Item[V]) (ok bool, newer *Item[V]) {
 	read := readAt(&it.Meta)
 	newest := t.e.newest
 	if read.After(newest) {
 		t.e.newest = read
 	}
 	if c.closed.Load() {
-		return false
+		return false, nil
 	}
-	var (
-		held *Item[V]
-		ok   bool
-	)
+	var held *Item[V]
 	if c.local != nil {
-		held, ok = c.local.Get(key)
+		held, _ = c.local.Get(key)
 	}
 	if !current {
-		if ok && readAt(&held.Meta).Before(read) {
+		if held != nil && readAt(&held.Meta).Before(read) {
 			c.local.Delete(key)
 		}
-		return false
+		return false, nil
 	}
-	if read.Before(newest) || (ok && c.now().Before(held.FreshUntil) && readAt(&held.Meta).After(read)) {
-		return false
+	now := c.now()
+	if held != nil && now.Before(held.FreshUntil) && readAt(&held.Meta).After(read) {
+		return false, held
+	}
+	if read.Before(newest) {
+		return false, nil
 	}
 	if c.local != nil {
-		c.local.Set(key, *it)
+		cp := *it
+		cp.filledAt = now
+		c.local.Set(key, cp)
 	}
-	return true
+	return true, nil
 }
 
 // jittered shortens d by a random fraction of at most c.jitter, so values

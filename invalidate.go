@@ -35,116 +35,131 @@ import (
 // the origin before the write but reached the shared tier after it (only
 // possible without a Coordinator, whose fenced writes refuse it).
 
-// maxFences bounds the fence table (both kinds together): at about 100
-// bytes a fence, 10 MB. Beyond it the oldest fences are dropped first,
-// with a warning: dropping a bulk fence early may let an instance read an
-// entry it covered from the shared tier.
-const maxFences = 100_000
+// The fence table's bounds, per kind of fence: key fences come with every
+// Set and Delete and must never push out the bulk fences, which are rare
+// and matter for TTL + StaleFor. Past a bound the oldest fences of that
+// kind are dropped first, with a warning: dropping a bulk fence early may
+// let an instance read an entry it covered from the shared tier.
+const (
+	maxKeyFences     = 100_000
+	maxKeyFenceBytes = 16 << 20
+	maxBulkFences    = 10_000
+	maxBulkBytes     = 4 << 20
+	fenceOverhead    = 64 // bytes a fence costs besides its target, roughly
+)
 
 // fenceTable remembers the invalidations an instance applied or made
 // recently, per target: a key, or a prefix for a bulk fence ("" for all
 // keys).
 //
-//   - note records the newest Version per target: a message that is not
-//     newer changes nothing (it arrived late or twice).
+//   - note records the newest Version per target, and reports whether a
+//     Version is newer than the last one noted (metrics call the others
+//     ignored; they are applied all the same, which is harmless).
 //   - covers tells readShared to treat an older shared entry as absent.
 //
 // Every fence expires after window (the Cache's TTL plus StaleFor: by then
 // every entry written before it has expired from the shared tier, unless a
 // loader set a longer TTL with SetTTL). Versions are wall-clock times,
-// compared with the wall-clock times the shared tier holds without any
-// conversion, so that a Set's own entry (whose read time is exactly its
-// Invalidation's Version) is never taken for an older one; expiry runs on
-// the Cache's clock.
+// compared with the wall-clock times the shared tier holds, both truncated
+// to the microsecond (the Bus's precision), so that a Set's own entry
+// (whose read time is its Invalidation's Version) is never taken for an
+// older one; expiry runs on the Cache's clock.
 type fenceTable struct {
 	// count is the number of fences, so that readShared skips mu while
 	// there are none (the common case).
 	count atomic.Int32
 
 	mu     sync.Mutex
-	keys   map[string]time.Time // key → newest Version applied; guarded by mu
-	bulk   map[string]time.Time // prefix → newest Version applied; guarded by mu
-	lens   map[int]int          // prefix length → bulk fences of that length; guarded by mu
-	queue  []fenceRecord        // every fence noted, oldest first (so in expiry order); guarded by mu
-	head   int                  // queue[:head] are gone; guarded by mu
+	keys   fenceSet // guarded by mu
+	bulk   fenceSet // guarded by mu
+	lens   map[int]int // prefix length → bulk fences of that length; guarded by mu
 	window time.Duration
-	// dropped counts fences dropped before their time because the table
-	// was full; guarded by mu.
-	dropped int64
+}
+
+// fenceSet is the fences of one kind.
+type fenceSet struct {
+	m       map[string]time.Time // target → newest Version noted
+	queue   []fenceRecord        // every note, oldest first (so in expiry order)
+	head    int                  // queue[:head] are gone
+	bytes   int                  // the live records' size, roughly
+	dropped int64                // records dropped before their time
 }
 
 type fenceRecord struct {
 	target  string
-	bulk    bool
 	version time.Time
 	expires time.Time
 }
 
 // note records an invalidation of target (a key, or a prefix when bulk)
 // at version, and reports whether it is newer than every one recorded for
-// the same target: false means it changes nothing.
+// the same target, and how many fences of its kind were ever dropped early
+// when this note made the table drop one (0 otherwise).
 func (f *fenceTable) note(bulk bool, target string, version, now time.Time) (fresh bool, dropped int64) {
+	version = version.Truncate(time.Microsecond)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.expire(now)
-	m := f.keys
+	set, maxN, maxBytes := &f.keys, maxKeyFences, maxKeyFenceBytes
 	if bulk {
-		m = f.bulk
+		set, maxN, maxBytes = &f.bulk, maxBulkFences, maxBulkBytes
 	}
-	old, seen := m[target]
+	old, seen := set.m[target]
 	if seen && !version.After(old) {
 		return false, 0
 	}
-	if m == nil {
-		m = make(map[string]time.Time)
-		if bulk {
-			f.bulk, f.lens = m, make(map[int]int)
-		} else {
-			f.keys = m
-		}
+	if set.m == nil {
+		set.m = make(map[string]time.Time)
 	}
-	m[target] = version
+	set.m[target] = version
 	if !seen {
 		f.count.Add(1)
 		if bulk {
+			if f.lens == nil {
+				f.lens = make(map[int]int)
+			}
 			f.lens[len(target)]++
 		}
 	}
-	f.queue = append(f.queue, fenceRecord{target: target, bulk: bulk, version: version, expires: now.Add(f.window)})
-	for len(f.queue)-f.head > maxFences {
-		f.pop()
-		f.dropped++
-		dropped = f.dropped
+	set.queue = append(set.queue, fenceRecord{target: target, version: version, expires: now.Add(f.window)})
+	set.bytes += len(target) + fenceOverhead
+	for len(set.queue)-set.head > maxN || set.bytes > maxBytes {
+		f.pop(set, bulk)
+		set.dropped++
+		dropped = set.dropped
 	}
 	return true, dropped
 }
 
 // expire drops the fences whose window has passed.
 func (f *fenceTable) expire(now time.Time) {
-	for f.head < len(f.queue) && !now.Before(f.queue[f.head].expires) {
-		f.pop()
-	}
-	if f.head > 0 && f.head >= len(f.queue)/2 {
-		n := copy(f.queue, f.queue[f.head:])
-		clear(f.queue[n:])
-		f.queue, f.head = f.queue[:n], 0
+	for _, k := range [...]struct {
+		set  *fenceSet
+		bulk bool
+	}{{&f.keys, false}, {&f.bulk, true}} {
+		set := k.set
+		for set.head < len(set.queue) && !now.Before(set.queue[set.head].expires) {
+			f.pop(set, k.bulk)
+		}
+		if set.head > 0 && set.head >= len(set.queue)/2 {
+			n := copy(set.queue, set.queue[set.head:])
+			clear(set.queue[n:])
+			set.queue, set.head = set.queue[:n], 0
+		}
 	}
 }
 
-// pop drops the oldest record, and its target's fence unless a newer
-// record of the same target replaced it.
-func (f *fenceTable) pop() {
-	r := f.queue[f.head]
-	f.queue[f.head] = fenceRecord{}
-	f.head++
-	m := f.keys
-	if r.bulk {
-		m = f.bulk
-	}
-	if v, ok := m[r.target]; ok && v.Equal(r.version) {
-		delete(m, r.target)
+// pop drops the oldest record of set, and its target's fence unless a
+// newer record of the same target replaced it.
+func (f *fenceTable) pop(set *fenceSet, bulk bool) {
+	r := set.queue[set.head]
+	set.queue[set.head] = fenceRecord{}
+	set.head++
+	set.bytes -= len(r.target) + fenceOverhead
+	if v, ok := set.m[r.target]; ok && v.Equal(r.version) {
+		delete(set.m, r.target)
 		f.count.Add(-1)
-		if r.bulk {
+		if bulk {
 			if f.lens[len(r.target)]--; f.lens[len(r.target)] == 0 {
 				delete(f.lens, len(r.target))
 			}
@@ -152,26 +167,30 @@ func (f *fenceTable) pop() {
 	}
 }
 
-// covers reports whether a fence covers a shared entry of key whose data
-// was read from its source at read (wall clock): a key fence when read is
-// before its Version, a bulk fence when read is before its Version plus
-// skew (a bulk invalidation announces no value of its own, so values read
-// just after it by a host whose clock is behind are reloaded once more).
-func (f *fenceTable) covers(key string, read, now time.Time, skew time.Duration) bool {
+// covers reports whether a fence covers a shared entry of key with Meta m
+// (wall clock): a key fence when the entry's data was read (readAt) before
+// its Version, a bulk fence when before its Version plus skew (a bulk
+// invalidation announces no value of its own, so values read just after it
+// by a host whose clock is behind are reloaded once more). Key fences give
+// no skew: the Set's own entry is read exactly at its fence's Version. An
+// entry whose LoadedAt is unknown (zero) is covered by bulk fences only.
+func (f *fenceTable) covers(key string, m *Meta, now time.Time, skew time.Duration) bool {
 	if f.count.Load() == 0 {
 		return false
 	}
+	known := !m.LoadedAt.IsZero()
+	read := readAt(m).Truncate(time.Microsecond)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.expire(now)
-	if v, ok := f.keys[key]; ok && read.Before(v) {
+	if v, ok := f.keys.m[key]; ok && known && read.Before(v) {
 		return true
 	}
 	for n := range f.lens {
 		if n > len(key) {
 			continue
 		}
-		if v, ok := f.bulk[key[:n]]; ok && read.Before(v.Add(skew)) {
+		if v, ok := f.bulk.m[key[:n]]; ok && (!known || read.Before(v.Add(skew))) {
 			return true
 		}
 	}
@@ -179,10 +198,18 @@ func (f *fenceTable) covers(key string, read, now time.Time, skew time.Duration)
 }
 
 // untrusted reports whether a local item must not be served as fresh
-// because the Bus is down and the item was read from its source more than
-// BusDownTTL ago: invalidations of it may have been missed.
+// because the Bus is down and the item entered the local tier (or, if
+// that is unknown, was read from its source) more than BusDownTTL ago:
+// invalidations of it may have been missed since.
 func (c *Cache[V]) untrusted(it *Item[V], now time.Time) bool {
-	return c.capLocal.Load() && now.Sub(readAt(&it.Meta)) >= c.busDownTTL
+	if !c.capLocal.Load() {
+		return false
+	}
+	since := it.filledAt
+	if since.IsZero() {
+		since = readAt(&it.Meta)
+	}
+	return now.Sub(since) >= c.busDownTTL
 }
 
 // BusState returns the state of the Cache's subscription to its Bus:
@@ -246,24 +273,33 @@ func (c *Cache[V]) invalidateBulk(ctx context.Context, kind InvalidationKind, pr
 	return c.publish(ctx, kind, prefix, wall)
 }
 
-// announceKey records and publishes an explicit write of key (Set,
-// Delete) whose data dates from version (wall clock): the Set's own entry,
-// or the moment a Delete finished.
-func (c *Cache[V]) announceKey(ctx context.Context, key string, version time.Time) error {
-	c.noteFence(ctx, false, key, version)
-	return c.publish(ctx, InvalidationKey, key, version)
+// fenceKey records, with a Bus, an explicit write of key (Set, Delete)
+// whose data dates from version (wall clock): the Set's own entry, or the
+// moment of a Delete. Without a Bus no key fence is kept: it only guards
+// against writes of other instances.
+func (c *Cache[V]) fenceKey(ctx context.Context, key string, version time.Time) {
+	if c.bus != nil {
+		c.noteFence(ctx, false, key, version)
+	}
 }
 
 // publish announces an invalidation of this instance on the Bus, on its
 // own SharedTimeout (the write it announces is done; the caller leaving
-// must not keep the others from hearing of it).
+// must not keep the others from hearing of it). While the SharedBreaker is
+// open it does not try: the Bus lives on the same Redis, and a write must
+// not wait out a timeout per call on a Redis known to fail.
 func (c *Cache[V]) publish(ctx context.Context, kind InvalidationKind, target string, version time.Time) error {
 	if c.bus == nil {
 		return nil
 	}
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.sharedTimeout)
-	defer cancel()
-	err := c.bus.Publish(pctx, c.name, Invalidation{Kind: kind, Target: target, Version: version})
+	var err error
+	if c.breaker != nil && c.breaker.State() == BreakerOpen {
+		err = ErrBreakerOpen
+	} else {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.sharedTimeout)
+		err = c.bus.Publish(pctx, c.name, Invalidation{Kind: kind, Target: target, Version: version})
+		cancel()
+	}
 	if c.obs != nil {
 		c.observe(Event{Kind: EventInvalidationSent, Ctx: ctx, Cache: c.name, Invalidation: kind, Err: err})
 	}
@@ -271,29 +307,31 @@ func (c *Cache[V]) publish(ctx context.Context, kind InvalidationKind, target st
 		return nil
 	}
 	if ok, suppressed := c.busLog.allow(); ok {
-		c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: publishing an invalidation failed; other instances may serve older values until they expire",
+		c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: publishing an invalidation failed; other instances may serve older values until they expire or their bus reports down",
 			slog.String("cache", c.name), slog.String("kind", kind.String()), slog.Any("error", err), slog.Int64("suppressed", suppressed))
 	}
 	return fmt.Errorf("%w: %w", ErrNotPublished, err)
 }
 
 // noteFence records an invalidation in the fence table and reports whether
-// it is new (see fenceTable.note), warning when the table overflowed.
+// it is newer than the last one of its target (see fenceTable.note),
+// warning when the table overflowed.
 func (c *Cache[V]) noteFence(ctx context.Context, bulk bool, target string, version time.Time) bool {
 	fresh, dropped := c.fences.note(bulk, target, version, c.now())
 	if dropped > 0 {
 		if ok, suppressed := c.busLog.allow(); ok {
 			c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: too many recent invalidations; the oldest fences were dropped early",
-				slog.String("cache", c.name), slog.Int64("dropped_total", dropped), slog.Int64("suppressed", suppressed))
+				slog.String("cache", c.name), slog.Bool("bulk", bulk), slog.Int64("dropped_total", dropped), slog.Int64("suppressed", suppressed))
 		}
 	}
 	return fresh
 }
 
-// applyKey drops the local copy of key if it was read before version plus
-// ClockSkew, makes the read-path writes of key in progress write nothing
-// (an explicit write in the write guard) and the next Get start a new
-// flight. It reports whether a copy was held and whether it was dropped.
+// applyKey drops the local copy of key if it was read before version
+// (this Cache's clock) plus ClockSkew, makes the read-path writes of key
+// in progress write nothing (an explicit write in the write guard) and
+// the next Get start a new flight. It reports whether a copy was held and
+// whether it was dropped.
 func (c *Cache[V]) applyKey(key string, version time.Time) (held, dropped bool) {
 	limit := version.Add(c.clockSkew)
 	_ = c.guard.explicit(key, func() error {
@@ -301,11 +339,8 @@ func (c *Cache[V]) applyKey(key string, version time.Time) (held, dropped bool) 
 			return nil
 		}
 		it, ok := c.local.Get(key)
-		if !ok {
-			return nil
-		}
-		held = true
-		if readAt(&it.Meta).Before(limit) {
+		held = ok
+		if ok && readAt(&it.Meta).Before(limit) {
 			c.local.Delete(key)
 			dropped = true
 		}
@@ -316,29 +351,31 @@ func (c *Cache[V]) applyKey(key string, version time.Time) (held, dropped bool) 
 }
 
 // applyBulk drops the local items under prefix ("" for all) read before
-// version plus ClockSkew, and makes every read-path write in progress
-// write nothing (they cannot be matched to the prefix cheaply; they are
-// only refused, their callers still get their values). The caller has
-// noted the fence first, so that a shared read from now on sees it.
-func (c *Cache[V]) applyBulk(prefix string, version time.Time) {
-	c.guard.bulkInvalidate()
+// version plus ClockSkew, and makes the read-path writes in progress of
+// keys under prefix write nothing. The caller has noted the fence first,
+// so that a shared read from now on sees it. It returns how many items it
+// dropped.
+func (c *Cache[V]) applyBulk(prefix string, version time.Time) (dropped int) {
+	c.guard.bulkInvalidate(prefix)
 	c.group.ForgetFunc(func(k string) bool { return strings.HasPrefix(k, prefix) })
 	r, ok := c.local.(LocalRanger[V])
 	if !ok {
-		return
+		return 0
 	}
 	limit := version.Add(c.clockSkew)
 	for k, it := range r.All() {
 		if strings.HasPrefix(k, prefix) && readAt(&it.Meta).Before(limit) {
 			c.local.Delete(k)
+			dropped++
 		}
 	}
+	return dropped
 }
 
 // resync empties the local tier after the Bus was down: whatever it holds
 // may have missed invalidations. Reads in progress write nothing.
 func (c *Cache[V]) resync() {
-	c.guard.bulkInvalidate()
+	c.guard.bulkInvalidate("")
 	c.group.ForgetFunc(func(string) bool { return true })
 	if r, ok := c.local.(LocalRanger[V]); ok {
 		for k := range r.All() {
@@ -354,7 +391,15 @@ type busHandler[V any] struct{ c *Cache[V] }
 func (h busHandler[V]) Invalidated(inv Invalidation) { h.c.received(inv) }
 func (h busHandler[V]) BusChanged(s BusState)        { h.c.busChanged(s) }
 
-// received applies an invalidation from another instance.
+// received applies an invalidation from another instance. It is applied
+// even when it is not newer than the last one of its target: applying only
+// drops copies older than its Version, so a repeat is harmless, and one
+// from a host whose clock lags the last writer's must still drop what was
+// read before it. It counts as applied when it dropped something, or was
+// newer than the last one of its target and found no newer copy; else as
+// ignored (stale). A Version ahead of this host's clock by more
+// than ClockSkew (a host with a wrong clock) is taken as now: it must not
+// fence this instance's future.
 func (c *Cache[V]) received(inv Invalidation) {
 	if c.closed.Load() {
 		return
@@ -362,30 +407,36 @@ func (c *Cache[V]) received(inv Invalidation) {
 	if c.obs != nil {
 		c.observe(Event{Kind: EventInvalidationReceived, Cache: c.name, Invalidation: inv.Kind})
 	}
+	ctx := context.Background()
+	wallNow := time.Now()
+	if limit := wallNow.Add(c.clockSkew); inv.Version.After(limit) {
+		inv.Version = wallNow
+		if ok, suppressed := c.busLog.allow(); ok {
+			c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: an invalidation's version is ahead of this host's clock by more than ClockSkew; taken as now",
+				slog.String("cache", c.name), slog.Int64("suppressed", suppressed))
+		}
+	}
 	// Fences compare wall-clock times; the local tier's items are on this
 	// Cache's clock.
-	version := shiftTime(inv.Version, time.Duration(c.now().UnixNano()-time.Now().UnixNano()))
+	version := shiftTime(inv.Version, time.Duration(c.now().UnixNano()-wallNow.UnixNano()))
 	applied := false
 	switch inv.Kind {
 	case InvalidationKey:
 		if inv.Target == "" || len(inv.Target) > c.maxKeyLen || !utf8.ValidString(inv.Target) {
 			break // no key of this Cache: nothing it could cover
 		}
-		if c.noteFence(context.Background(), false, inv.Target, inv.Version) {
-			held, dropped := c.applyKey(inv.Target, version)
-			applied = dropped || !held
-		}
+		fresh := c.noteFence(ctx, false, inv.Target, inv.Version)
+		held, dropped := c.applyKey(inv.Target, version)
+		applied = dropped || (fresh && !held)
 	case InvalidationPrefix, InvalidationAll:
 		prefix := inv.Target
 		if inv.Kind == InvalidationAll {
 			prefix = ""
-		} else if prefix == "" || !utf8.ValidString(prefix) {
+		} else if prefix == "" || len(prefix) > c.maxKeyLen || !utf8.ValidString(prefix) {
 			break
 		}
-		if c.noteFence(context.Background(), true, prefix, inv.Version) {
-			c.applyBulk(prefix, version)
-			applied = true
-		}
+		fresh := c.noteFence(ctx, true, prefix, inv.Version)
+		applied = c.applyBulk(prefix, version) > 0 || fresh
 	}
 	if c.obs != nil {
 		kind := EventInvalidationIgnored

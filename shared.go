@@ -159,7 +159,7 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 	if !ok {
 		return nil, nil
 	}
-	if c.fences.covers(key, readAt(&e.Meta), now, c.clockSkew) {
+	if c.fences.covers(key, &e.Meta, now, c.clockSkew) {
 		// Older than an invalidation this instance applied: absent, so
 		// that the next load overwrites it.
 		return nil, nil
@@ -178,7 +178,12 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 		it.Value = v
 	}
 	if c.local != nil {
-		c.fill(t, key, it, nil)
+		if _, newer := c.fill(t, key, it, nil); newer != nil {
+			// This instance holds a fresh copy read later than the
+			// entry (a slow peer's write-back): serving the entry would
+			// go back in time.
+			return newer, nil
+		}
 	}
 	return it, nil
 }
@@ -227,7 +232,8 @@ func (c *Cache[V]) toWall(m Meta) Meta {
 // must not outlive what this Cache would have stored. FreshUntil is at most
 // now + MaxTTL, StaleUntil at most FreshUntil + StaleFor (FreshUntil for a
 // tombstone) and never before FreshUntil, LoadDuration at most the loader
-// timeout (XFetch would otherwise refresh on every hit).
+// timeout (XFetch would otherwise refresh on every hit), LoadedAt at most
+// now plus ClockSkew.
 func (c *Cache[V]) fromWall(m Meta) Meta {
 	now := c.now()
 	off := time.Duration(now.UnixNano() - time.Now().UnixNano())
@@ -248,6 +254,11 @@ func (c *Cache[V]) fromWall(m Meta) Meta {
 		m.StaleUntil = m.FreshUntil
 	}
 	m.LoadDuration = min(max(m.LoadDuration, 0), c.loaderTimeout)
+	if limit := now.Add(c.clockSkew); m.LoadedAt.After(limit) {
+		// Written by a host whose clock runs ahead: taken as now, so that
+		// it does not look newer than what this instance reads later.
+		m.LoadedAt = now
+	}
 	return m
 }
 

@@ -29,6 +29,10 @@ type Meta struct {
 type Item[V any] struct {
 	Value V
 	Meta
+	// filledAt is when the Cache put the item in its local tier, on its
+	// clock (zero when unknown): while the Bus is down, local items are
+	// trusted for BusDownTTL from then (see Cache.untrusted).
+	filledAt time.Time
 }
 
 // Entry is what the shared byte tier stores: the codec's encoding of a value

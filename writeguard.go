@@ -19,7 +19,7 @@ import (
 //
 // So every read-path writer takes a ticket (begin) before it reads its
 // source, and may write only if no explicit write of the same key finished
-// since (writeIf). Explicit writes hold the key's lock for their whole tier
+// since (ticket.current, in Cache.fill). Explicit writes hold the key's lock for their whole tier
 // update and advance the generation before releasing it; read-path writes
 // check the generation and write under the same lock. Whatever the
 // interleaving, a tier ends up holding the explicit write's result or
@@ -36,17 +36,25 @@ type writeGuard struct {
 	shards [guardShards]guardShard
 	// bulk orders bulk invalidations (InvalidatePrefix, Clear, one from
 	// another instance, the resynchronisation after the Bus was down)
-	// against read-path writes, which cannot know which keys a bulk
-	// invalidation covers: a read-path write holds bulk shared for its
-	// check-then-write, a bulk invalidation holds it exclusively while it
-	// advances epoch. So a read-path write either finished before the
-	// bulk invalidation (which then finds and removes what it wrote) or
-	// sees the new epoch and writes nothing.
+	// against read-path writes, which may be of any key: a read-path write
+	// holds bulk shared while it decides and writes the local tier, a bulk
+	// invalidation holds it exclusively while it advances epoch. So a
+	// read-path write either finished before the bulk invalidation (which
+	// then finds and removes what it wrote) or sees the new epoch and, if
+	// its key is under the invalidation's prefix, writes nothing.
 	bulk sync.RWMutex
 	// epoch counts bulk invalidations. Written under bulk, read without it
 	// by begin, hence atomic.
 	epoch atomic.Uint64
+	// recent holds the prefixes of the last bulkLog bulk invalidations:
+	// epoch e's at recent[e%bulkLog]; guarded by bulk. A ticket more than
+	// bulkLog epochs old is outdated for every key.
+	recent [bulkLog]string
 }
+
+// bulkLog is how many bulk invalidations a ticket can be checked against
+// one by one; more since it was taken, and it is outdated whatever its key.
+const bulkLog = 64
 
 const guardShards = 64
 
@@ -119,38 +127,43 @@ func (w *writeGuard) end(key string, t ticket) {
 	}
 }
 
-// locked runs f with t's key lock and the bulk lock (shared) held,
-// telling it whether t is still current.
-func (t ticket) locked(f func(current bool)) {
-	t.e.mu.Lock()
-	defer t.e.mu.Unlock()
-	t.w.bulk.RLock()
-	defer t.w.bulk.RUnlock()
-	f(t.current())
+// current reports whether no explicit write of key (t's key) and no bulk
+// invalidation covering it finished since t was taken. The caller holds
+// t.e.mu and t.w.bulk (shared).
+func (t ticket) current(key string) bool {
+	if t.e.gen.Load() != t.gen {
+		return false
+	}
+	now := t.w.epoch.Load()
+	if now-t.epoch > bulkLog {
+		return false
+	}
+	for e := t.epoch + 1; e <= now; e++ {
+		if strings.HasPrefix(key, t.w.recent[e%bulkLog]) {
+			return false
+		}
+	}
+	return true
 }
 
-// current reports whether no explicit write of t's key and no bulk
-// invalidation finished since t was taken. The caller holds t.e.mu and
-// t.w.bulk (shared).
-func (t ticket) current() bool {
-	return t.e.gen.Load() == t.gen && t.w.epoch.Load() == t.epoch
-}
-
-// bulkInvalidate invalidates every ticket taken before it returns, of
-// every key; see writeGuard.bulk.
-func (w *writeGuard) bulkInvalidate() {
+// bulkInvalidate outdates every ticket of a key under prefix ("" for
+// every key) taken before it returns; see writeGuard.bulk.
+func (w *writeGuard) bulkInvalidate(prefix string) {
 	w.bulk.Lock()
 	defer w.bulk.Unlock()
-	w.epoch.Add(1)
+	e := w.epoch.Load() + 1
+	w.recent[e%bulkLog] = prefix
+	w.epoch.Store(e)
 }
 
-// writeIfAll is writeIf for the distinct keys of a batch and their tickets
-// ts (all of one writeGuard): it runs write once with every key's lock
-// held, current[n] telling whether ts[n] is still current (no explicit
-// write of keys[n] and no bulk invalidation finished since it was taken). The locks are taken in key order, so two batches
-// never wait for each other (an explicit write holds one lock at a time),
-// and released whatever write does.
-func writeIfAll(keys []string, ts []ticket, write func(current []bool)) {
+// writeIfAll is the read path's write of a batch: for the distinct keys of
+// a batch and their tickets ts (all of one writeGuard) it takes every key's
+// lock, in key order (so two batches never wait for each other; an
+// explicit write holds one lock at a time), runs decide with the bulk lock
+// shared too, current[n] telling whether ts[n] is still current (see
+// ticket.current), then then (the shared-tier write, network I/O) with the
+// key locks only, and releases everything whatever they do.
+func writeIfAll(keys []string, ts []ticket, decide func(current []bool), then func()) {
 	order := make([]int, len(keys))
 	for n := range order {
 		order[n] = n
@@ -164,15 +177,19 @@ func writeIfAll(keys []string, ts []ticket, write func(current []bool)) {
 			ts[n].e.mu.Unlock()
 		}
 	}()
-	if len(ts) > 0 {
+	if len(ts) == 0 {
+		return
+	}
+	func() {
 		ts[0].w.bulk.RLock()
 		defer ts[0].w.bulk.RUnlock()
-	}
-	current := make([]bool, len(ts))
-	for n, t := range ts {
-		current[n] = t.current()
-	}
-	write(current)
+		current := make([]bool, len(ts))
+		for n, t := range ts {
+			current[n] = t.current(keys[n])
+		}
+		decide(current)
+	}()
+	then()
 }
 
 // explicit runs an explicit write (Set, Delete) of key: it excludes
