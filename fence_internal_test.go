@@ -124,7 +124,7 @@ func TestFenceTableComparesAtMicrosecondPrecision(t *testing.T) {
 	f := fenceTable{window: time.Hour}
 	now := time.Unix(1000, 0)
 	set := time.Unix(2000, 123456789) // a Set's entry, read at this instant
-	f.note(false, "k", set, now)       // its fence, as another instance gets it
+	f.note(false, "k", set, now)      // its fence, as another instance gets it
 	if f.covers("k", readAtMeta(set), now, 0) {
 		t.Fatal("a Set's own entry is covered by its own fence")
 	}

@@ -70,8 +70,8 @@ type fenceTable struct {
 	count atomic.Int32
 
 	mu     sync.Mutex
-	keys   fenceSet // guarded by mu
-	bulk   fenceSet // guarded by mu
+	keys   fenceSet    // guarded by mu
+	bulk   fenceSet    // guarded by mu
 	lens   map[int]int // prefix length → bulk fences of that length; guarded by mu
 	window time.Duration
 }

@@ -184,7 +184,7 @@ func ScopeIndex(s flightcache.Scope) int {
 // kind the Cache reports, but is kept so that an unexpected one is still
 // counted rather than dropped.
 var InvalidationKindNames = [...]string{
-	0:                            flightcache.InvalidationKind(0).String(),
+	0:                              flightcache.InvalidationKind(0).String(),
 	flightcache.InvalidationKey:    flightcache.InvalidationKey.String(),
 	flightcache.InvalidationPrefix: flightcache.InvalidationPrefix.String(),
 	flightcache.InvalidationAll:    flightcache.InvalidationAll.String(),
