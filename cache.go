@@ -558,6 +558,10 @@ func (c *Cache[V]) keyError(key string) error {
 // gets ctx.Err() and nothing is written; once started, the shared write is
 // bounded by SharedTimeout, not by ctx.
 //
+// With a Bus, Set then publishes an Invalidation, so that other instances
+// drop their older copies; if that fails, the error matches
+// ErrNotPublished (the write itself took effect).
+//
 // A panic in a store or the codec goes on to the caller, and leaves the key
 // as usable as before.
 func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
@@ -653,7 +657,9 @@ func (c *Cache[V]) explicit(ctx context.Context, key string, write func() error)
 // that load's write-back is skipped, and a Get that starts after Delete
 // returns starts a new load instead of sharing that one (its callers, who
 // asked before Delete, still get its value). A shared-tier failure is
-// returned. Like Set, it does nothing for a caller whose ctx has ended.
+// returned. Like Set, it does nothing for a caller whose ctx has ended,
+// and with a Bus it publishes an Invalidation (ErrNotPublished if that
+// fails).
 func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 	if ctx == nil {
 		ctx = context.Background()
