@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"mime"
 	"net/http"
 	"net/url"
@@ -76,6 +77,17 @@ type Readiness struct {
 	// Coalescing is the scope loads are coalesced in right now ("cluster",
 	// "local", "local (degraded)", "none"); empty leaves it out.
 	Coalescing string
+	// Bus is the state of the cross-instance invalidation bus ("up",
+	// "down", "none"); empty leaves it out. It never makes the instance
+	// unready: while the bus is down the cache bounds how long it serves
+	// what it holds in memory.
+	Bus string
+	// BusLastMessageAge is how long ago the last message of any kind
+	// (heartbeats included) arrived on the bus; reported only when
+	// BusHeard is true.
+	BusLastMessageAge time.Duration
+	// BusHeard is whether any message arrived on the bus yet.
+	BusHeard bool
 }
 
 type api struct {
@@ -306,11 +318,18 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 		rd = a.Ready(ctx)
 	}
 	body := struct {
-		Status       string            `json:"status"`
-		Coalescing   string            `json:"coalescing,omitempty"`
-		Dependencies map[string]string `json:"dependencies"`
-		Error        *ErrorDetail      `json:"error,omitempty"`
-	}{Status: "ready", Coalescing: rd.Coalescing, Dependencies: rd.Dependencies}
+		Status     string `json:"status"`
+		Coalescing string `json:"coalescing,omitempty"`
+		Bus        string `json:"bus,omitempty"`
+		// Seconds, to the millisecond; absent until a message arrived.
+		BusLastMessageAge *float64          `json:"bus_last_message_age_seconds,omitempty"`
+		Dependencies      map[string]string `json:"dependencies"`
+		Error             *ErrorDetail      `json:"error,omitempty"`
+	}{Status: "ready", Coalescing: rd.Coalescing, Bus: rd.Bus, Dependencies: rd.Dependencies}
+	if rd.BusHeard {
+		age := math.Round(rd.BusLastMessageAge.Seconds()*1000) / 1000
+		body.BusLastMessageAge = &age
+	}
 	if !rd.Ready {
 		a.failures.Log(r.Context(), slog.LevelWarn, "not ready", slog.Any("dependencies", rd.Dependencies))
 		body.Status = "not_ready"

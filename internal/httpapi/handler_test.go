@@ -486,6 +486,39 @@ func TestReadyzReportsEachDependencyAndFailsOnlyWhenItCannotServe(t *testing.T) 
 	}
 }
 
+// /readyz shows the invalidation bus's state and the age of its last
+// message (omitted until one arrived), and a bus that is down keeps the
+// instance ready.
+func TestReadyzShowsTheBusWithoutEverFailingOnIt(t *testing.T) {
+	tests := []struct {
+		rd      Readiness
+		want    string
+		wantAge string // the field as it appears in the body; empty: absent
+	}{
+		{Readiness{Ready: true, Bus: "up", BusLastMessageAge: 83456 * time.Microsecond, BusHeard: true}, "up", `"bus_last_message_age_seconds":0.083`},
+		{Readiness{Ready: true, Bus: "down", BusLastMessageAge: 4200 * time.Millisecond, BusHeard: true}, "down", `"bus_last_message_age_seconds":4.2`},
+		{Readiness{Ready: true, Bus: "down"}, "down", ""},
+		{Readiness{Ready: true, Bus: "up", BusHeard: true}, "up", `"bus_last_message_age_seconds":0`},
+		{Readiness{Ready: true, Bus: "none"}, "none", ""},
+	}
+	for _, tc := range tests {
+		tc.rd.Dependencies = map[string]string{"db": "up"}
+		a := newTestAPI(t, apiConfig{ready: func(context.Context) Readiness { return tc.rd }})
+		w := a.do("GET", "/readyz", "")
+		var body struct {
+			Status string
+			Bus    string
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != 200 || body.Status != "ready" || body.Bus != tc.want {
+			t.Fatalf("%+v: readyz %d %s (%v); want 200 with bus %q", tc.rd, w.Code, w.Body, err, tc.want)
+		}
+		got := w.Body.String()
+		if tc.wantAge == "" && strings.Contains(got, "bus_last_message_age_seconds") || tc.wantAge != "" && !strings.Contains(got, tc.wantAge) {
+			t.Fatalf("%+v: readyz body %s, want %q", tc.rd, got, tc.wantAge)
+		}
+	}
+}
+
 func TestRecoverKeepsTheProcessAliveAfterAHandlerPanic(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	h := Recover(quiet, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -92,11 +92,16 @@ type ServiceOptions struct {
 	// DefaultPolicyVersion.
 	PolicyVersion string
 	// InvalidateTimeout bounds the cache deletes that follow a committed
-	// Update, all of them together; default 1s. An Update never waits
-	// longer than this for its cleanup.
+	// Update, all of them together; default 1s. The product's prefix
+	// invalidation runs after them even when they used it all up. Each
+	// invalidation is published on the Cache's Bus on the Cache's own
+	// SharedTimeout, so with a hung Redis an Update may wait up to one
+	// SharedTimeout more per invalidation.
 	InvalidateTimeout time.Duration
-	// OnInvalidateFailed, if set, is called once per cache delete that
-	// failed after an Update (productd counts them in a metric).
+	// OnInvalidateFailed, if set, is called once per cache invalidation
+	// (a delete, the prefix invalidation) that failed after an Update,
+	// including one the Cache could not publish to the other instances
+	// (productd counts them in a metric).
 	OnInvalidateFailed func()
 	// CreatedSince, if set, is asked on every cached "not found" that Get
 	// is about to answer (flightcache mode), with the time the "not found"
@@ -127,8 +132,15 @@ const DefaultPolicyVersion = "2"
 // this process after it committed revision f: its revision is at least f.
 // So once Update has returned revision r, every later Get in this process
 // returns revision r or newer, whatever other processes (or an earlier
-// run of this one) wrote into a shared tier. Other processes keep serving
-// what they cached until it expires; see docs/productd.md for the bound.
+// run of this one) wrote into a shared tier.
+//
+// Other processes: Update invalidates every variant of the product with
+// one Cache.InvalidatePrefix, which the Cache's Bus (productd: Redis
+// pub/sub) carries to every instance sharing it. They drop what they hold
+// of the product and reload it within the bus's delivery time while the
+// bus is up, and within the Cache's BusDownTTL plus the time the bus takes
+// to notice it is down otherwise; without a Bus they keep serving what
+// they cached until it expires. docs/productd.md has the bounds.
 type QueryService struct {
 	repo Repository
 	opts ServiceOptions
@@ -239,6 +251,12 @@ func (s *QueryService) key(ref Ref, floor int64) (string, error) {
 		Dim("rev", strconv.FormatInt(floor, 10)).Build()
 }
 
+// prefix is the prefix of every key of ref's product: every locale, every
+// currency, every revision floor.
+func (s *QueryService) prefix(ref Ref) (string, error) {
+	return s.keys.Tenant(ref.Tenant).ID(ref.ID).Prefix()
+}
+
 func (s *QueryService) jitteredTTL() time.Duration {
 	if s.opts.Jitter == 0 {
 		return s.opts.TTL
@@ -333,17 +351,32 @@ func (s *QueryService) getNaive(ctx context.Context, ref Ref, k string) (Served,
 }
 
 // Update applies p to the origin row, raises the row's revision floor in
-// this process to the committed revision, then deletes the keys that
-// superseded floors may have filled. When it returns nil, every later Get
-// in this process returns the update or a newer revision.
+// this process to the committed revision, then invalidates what the caches
+// hold of the product. When it returns nil, every later Get in this
+// process returns the update or a newer revision.
 //
-// The deletes are cleanup, bounded and best-effort: correctness in this
-// process does not depend on them (the floor already moved). They shorten
-// how long other processes see the old value: the floor-0 key is the one
-// every process that never updated the row reads, and the key of the
-// previous revision's floor is the one the process that wrote it reads.
-// A failed delete is logged and counted by the cache's observer, never
-// returned: the update is committed and must be reported as such.
+// The invalidation is cleanup, bounded and best-effort: correctness in
+// this process does not depend on it (the floor already moved). It is
+// what makes other processes see the update, in two steps (flightcache
+// mode):
+//
+//  1. Delete, in every tier, the keys superseded floors may have filled:
+//     floor 0, the one every process that never updated the row reads,
+//     and the previous revision's floor, the one the process that wrote
+//     it reads. This empties the shared tier for a process that hears of
+//     nothing, such as one that restarts now (it has no fences and reads
+//     floor 0).
+//  2. Then invalidate every key of the product (every locale, currency and
+//     floor: key.Builder's Prefix of tenant and id) with one
+//     Cache.InvalidatePrefix: this process's memory at once, every other
+//     instance's through the Cache's Bus. They reload the product, from a
+//     shared tier that no longer holds the old row under the keys of
+//     step 1 and whose older entries under the prefix they now ignore.
+//     Variants the update did not touch are reloaded once too.
+//
+// A failed step is logged and counted (OnInvalidateFailed), never
+// returned: the update is committed and must be reported as such. Naive
+// mode deletes the superseded floors from its store, nothing else.
 func (s *QueryService) Update(ctx context.Context, ref Ref, p Patch) (Product, error) {
 	out, err := s.repo.Update(ctx, ref, p)
 	if err != nil {
@@ -371,14 +404,32 @@ func (s *QueryService) Update(ctx context.Context, ref Ref, p Patch) (Product, e
 			continue
 		}
 		if err := s.opts.Cache.Delete(dctx, k); err != nil {
-			if s.opts.OnInvalidateFailed != nil {
-				s.opts.OnInvalidateFailed()
-			}
-			s.invalidateWarn.Log(ctx, slog.LevelWarn, "product: invalidating a superseded cache entry failed; other instances may serve the old value until it expires",
-				slog.Any("error", err))
+			s.invalidateFailed(ctx, "product: invalidating a superseded cache entry failed; other instances may serve the old value until it expires", err)
 		}
 	}
+	if s.opts.Mode == ModeNaive {
+		return out, nil
+	}
+	prefix, err := s.prefix(ref)
+	if err != nil {
+		return out, nil // unreachable: ref was validated
+	}
+	// Not dctx: the deletes may have used it up, and this is the step that
+	// reaches the other instances. Its local part is immediate; the Cache
+	// bounds its publish by its SharedTimeout.
+	if err := s.opts.Cache.InvalidatePrefix(context.WithoutCancel(ctx), prefix); err != nil {
+		s.invalidateFailed(ctx, "product: invalidating the product on every instance failed; other instances may serve the old value longer (see the bus state in /readyz)", err)
+	}
 	return out, nil
+}
+
+// invalidateFailed counts and logs (rate-limited) a failed invalidation
+// after a committed Update.
+func (s *QueryService) invalidateFailed(ctx context.Context, msg string, err error) {
+	if s.opts.OnInvalidateFailed != nil {
+		s.opts.OnInvalidateFailed()
+	}
+	s.invalidateWarn.Log(ctx, slog.LevelWarn, msg, slog.Any("error", err))
 }
 
 // Ping reports whether the origin is reachable.

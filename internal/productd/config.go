@@ -48,6 +48,20 @@ type Config struct {
 	CoalesceWait  time.Duration
 	OriginLatency time.Duration // artificial delay per origin lookup
 
+	// BusDownTTL, BusHeartbeat and BusDownAfter tune the invalidation bus,
+	// which every instance with -redis uses in flightcache mode, whatever
+	// the coalescing (see docs/productd.md for the bounds they set).
+	// BusDownTTL is how long a value in memory is served, counted from its
+	// load, while the bus is down (flightcache.Options.BusDownTTL).
+	BusDownTTL time.Duration
+	// BusHeartbeat is how often each instance sends itself a heartbeat
+	// through Redis (redislease.Options.HeartbeatInterval).
+	BusHeartbeat time.Duration
+	// BusDownAfter is how long the bus may go without a heartbeat coming
+	// back before it is down (redislease.Options.DownAfter); 0 picks
+	// redislease's default: 1s, or 4 BusHeartbeats if that is longer.
+	BusDownAfter time.Duration
+
 	Mode        product.Mode // flightcache or naive
 	TTL         time.Duration
 	NegativeTTL time.Duration
@@ -99,6 +113,8 @@ func Default() Config {
 		RedisPrefix:     "productd:",
 		RedisTimeout:    flightcache.DefaultSharedTimeout,
 		LeaseTTL:        redislease.DefaultLeaseTTL,
+		BusDownTTL:      flightcache.DefaultBusDownTTL,
+		BusHeartbeat:    redislease.DefaultHeartbeatInterval,
 		FailureThrottle: 2 * time.Second,
 		Mode:            product.ModeFlightcache,
 		TTL:             5 * time.Minute,
@@ -155,6 +171,12 @@ func (c Config) Validate() error {
 		return bad("-lease-ttl must be between 100ms and 1m")
 	case c.CoalesceWait < 0 || c.CoalesceWait > c.LoaderTimeout:
 		return bad("-coalesce-wait must be between 0 and -loader-timeout")
+	case c.BusDownTTL < time.Millisecond || c.BusDownTTL > c.TTL:
+		return bad("-bus-down-ttl must be between 1ms and -cache-ttl")
+	case c.BusHeartbeat < 10*time.Millisecond || c.BusHeartbeat > 10*time.Second:
+		return bad("-bus-heartbeat must be between 10ms and 10s")
+	case c.BusDownAfter != 0 && (c.BusDownAfter < 2*c.BusHeartbeat || c.BusDownAfter > time.Minute):
+		return bad("-bus-down-after must be 0 (the default) or between twice -bus-heartbeat and 1m")
 	case c.MaxInFlight < 0 || c.MaxWaiters < 0:
 		return bad("-max-in-flight and -max-waiters must not be negative")
 	case c.LocalMaxEntries < 1:
@@ -195,6 +217,15 @@ func (c Config) Coalescing() string {
 		return CoalesceCluster
 	}
 	return CoalesceLocal
+}
+
+// EffectiveBusDownAfter is BusDownAfter, or the default it stands for
+// when 0: redislease.DefaultDownAfter, or 4 BusHeartbeats if longer.
+func (c Config) EffectiveBusDownAfter() time.Duration {
+	if c.BusDownAfter != 0 {
+		return c.BusDownAfter
+	}
+	return max(redislease.DefaultDownAfter, 4*c.BusHeartbeat)
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -323,6 +354,9 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	str(&c.Coalesce, "coalesce", "how far loads are coalesced: cluster (one origin load per key across every instance sharing -redis; the default with -redis) or local (one per key per process; the default without -redis, and the only way to get it with -redis)")
 	dur(&c.LeaseTTL, "lease-ttl", "cluster mode: life of a key's load lease without a heartbeat (100ms to 1m; extended every third of it while the load runs); a crashed loader is replaced within about this long")
 	dur(&c.CoalesceWait, "coalesce-wait", "cluster mode: how long a request waits for another instance's load before it serves a stale value, or loads without caching (0: half -loader-timeout)")
+	dur(&c.BusDownTTL, "bus-down-ttl", "with -redis: while the invalidation bus is down, how long a value stays servable from memory after it was loaded (1ms to -cache-ttl); another instance's PUT then shows here within about this long")
+	dur(&c.BusHeartbeat, "bus-heartbeat", "with -redis: how often each instance sends itself a heartbeat through the invalidation bus (10ms to 10s)")
+	dur(&c.BusDownAfter, "bus-down-after", "with -redis: how long the invalidation bus may go without a heartbeat coming back before it counts as down (0: 1s, or 4 x -bus-heartbeat if longer; otherwise twice -bus-heartbeat to 1m)")
 	dur(&c.OriginLatency, "origin-latency", "artificial delay added to each origin lookup (demos, tests), e.g. 200ms")
 	str(&mode, "mode", "read path: flightcache (coalesced) or naive (uncoordinated cache-aside, to show the herd)")
 	dur(&c.TTL, "cache-ttl", "how long a product stays fresh in the cache (1s to 24h)")

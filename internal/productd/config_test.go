@@ -49,7 +49,8 @@ func TestHelpDocumentsEveryFlagWithItsVariable(t *testing.T) {
 	}
 	for _, name := range []string{"addr", "db", "db-max-conns", "seed", "redis", "redis-prefix", "origin-latency", "mode",
 		"cache-ttl", "negative-ttl", "cache-jitter", "stale-for", "early-refresh", "loader-timeout", "max-in-flight",
-		"max-waiters", "local-max-entries", "shutdown-timeout", "log-level", "log-format", "coalesce", "lease-ttl", "coalesce-wait"} {
+		"max-waiters", "local-max-entries", "shutdown-timeout", "log-level", "log-format", "coalesce", "lease-ttl", "coalesce-wait",
+		"bus-down-ttl", "bus-heartbeat", "bus-down-after"} {
 		v := "PRODUCTD_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 		if !strings.Contains(out.String(), "-"+name) || !strings.Contains(out.String(), v) {
 			t.Errorf("-h does not document -%s with %s", name, v)
@@ -77,6 +78,15 @@ func TestInvalidSettingsAreRejected(t *testing.T) {
 		{args: []string{"-coalesce", "cluster", "-redis", "redis://127.0.0.1:6379", "-mode", "naive"}},
 		{args: []string{"-redis", "redis://127.0.0.1:6379", "-lease-ttl", "10ms"}},
 		{args: []string{"-coalesce-wait", "1h"}},
+		{args: []string{"-bus-down-ttl", "0"}},
+		{args: []string{"-bus-down-ttl", "10m"}}, // longer than -cache-ttl
+		{args: []string{"-bus-down-ttl", "2s", "-cache-ttl", "1s", "-negative-ttl", "1s"}},
+		{args: []string{"-bus-heartbeat", "5ms"}},
+		{args: []string{"-bus-heartbeat", "11s"}},
+		{args: []string{"-bus-down-after", "150ms", "-bus-heartbeat", "100ms"}}, // under twice the heartbeat
+		{args: []string{"-bus-down-after", "2m"}},
+		{args: []string{"-bus-down-after", "-1s"}},
+		{env: map[string]string{"PRODUCTD_BUS_HEARTBEAT": "often"}},
 		{env: map[string]string{"PRODUCTD_CACHE_TTL": "soon"}},
 		{env: map[string]string{"PRODUCTD_SEED": "maybe"}},
 	}
@@ -84,6 +94,32 @@ func TestInvalidSettingsAreRejected(t *testing.T) {
 		if _, err := ParseFlags(tc.args, env(tc.env), &bytes.Buffer{}); err == nil {
 			t.Errorf("ParseFlags(%q, %v) accepted an invalid setting", tc.args, tc.env)
 		}
+	}
+}
+
+// The bus flags default to the library's defaults; -bus-down-after 0
+// stands for redislease's: 1s, or four heartbeats if that is longer.
+func TestBusFlagsDefaultsAndTheDownAfterTheyImply(t *testing.T) {
+	c, err := ParseFlags(nil, env(nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.BusDownTTL != flightcache.DefaultBusDownTTL || c.BusHeartbeat != 250*time.Millisecond || c.BusDownAfter != 0 || c.EffectiveBusDownAfter() != time.Second {
+		t.Fatalf("defaults: down TTL %v, heartbeat %v, down after %v (effective %v)", c.BusDownTTL, c.BusHeartbeat, c.BusDownAfter, c.EffectiveBusDownAfter())
+	}
+	c, err = ParseFlags([]string{"-bus-heartbeat", "400ms"}, env(map[string]string{"PRODUCTD_BUS_DOWN_TTL": "500ms"}), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.BusDownTTL != 500*time.Millisecond || c.EffectiveBusDownAfter() != 1600*time.Millisecond {
+		t.Fatalf("down TTL %v, effective down after %v; want 500ms and 4 x 400ms", c.BusDownTTL, c.EffectiveBusDownAfter())
+	}
+	c, err = ParseFlags([]string{"-bus-heartbeat", "100ms", "-bus-down-after", "200ms"}, env(nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.EffectiveBusDownAfter() != 200*time.Millisecond {
+		t.Fatalf("effective down after %v, want the 200ms asked for", c.EffectiveBusDownAfter())
 	}
 }
 

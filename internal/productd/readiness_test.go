@@ -12,7 +12,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/internal/testenv"
 )
 
@@ -135,4 +137,126 @@ func TestRefusedRedisLeavesTheDatabaseUntouched(t *testing.T) {
 	if _, err := os.Stat(cfg.DB); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the refused start touched the SQLite file: %v", err)
 	}
+}
+
+// readyBus is what /readyz says of the invalidation bus.
+type readyBus struct {
+	Status     string
+	Coalescing string
+	Bus        string
+	// BusAge is nil when the body has no age.
+	BusAge *float64 `json:"bus_last_message_age_seconds"`
+}
+
+func getReadyBus(t *testing.T, base string) (int, readyBus) {
+	t.Helper()
+	resp, err := http.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b readyBus
+	if err := json.NewDecoder(resp.Body).Decode(&b); err != nil {
+		t.Fatalf("/readyz body: %v", err)
+	}
+	return resp.StatusCode, b
+}
+
+// waitBus polls /readyz until the bus is in state want (the state follows
+// heartbeats through another process, Redis: there is nothing to wait on
+// but the answer).
+func waitBus(t *testing.T, base, want string, within time.Duration) readyBus {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		code, b := getReadyBus(t, base)
+		if code != 200 {
+			t.Fatalf("/readyz %d %+v, want 200 whatever the bus", code, b)
+		}
+		if b.Bus == want {
+			return b
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz bus %q after %v, want %q", b.Bus, within, want)
+		}
+		time.Sleep(5 * time.Millisecond) // polling state that heartbeats through Redis set
+	}
+}
+
+// With -redis, in both coalescing modes, the cache has the invalidation
+// bus: /readyz shows it up with the age of its last message (heartbeats
+// keep it under a heartbeat or two), and down, still 200, once Redis is
+// killed, the age then growing; /metrics has the age and the state.
+// Without -redis there is no bus.
+func TestReadyzAndMetricsShowTheBusInBothCoalescingModes(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{CoalesceCluster, CoalesceLocal} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			rds := startPrivateRedis(t)
+			cfg := Default()
+			cfg.DB = filepath.Join(t.TempDir(), "products.db")
+			cfg.Catalog = &testCatalog
+			cfg.Redis = rds.url()
+			cfg.Coalesce = mode
+			cfg.BusHeartbeat, cfg.BusDownAfter = 50*time.Millisecond, 200*time.Millisecond
+			base, srv := startInProcess(t, cfg)
+			b := waitBus(t, base, "up", 10*time.Second)
+			if b.Coalescing != mode || b.BusAge == nil || *b.BusAge > 5 {
+				t.Fatalf("bus up: /readyz %+v; want coalescing %s and a recent message", b, mode)
+			}
+			if srv.BusState() != flightcache.BusUp {
+				t.Fatalf("Server.BusState %v with /readyz saying up", srv.BusState())
+			}
+			c := herdClient(1)
+			defer c.CloseIdleConnections()
+			if st := metric(t, c, base, `flightcache_bus_state{operation="product"}`); st != 2 {
+				t.Fatalf("flightcache_bus_state %v with the bus up, want 2", st)
+			}
+			if age := metric(t, c, base, BusLastMessageAgeMetric); age < 0 || age > 5 {
+				t.Fatalf("%s = %v with the bus up", BusLastMessageAgeMetric, age)
+			}
+
+			rds.kill()
+			b = waitBus(t, base, "down", 10*time.Second)
+			if b.BusAge == nil {
+				t.Fatalf("bus down: /readyz %+v lost the age of the last message", b)
+			}
+			// The age grows past the down-after with no message arriving.
+			deadline := time.Now().Add(10 * time.Second)
+			for metric(t, c, base, BusLastMessageAgeMetric) < cfg.BusDownAfter.Seconds() {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s stayed under %v for 10s with Redis dead", BusLastMessageAgeMetric, cfg.BusDownAfter)
+				}
+				time.Sleep(10 * time.Millisecond) // waiting for time to pass without a message
+			}
+			if st := metric(t, c, base, `flightcache_bus_state{operation="product"}`); st != 1 {
+				t.Fatalf("flightcache_bus_state %v with the bus down, want 1", st)
+			}
+			if code, b := getReadyBus(t, base); code != 200 || b.Bus != "down" {
+				t.Fatalf("/readyz %d %+v with Redis dead, want 200 and bus down", code, b)
+			}
+		})
+	}
+	t.Run("no redis", func(t *testing.T) {
+		t.Parallel()
+		cfg := Default()
+		cfg.DB = filepath.Join(t.TempDir(), "products.db")
+		cfg.Catalog = &testCatalog
+		base, _ := startInProcess(t, cfg)
+		if code, b := getReadyBus(t, base); code != 200 || b.Bus != "none" || b.BusAge != nil {
+			t.Fatalf("/readyz without -redis: %d %+v; want bus none, no age", code, b)
+		}
+		c := herdClient(1)
+		defer c.CloseIdleConnections()
+		resp, err := c.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), BusLastMessageAgeMetric) {
+			t.Fatalf("%s exposed without a bus", BusLastMessageAgeMetric)
+		}
+	})
 }

@@ -40,6 +40,12 @@ const InvalidationFailuresMetric = "productd_invalidation_failures_total"
 // lookups asked for: one per single lookup, one per id of a batch lookup.
 const OriginRowsMetric = "productd_origin_rows_total"
 
+// BusLastMessageAgeMetric is the Prometheus gauge of the seconds since the
+// last message of any kind (heartbeats included) arrived on the
+// invalidation bus, or since the bus started if none has yet. Exposed
+// with -redis in flightcache mode only.
+const BusLastMessageAgeMetric = "productd_bus_last_message_age_seconds"
+
 // Server is a productd instance: the origin, the cache tiers, the service
 // and its HTTP handler. Build it with New, then Serve; or just call Run.
 type Server struct {
@@ -51,11 +57,15 @@ type Server struct {
 	rdb     *redis.Client             // nil without -redis
 	store   *redisstore.Store         // nil without -redis
 	breaker flightcache.SharedBreaker // nil without -redis
-	coord   *redislease.Coordinator   // nil unless cluster coalescing
-	cache   *flightcache.Cache[product.Entry]
-	svc     *product.QueryService
-	guard   *penetrationGuard // nil without -bloom or in naive mode
-	handler http.Handler
+	// bus is the invalidation bus: nil without -redis or in naive mode.
+	// In cluster mode it is also the coordinator (coord).
+	bus      *redislease.Coordinator
+	busStart time.Time               // when bus was built
+	coord    *redislease.Coordinator // nil unless cluster coalescing
+	cache    *flightcache.Cache[product.Entry]
+	svc      *product.QueryService
+	guard    *penetrationGuard // nil without -bloom or in naive mode
+	handler  http.Handler
 
 	closeOnce sync.Once
 	closeErr  error
@@ -87,15 +97,18 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	// is opened, migrated or seeded.
 	var shared flightcache.SharedStore
 	var coord flightcache.Coordinator
+	var bus flightcache.Bus
 	if cfg.Mode != product.ModeNaive && cfg.Redis != "" {
 		shared, err = s.connectRedis(ctx)
 		if err != nil {
 			return nil, err
 		}
+		if err := s.connectCoordinator(ctx); err != nil {
+			return nil, err
+		}
+		bus = s.bus
 		if cfg.Coalescing() == CoalesceCluster {
-			if err := s.connectCoordinator(ctx); err != nil {
-				return nil, err
-			}
+			s.coord = s.bus
 			coord = s.coord
 		}
 	}
@@ -166,12 +179,19 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 		if err != nil {
 			return nil, err
 		}
+		if s.bus != nil {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: BusLastMessageAgeMetric,
+				Help: "Seconds since the last message of any kind (heartbeats included) arrived on the invalidation bus, or since the bus started if none has.",
+			}, func() float64 { return s.busQuiet().Seconds() }))
+		}
 		jitter := cfg.Jitter
 		if jitter == 0 {
 			jitter = flightcache.DisableJitter
 		}
 		s.cache, err = flightcache.New(flightcache.Options[product.Entry]{
 			Name: "product", Local: s.local, Shared: shared, Coordinator: coord, CoalesceWait: cfg.CoalesceWait,
+			Bus: bus, BusDownTTL: cfg.BusDownTTL,
 			TTL: cfg.TTL, NegativeTTL: cfg.NegativeTTL, Jitter: jitter, StaleFor: cfg.StaleFor,
 			EarlyRefresh: cfg.EarlyRefresh, LoaderTimeout: cfg.LoaderTimeout, FailureThrottle: cfg.FailureThrottle,
 			SharedTimeout: cfg.RedisTimeout, SharedBreaker: s.breaker,
@@ -293,17 +313,37 @@ func (s *Server) connectRedis(ctx context.Context) (flightcache.SharedStore, err
 	return s.store, nil
 }
 
-// connectCoordinator builds the cluster coordinator on the Redis of the
-// shared tier. Redis was just PINGed; redislease.New PINGs again and
-// refuses if it does not answer: cluster mode asked for (or implied by
-// -redis) is never silently replaced by process-local coalescing.
+// connectCoordinator builds the redislease.Coordinator on the Redis of the
+// shared tier, in both coalescing modes: it is always the invalidation bus
+// (s.bus), and the cluster coordinator in cluster mode only (New sets
+// s.coord). Redis was just PINGed; redislease.New PINGs again and refuses
+// if it does not answer: cluster mode asked for (or implied by -redis) is
+// never silently replaced by process-local coalescing, nor is a cache
+// whose instances would not hear of each other's writes started.
 func (s *Server) connectCoordinator(ctx context.Context) error {
-	c, err := redislease.New(ctx, s.rdb, s.store, redislease.Options{LeaseTTL: s.cfg.LeaseTTL, Timeout: s.cfg.RedisTimeout})
+	c, err := redislease.New(ctx, s.rdb, s.store, redislease.Options{
+		LeaseTTL: s.cfg.LeaseTTL, Timeout: s.cfg.RedisTimeout,
+		HeartbeatInterval: s.cfg.BusHeartbeat, DownAfter: s.cfg.BusDownAfter,
+	})
 	if err != nil {
-		return fmt.Errorf("productd: cluster coalescing (-coalesce cluster, the default with -redis): %w", err)
+		if s.cfg.Coalescing() == CoalesceCluster {
+			return fmt.Errorf("productd: cluster coalescing (-coalesce cluster, the default with -redis) and invalidation bus: %w", err)
+		}
+		return fmt.Errorf("productd: invalidation bus (-redis): %w", err)
 	}
-	s.coord = c
+	s.bus, s.busStart = c, time.Now()
 	return nil
+}
+
+// busQuiet is how long the bus has gone without a message of any kind
+// (heartbeats included): since the last one, or since the bus was built
+// if none has arrived. The caller checks s.bus.
+func (s *Server) busQuiet() time.Duration {
+	last := s.bus.BusStats().LastMessage
+	if last.IsZero() {
+		last = s.busStart
+	}
+	return time.Since(last)
 }
 
 // redisLoggerOnce guards installRedisLogger: go-redis has one logger per
@@ -427,9 +467,15 @@ func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 // degrades to process-local coalescing), since without it requests still go to
 // the memory tier and the origin; a load balancer that dropped every
 // instance when the shared Redis went down would turn a degraded cache
-// into a full outage.
+// into a full outage. The invalidation bus is reported the same way: while
+// it is down, values in memory are served for at most -bus-down-ttl.
 func (s *Server) ready(ctx context.Context) httpapi.Readiness {
-	rd := httpapi.Readiness{Ready: true, Dependencies: map[string]string{"db": "up"}, Coalescing: s.Coalescing()}
+	rd := httpapi.Readiness{Ready: true, Dependencies: map[string]string{"db": "up"}, Coalescing: s.Coalescing(), Bus: s.BusState().String()}
+	if s.bus != nil {
+		if last := s.bus.BusStats().LastMessage; !last.IsZero() {
+			rd.BusLastMessageAge, rd.BusHeard = time.Since(last), true
+		}
+	}
 	if err := s.repo.CanServe(ctx); err != nil {
 		rd.Ready, rd.Dependencies["db"] = false, "down"
 	}
@@ -462,6 +508,17 @@ func (s *Server) Coalescing() string {
 		return CoalesceCluster
 	}
 	return CoalesceLocal + " (degraded)"
+}
+
+// BusState is the state of the cache's invalidation bus: BusUp while
+// other instances' invalidations arrive, BusDown while they may not (values
+// in memory are then served for at most -bus-down-ttl), BusNone without
+// -redis or in naive mode.
+func (s *Server) BusState() flightcache.BusState {
+	if s.cache == nil {
+		return flightcache.BusNone
+	}
+	return s.cache.BusState()
 }
 
 // Handler is the server's HTTP handler, for tests and embedding.
@@ -501,16 +558,27 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	scope := s.Coalescing()
-	s.log.LogAttrs(ctx, slog.LevelInfo, "productd listening",
+	attrs := []slog.Attr{
 		slog.String("addr", ln.Addr().String()),
 		slog.String("mode", string(s.cfg.Mode)),
 		slog.String("coalescing", scope),
 		slog.String("tiers", s.Tiers()),
+	}
+	if s.bus != nil {
+		attrs = append(attrs, slog.String("bus", "redis"),
+			slog.Duration("bus_heartbeat", s.cfg.BusHeartbeat),
+			slog.Duration("bus_down_after", s.cfg.EffectiveBusDownAfter()),
+			slog.Duration("bus_down_ttl", s.cfg.BusDownTTL))
+	} else {
+		attrs = append(attrs, slog.String("bus", "none"))
+	}
+	attrs = append(attrs,
 		slog.String("origin", string(s.repo.Dialect())),
 		slog.String("db", s.repo.Name()),
 		slog.Duration("ttl", s.cfg.TTL),
 		slog.Bool("early_refresh", s.cfg.EarlyRefresh),
 		slog.Duration("origin_latency", s.cfg.OriginLatency))
+	s.log.LogAttrs(ctx, slog.LevelInfo, "productd listening", attrs...)
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -542,11 +610,13 @@ func (s *Server) Close() error {
 		if s.guard != nil {
 			errs = append(errs, s.guard.filter.Close())
 		}
+		// The Cache first: it stops its bus subscription and its loads,
+		// which use the Coordinator (bus and, in cluster mode, coord).
 		if s.cache != nil {
 			errs = append(errs, s.cache.Close())
 		}
-		if s.coord != nil {
-			errs = append(errs, s.coord.Close())
+		if s.bus != nil {
+			errs = append(errs, s.bus.Close())
 		}
 		if s.local != nil {
 			s.local.Close()

@@ -1,0 +1,223 @@
+package product
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/memstore"
+)
+
+// testBus is an in-process flightcache.Bus: Publish hands the invalidation
+// to the subscribers of every other endpoint before it returns, and
+// records it. Subscriptions are up at once.
+type testBus struct {
+	mu   sync.Mutex
+	subs map[*busEndpoint][]flightcache.BusHandler // guarded by mu
+	sent []sentInvalidation                        // guarded by mu
+	fail error                                     // Publish returns it when set; guarded by mu
+}
+
+type sentInvalidation struct {
+	from *busEndpoint
+	inv  flightcache.Invalidation
+}
+
+// busEndpoint is one instance's Bus on a testBus.
+type busEndpoint struct{ net *testBus }
+
+func (n *testBus) endpoint() *busEndpoint { return &busEndpoint{net: n} }
+
+func (e *busEndpoint) Publish(_ context.Context, _ string, inv flightcache.Invalidation) error {
+	e.net.mu.Lock()
+	defer e.net.mu.Unlock()
+	if e.net.fail != nil {
+		return e.net.fail
+	}
+	e.net.sent = append(e.net.sent, sentInvalidation{from: e, inv: inv})
+	for ep, hs := range e.net.subs {
+		if ep != e {
+			for _, h := range hs {
+				h.Invalidated(inv)
+			}
+		}
+	}
+	return nil
+}
+
+func (e *busEndpoint) Subscribe(_ string, h flightcache.BusHandler) (func(), error) {
+	e.net.mu.Lock()
+	defer e.net.mu.Unlock()
+	if e.net.subs == nil {
+		e.net.subs = make(map[*busEndpoint][]flightcache.BusHandler)
+	}
+	e.net.subs[e] = append(e.net.subs[e], h)
+	h.BusChanged(flightcache.BusUp)
+	return func() {
+		e.net.mu.Lock()
+		defer e.net.mu.Unlock()
+		delete(e.net.subs, e)
+	}, nil
+}
+
+// published returns what ep published since the last call, and forgets it.
+func (n *testBus) published(ep *busEndpoint) []flightcache.Invalidation {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []flightcache.Invalidation
+	for _, s := range n.sent {
+		if s.from == ep {
+			out = append(out, s.inv)
+		}
+	}
+	n.sent = nil
+	return out
+}
+
+// newBusInstance is one process with its own memory tier on the bus; the
+// origin is shared. failed counts OnInvalidateFailed.
+func newBusInstance(t *testing.T, repo Repository, bus flightcache.Bus, failed *atomic.Int64) *QueryService {
+	t.Helper()
+	local, err := memstore.New(memstore.Options[Entry]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(local.Close)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := flightcache.New(flightcache.Options[Entry]{Name: "product", Local: local, Bus: bus, TTL: time.Hour, NegativeTTL: time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	svc, err := NewQueryService(repo, ServiceOptions{Cache: c, TTL: time.Hour, NegativeTTL: time.Second, Logger: quiet, OnInvalidateFailed: func() { failed.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+// An Update on one instance deletes the superseded floors' keys, then
+// publishes exactly one prefix invalidation of the product (tenant and
+// id), last; the other instance, which held every locale and currency of
+// the product in memory, reloads all of them and serves the update, while
+// other products stay in its memory.
+func TestUpdateInvalidatesEveryVariantOnEveryInstanceWithOnePrefix(t *testing.T) {
+	repo := NewMemoryRepository(smallCatalog)
+	bus := &testBus{}
+	epA, epB := bus.endpoint(), bus.endpoint()
+	var failed atomic.Int64
+	a, b := newBusInstance(t, repo, epA, &failed), newBusInstance(t, repo, epB, &failed)
+	ctx := context.Background()
+	ref := Ref{Tenant: "acme", ID: ProductID(7), Locale: "de-DE", Currency: "EUR"}
+	other := Ref{Tenant: "acme", ID: ProductID(8), Locale: "de-DE", Currency: "EUR"}
+	variants := func(r Ref) []Ref {
+		var out []Ref
+		for _, l := range smallCatalog.Locales {
+			for _, c := range smallCatalog.Currencies {
+				out = append(out, Ref{Tenant: r.Tenant, ID: r.ID, Locale: l, Currency: c})
+			}
+		}
+		return out
+	}
+	wantPrefix, err := a.prefix(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(wantPrefix, "|") || !strings.Contains(wantPrefix, "t=acme|id="+ref.ID+"|") {
+		t.Fatalf("prefix %q: want the tenant and id, separator-terminated", wantPrefix)
+	}
+	hot := func(s *QueryService, r Ref) bool {
+		t.Helper()
+		sv, err := s.Get(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sv.Outcome == flightcache.OutcomeHitLocal
+	}
+	for round := 1; round <= 3; round++ {
+		for _, r := range append(variants(ref), other) {
+			hot(b, r)
+			if !hot(b, r) {
+				t.Fatalf("round %d: B does not hold %+v in memory after reading it", round, r)
+			}
+		}
+		bus.published(epA) // the reads published nothing; start clean
+		price := int64(100 + round)
+		up, err := a.Update(ctx, ref, Patch{PriceCents: &price})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := bus.published(epA)
+		if len(sent) < 2 {
+			t.Fatalf("round %d: A published %d invalidations, want the superseded floors' keys and one prefix", round, len(sent))
+		}
+		for i, inv := range sent {
+			last := i == len(sent)-1
+			switch {
+			case last && (inv.Kind != flightcache.InvalidationPrefix || inv.Target != wantPrefix):
+				t.Fatalf("round %d: A's last invalidation is %v %q, want the prefix %q", round, inv.Kind, inv.Target, wantPrefix)
+			case !last && (inv.Kind != flightcache.InvalidationKey || !strings.HasPrefix(inv.Target, wantPrefix)):
+				t.Fatalf("round %d: A's invalidation %d is %v %q, want a key of the product before the prefix", round, i, inv.Kind, inv.Target)
+			}
+		}
+		// Floor 0 always; from round 2 on also floor round-1 (A's own).
+		if want := min(round, 2) + 1; len(sent) != want {
+			t.Fatalf("round %d: A published %d invalidations, want %d", round, len(sent), want)
+		}
+		for _, r := range variants(ref) {
+			sv, err := b.Get(ctx, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sv.Outcome == flightcache.OutcomeHitLocal {
+				t.Fatalf("round %d: B served %+v from memory after A's update", round, r)
+			}
+			if r == ref && (sv.Product.PriceCents != price || sv.Product.Revision != up.Revision) {
+				t.Fatalf("round %d: B served price %d revision %d, want %d revision %d", round, sv.Product.PriceCents, sv.Product.Revision, price, up.Revision)
+			}
+		}
+		if !hot(b, other) {
+			t.Fatalf("round %d: the update of %s dropped another product from B's memory", round, ref.ID)
+		}
+	}
+	if n := failed.Load(); n != 0 {
+		t.Fatalf("%d invalidations counted as failed", n)
+	}
+}
+
+// A Bus that refuses the invalidations fails no Update: each failed
+// invalidation (the floor key's delete, the prefix) is counted, and the
+// writer still reads its own write.
+func TestUpdateCountsUnpublishedInvalidationsAndSucceeds(t *testing.T) {
+	repo := NewMemoryRepository(smallCatalog)
+	bus := &testBus{}
+	var failed atomic.Int64
+	a := newBusInstance(t, repo, bus.endpoint(), &failed)
+	ctx := context.Background()
+	ref := Ref{Tenant: "globex", ID: ProductID(3), Locale: "en-US", Currency: "USD"}
+	if _, err := a.Get(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	bus.mu.Lock()
+	bus.fail = errors.New("bus unreachable")
+	bus.mu.Unlock()
+	price := int64(4242)
+	up, err := a.Update(ctx, ref, Patch{PriceCents: &price})
+	if err != nil {
+		t.Fatalf("Update with the bus failing: %v", err)
+	}
+	if n := failed.Load(); n != 2 {
+		t.Fatalf("%d invalidations counted as failed, want 2 (floor 0's delete and the prefix)", n)
+	}
+	sv, err := a.Get(ctx, ref)
+	if err != nil || sv.Product.Revision != up.Revision {
+		t.Fatalf("Get after the Update: %+v, %v; want revision %d", sv.Product, err, up.Revision)
+	}
+}
