@@ -1,0 +1,392 @@
+package productd
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache/internal/testenv"
+)
+
+// Cross-instance invalidation end to end: two productd processes share a
+// fresh PostgreSQL database and a private redis-server, whose pub/sub is
+// their invalidation bus. A PUT on A must show on B, whose copy is hot in
+// its memory tier, within the bus's bound (up, killed, frozen), and B
+// must never serve a revision older than one it served before. The cache
+// TTL is long (5m), so no expiry can explain what B serves.
+
+const (
+	// busPath is the product variant the rounds update; busOtherPath is
+	// another locale and currency of the same product, which the PUT's
+	// prefix invalidation covers too.
+	busPath      = "/v1/tenants/globex/products/p-00007?locale=de-DE&currency=EUR"
+	busOtherPath = "/v1/tenants/globex/products/p-00007?locale=fr-FR&currency=USD"
+	busRounds    = 20
+	// busUpBound is what a round may take with the bus up, from the PUT's
+	// response to B's first answer with the new row.
+	busUpBound = 500 * time.Millisecond
+)
+
+// busArgs are the flags of both instances: a fresh database, the private
+// Redis, a TTL no round comes near.
+func busArgs(t *testing.T, redisAddr string, extra ...string) []string {
+	t.Helper()
+	return append([]string{"-db", testenv.PostgresDB(t), "-redis", "redis://" + redisAddr + "/0",
+		"-redis-prefix", testenv.UniqueName("productd-bus-") + ":", "-seed-products", "20",
+		"-cache-ttl", "5m", "-failure-throttle", "0"}, extra...)
+}
+
+// servedRow is one answer of B.
+type servedRow struct {
+	price, revision int64
+	cache           string // Cache-Status
+}
+
+// memoryHit reports whether Cache-Status says the memory tier answered: a
+// fresh hit without detail (a shared hit says detail=shared).
+func (r servedRow) memoryHit() bool {
+	return strings.HasPrefix(r.cache, "flightcache; hit; ttl=") && !strings.Contains(r.cache, "detail=")
+}
+
+func getRow(t *testing.T, c *http.Client, url string) servedRow {
+	t.Helper()
+	a := get(c, url)
+	if a.err != nil || a.status != http.StatusOK {
+		t.Fatalf("GET: %v %d %s", a.err, a.status, a.body)
+	}
+	var p struct {
+		PriceCents int64
+		Revision   int64
+	}
+	if err := json.Unmarshal([]byte(a.body), &p); err != nil {
+		t.Fatalf("GET: %v: %s", err, a.body)
+	}
+	return servedRow{price: p.PriceCents, revision: p.Revision, cache: a.cache}
+}
+
+// put sets the price of path on p and returns the committed revision.
+func put(c *http.Client, p *process, path string, price int64) (revision int64, err error) {
+	req, _ := http.NewRequest("PUT", p.url+path, strings.NewReader(fmt.Sprintf(`{"priceCents":%d}`, price)))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var row struct {
+		PriceCents int64
+		Revision   int64
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&row); err != nil || resp.StatusCode != 200 || row.PriceCents != price {
+		return 0, fmt.Errorf("PUT: %d %+v %v", resp.StatusCode, row, err)
+	}
+	return row.Revision, nil
+}
+
+// monotonic checks that B never serves a revision of a product variant
+// older than one it served before, across every poll of every round.
+type monotonic struct {
+	t    *testing.T
+	high map[string]int64 // by path
+	n    int
+}
+
+func newMonotonic(t *testing.T) *monotonic { return &monotonic{t: t, high: map[string]int64{}} }
+
+func (m *monotonic) see(round int, path string, r servedRow) {
+	m.t.Helper()
+	m.n++
+	if high, ok := m.high[path]; ok && r.revision < high {
+		m.t.Fatalf("round %d: B served revision %d (price %d, %s) after it had served revision %d", round, r.revision, r.price, r.cache, high)
+	}
+	m.high[path] = r.revision
+}
+
+// makeHot reads path on p until its memory tier answers, so that the old
+// value sits in memory before the PUT.
+func makeHot(t *testing.T, c *http.Client, p *process, path string, m *monotonic, round int) servedRow {
+	t.Helper()
+	for range 100 {
+		r := getRow(t, c, p.url+path)
+		m.see(round, path, r)
+		if r.memoryHit() {
+			return r
+		}
+	}
+	t.Fatalf("round %d: B's memory tier never answered %s in 100 GETs", round, path)
+	return servedRow{}
+}
+
+// awaitBus waits until /readyz on every process says the bus is up.
+func awaitBus(t *testing.T, ps ...*process) {
+	t.Helper()
+	for _, p := range ps {
+		waitBus(t, p.url, "up", 20*time.Second)
+	}
+}
+
+// logsOnFailure logs A's and B's log lines if the test fails: what the
+// bus did (down, up, failed publishes) explains a slow round.
+func logsOnFailure(t *testing.T, a, b *process) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for name, p := range map[string]*process{"A": a, "B": b} {
+			all, _ := p.logLines()
+			for _, l := range all {
+				t.Logf("%s: %s", name, l)
+			}
+		}
+	})
+}
+
+// quantiles returns p50, p99 and the max of ds (nearest rank).
+func quantiles(ds []time.Duration) (p50, p99, maxd time.Duration) {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	at := func(q float64) time.Duration { return s[max(0, int(math.Ceil(q*float64(len(s))))-1)] }
+	return at(0.50), at(0.99), s[len(s)-1]
+}
+
+// With the bus up, in both coalescing modes: every round's PUT on A shows
+// on B within 500ms of the PUT's response (B's copy, in memory, and every
+// other variant of the product are dropped), and B never goes back.
+func TestEndToEndBusPutOnOneInstanceShowsOnAnotherWithin500ms(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{CoalesceCluster, CoalesceLocal} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			srv := testenv.StartRedis(t)
+			// A generous -redis-timeout: on a busy machine a publish that
+			// timed out would leave B serving the old value for the TTL,
+			// which is not what this test measures.
+			ps := startInstances(t, 2, busArgs(t, srv.Addr, "-coalesce", mode, "-redis-timeout", redisTimeoutUnderLoad)...)
+			a, b := ps[0], ps[1]
+			logsOnFailure(t, a, b)
+			awaitBus(t, a, b)
+			c := herdClient(4)
+			defer c.CloseIdleConnections()
+			m := newMonotonic(t)
+			var took, otherTook, putTook []time.Duration
+			slow := 0
+			for round := 1; round <= busRounds; round++ {
+				old := makeHot(t, c, b, busPath, m, round)
+				makeHot(t, c, b, busOtherPath, m, round)
+				price := int64(100_000 + round)
+				sent := time.Now()
+				rev, err := put(c, a, busPath, price)
+				if err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+				done := time.Now()
+				putTook = append(putTook, done.Sub(sent))
+				if rev <= old.revision {
+					t.Fatalf("round %d: PUT committed revision %d, B held %d", round, rev, old.revision)
+				}
+				var r servedRow
+				for {
+					r = getRow(t, c, b.url+busPath)
+					m.see(round, busPath, r)
+					if r.price == price {
+						break
+					}
+					if time.Since(done) > 10*time.Second {
+						t.Fatalf("round %d: B still serves price %d revision %d (%s) 10s after the PUT of revision %d returned",
+							round, r.price, r.revision, r.cache, rev)
+					}
+				}
+				d := time.Since(done)
+				took = append(took, d)
+				if r.revision < rev {
+					t.Fatalf("round %d: B serves the new price at revision %d, want %d", round, r.revision, rev)
+				}
+				if d > busUpBound {
+					slow++
+					t.Errorf("round %d: B served the update %v after the PUT returned, want at most %v", round, d, busUpBound)
+				}
+				// The other variant left B's memory too (the prefix
+				// invalidation may land a moment after the key's).
+				for {
+					if o := getRow(t, c, b.url+busOtherPath); !o.memoryHit() {
+						break
+					}
+					if time.Since(done) > busUpBound {
+						t.Fatalf("round %d: B still answers the product's other variant from memory %v after the PUT", round, busUpBound)
+					}
+				}
+				otherTook = append(otherTook, time.Since(done))
+			}
+			p50, p99, mx := quantiles(took)
+			o50, _, omx := quantiles(otherTook)
+			u50, _, umx := quantiles(putTook)
+			t.Logf("%s, bus up, %d rounds, %d GETs on B: B served the PUT p50 %v p99 %v max %v after it returned (other variant out of memory: p50 %v max %v; PUT p50 %v max %v)",
+				mode, busRounds, m.n, p50, p99, mx, o50, omx, u50, umx)
+			if slow > 0 {
+				t.Fatalf("%d of %d rounds over %v", slow, busRounds, busUpBound)
+			}
+			for _, p := range ps {
+				if code, rb := getReadyBus(t, p.url); code != 200 || rb.Bus != "up" {
+					t.Fatalf("/readyz after the rounds: %d %+v, want bus up", code, rb)
+				}
+			}
+		})
+	}
+}
+
+// The bus flags of the fault tests: small, so that a round is short.
+const (
+	faultHeartbeat    = 100 * time.Millisecond
+	faultDownAfter    = 400 * time.Millisecond
+	faultBusDownTTL   = 500 * time.Millisecond
+	faultRedisTimeout = 200 * time.Millisecond
+	// faultSlack absorbs a loaded machine (the tests run with -race on
+	// two shared cores) and the GET that first sees the new row.
+	faultSlack = 300 * time.Millisecond
+)
+
+// busDownBound is docs/productd.md's bound on how long after a PUT that
+// committed while the bus was down (or going down) another instance may
+// serve the older row it holds in memory: the bus is known down within
+// -bus-heartbeat + -bus-down-after of the outage, and from then on a
+// value in memory is served only while younger than -bus-down-ttl; then
+// one GET, which may wait a -redis-timeout for a hung Redis before it
+// reads the origin.
+func busDownBound() time.Duration {
+	return max(faultHeartbeat+faultDownAfter, faultBusDownTTL) + faultRedisTimeout
+}
+
+func faultArgs(t *testing.T, redisAddr string) []string {
+	return busArgs(t, redisAddr, "-bus-heartbeat", faultHeartbeat.String(), "-bus-down-after", faultDownAfter.String(),
+		"-bus-down-ttl", faultBusDownTTL.String(), "-redis-timeout", faultRedisTimeout.String())
+}
+
+// faultRounds runs the rounds of a bus outage: Redis up and the bus up on
+// both instances, B's copy hot in memory, then outage (kill or freeze),
+// then a PUT on A while B is polled as fast as it answers, from the
+// moment the PUT is sent; recover restores Redis before the next round.
+// Every round must show on B within busDownBound plus faultSlack of the
+// PUT being sent (the outage began before), and B never goes back while
+// Redis is out. path gives each round's product variant.
+//
+// It returns, for each round but the last, what B served of that round's
+// variant once Redis was back and the bus up again, and the revision the
+// round's PUT committed.
+func faultRounds(t *testing.T, what string, a, b *process, path func(round int) string, outage, recover func()) (after []servedRow, committed []int64) {
+	c := herdClient(4)
+	defer c.CloseIdleConnections()
+	logsOnFailure(t, a, b)
+	m := newMonotonic(t)
+	bound := busDownBound() + faultSlack
+	var took, putTook []time.Duration
+	slow := 0
+	for round := 1; round <= busRounds; round++ {
+		if round > 1 {
+			recover()
+		}
+		awaitBus(t, a, b)
+		if round > 1 {
+			after = append(after, getRow(t, c, b.url+path(round-1)))
+		}
+		p := path(round)
+		old := makeHot(t, c, b, p, m, round)
+		outage()
+		price := int64(200_000 + round)
+		type putResult struct {
+			rev  int64
+			took time.Duration
+			err  error
+		}
+		res := make(chan putResult, 1)
+		sent := time.Now()
+		go func() {
+			rev, err := put(c, a, p, price)
+			res <- putResult{rev, time.Since(sent), err}
+		}()
+		var r servedRow
+		for {
+			r = getRow(t, c, b.url+p)
+			m.see(round, p, r)
+			if r.price == price {
+				break
+			}
+			if time.Since(sent) > 20*time.Second {
+				t.Fatalf("round %d: B still serves price %d revision %d (%s) 20s after the PUT", round, r.price, r.revision, r.cache)
+			}
+		}
+		d := time.Since(sent)
+		took = append(took, d)
+		pr := <-res
+		if pr.err != nil {
+			t.Fatalf("round %d: %v", round, pr.err)
+		}
+		putTook = append(putTook, pr.took)
+		committed = append(committed, pr.rev)
+		if pr.rev <= old.revision || r.revision < pr.rev {
+			t.Fatalf("round %d: B held revision %d, the PUT committed %d, B now serves %d", round, old.revision, pr.rev, r.revision)
+		}
+		if d > bound {
+			slow++
+			t.Errorf("round %d: B served the update %v after the PUT was sent, want at most %v", round, d, bound)
+		}
+	}
+	recover()
+	awaitBus(t, a, b)
+	p50, p99, mx := quantiles(took)
+	u50, _, umx := quantiles(putTook)
+	t.Logf("%s, %d rounds, %d GETs on B: B served the PUT p50 %v p99 %v max %v after it was sent (bound %v + slack %v; PUT p50 %v max %v)",
+		what, busRounds, m.n, p50, p99, mx, busDownBound(), faultSlack, u50, umx)
+	if slow > 0 {
+		t.Fatalf("%d of %d rounds over %v", slow, busRounds, bound)
+	}
+	return after, committed[:len(committed)-1]
+}
+
+// Redis killed (SIGKILL) just before each PUT: A cannot publish, B's bus
+// goes down (a heartbeat fails at once), and B stops serving its copy
+// within the bus-down bound. Redis restarts empty for the next round, so
+// the same variant is updated every round and B never goes back across
+// all of them.
+func TestEndToEndBusRedisKilledPutShowsOnAnotherWithinTheBound(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	ps := startInstances(t, 2, faultArgs(t, srv.Addr)...)
+	after, committed := faultRounds(t, "Redis killed", ps[0], ps[1], func(int) string { return busPath }, srv.Kill, srv.Start)
+	for i, r := range after {
+		if r.revision < committed[i] {
+			t.Fatalf("round %d: after Redis restarted, B served revision %d, older than the PUT's %d", i+1, r.revision, committed[i])
+		}
+	}
+}
+
+// Redis frozen (SIGSTOP) just before each PUT: every Redis call hangs
+// until -redis-timeout, heartbeats stop coming back, and B stops serving
+// its copy within the same bound.
+//
+// Redis comes back with its data, and the PUT's DEL of the old entry
+// never reached it (with every call timing out, it is not even sent on a
+// new connection): once its bus is back, B may read that entry from Redis
+// again, until -cache-ttl. docs/productd.md documents it; each round
+// therefore updates a product of its own, and the test reports how many
+// rounds it happened in rather than failing on it.
+func TestEndToEndBusRedisFrozenPutShowsOnAnotherWithinTheBound(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t)
+	ps := startInstances(t, 2, faultArgs(t, srv.Addr)...)
+	path := func(round int) string {
+		return fmt.Sprintf("/v1/tenants/acme/products/p-%05d?locale=en-US&currency=USD", round)
+	}
+	after, committed := faultRounds(t, "Redis frozen", ps[0], ps[1], path, srv.Pause, srv.Resume)
+	back := 0
+	for i, r := range after {
+		if r.revision < committed[i] {
+			back++
+		}
+	}
+	t.Logf("Redis frozen: once Redis and the bus were back, B served the revision before the round's PUT again in %d of %d rounds (an old entry left in Redis)", back, len(after))
+}
