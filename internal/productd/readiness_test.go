@@ -213,6 +213,9 @@ func TestReadyzAndMetricsShowTheBusInBothCoalescingModes(t *testing.T) {
 			if st := metric(t, c, base, `flightcache_bus_state{operation="product"}`); st != 2 {
 				t.Fatalf("flightcache_bus_state %v with the bus up, want 2", st)
 			}
+			if st := metric(t, c, base, BusStateMetric); st != 2 {
+				t.Fatalf("%s %v with the bus up, want 2", BusStateMetric, st)
+			}
 			if age := metric(t, c, base, BusLastMessageAgeMetric); age < 0 || age > 5 {
 				t.Fatalf("%s = %v with the bus up", BusLastMessageAgeMetric, age)
 			}
@@ -232,6 +235,9 @@ func TestReadyzAndMetricsShowTheBusInBothCoalescingModes(t *testing.T) {
 			}
 			if st := metric(t, c, base, `flightcache_bus_state{operation="product"}`); st != 1 {
 				t.Fatalf("flightcache_bus_state %v with the bus down, want 1", st)
+			}
+			if st := metric(t, c, base, BusStateMetric); st != 1 {
+				t.Fatalf("%s %v with the bus down, want 1", BusStateMetric, st)
 			}
 			if code, b := getReadyBus(t, base); code != 200 || b.Bus != "down" {
 				t.Fatalf("/readyz %d %+v with Redis dead, want 200 and bus down", code, b)
@@ -255,8 +261,10 @@ func TestReadyzAndMetricsShowTheBusInBothCoalescingModes(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if strings.Contains(string(body), BusLastMessageAgeMetric) {
-			t.Fatalf("%s exposed without a bus", BusLastMessageAgeMetric)
+		for _, name := range []string{BusLastMessageAgeMetric, BusStateMetric} {
+			if strings.Contains(string(body), name) {
+				t.Fatalf("%s exposed without a bus", name)
+			}
 		}
 	})
 }

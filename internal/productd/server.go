@@ -46,6 +46,13 @@ const OriginRowsMetric = "productd_origin_rows_total"
 // with -redis in flightcache mode only.
 const BusLastMessageAgeMetric = "productd_bus_last_message_age_seconds"
 
+// BusStateMetric is the Prometheus gauge of the invalidation bus's state
+// as the cache sees it at the scrape: 1 down, 2 up (the encoding of
+// promflight's flightcache_bus_state, which follows the changes and so
+// reads 0 until the bus first came up). Exposed with -redis in
+// flightcache mode only.
+const BusStateMetric = "productd_bus_state"
+
 // Server is a productd instance: the origin, the cache tiers, the service
 // and its HTTP handler. Build it with New, then Serve; or just call Run.
 type Server struct {
@@ -184,6 +191,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 				Name: BusLastMessageAgeMetric,
 				Help: "Seconds since the last message of any kind (heartbeats included) arrived on the invalidation bus, or since the bus started if none has.",
 			}, func() float64 { return s.busQuiet().Seconds() }))
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: BusStateMetric,
+				Help: "State of the invalidation bus at the scrape: 1 down (values in memory served for at most -bus-down-ttl), 2 up.",
+			}, func() float64 { return float64(s.BusState()) }))
 		}
 		jitter := cfg.Jitter
 		if jitter == 0 {
