@@ -138,9 +138,10 @@ const DefaultPolicyVersion = "2"
 // one Cache.InvalidatePrefix, which the Cache's Bus (productd: Redis
 // pub/sub) carries to every instance sharing it. They drop what they hold
 // of the product and reload it within the bus's delivery time while the
-// bus is up, and within the Cache's BusDownTTL plus the time the bus takes
-// to notice it is down otherwise; without a Bus they keep serving what
-// they cached until it expires. docs/productd.md has the bounds.
+// bus is up; otherwise within the longer of the Cache's BusDownTTL and the
+// time their bus takes to notice it is down. Without a Bus they keep
+// serving what they cached until it expires. docs/productd.md has the
+// bounds, and what the bus cannot cover.
 type QueryService struct {
 	repo Repository
 	opts ServiceOptions
