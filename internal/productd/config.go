@@ -51,8 +51,9 @@ type Config struct {
 	// BusDownTTL, BusHeartbeat and BusDownAfter tune the invalidation bus,
 	// which every instance with -redis uses in flightcache mode, whatever
 	// the coalescing (see docs/productd.md for the bounds they set).
-	// BusDownTTL is how long a value in memory is served, counted from its
-	// load, while the bus is down (flightcache.Options.BusDownTTL).
+	// BusDownTTL is how long a value in memory is served, counted from when
+	// it entered memory, while the bus is down
+	// (flightcache.Options.BusDownTTL).
 	BusDownTTL time.Duration
 	// BusHeartbeat is how often each instance sends itself a heartbeat
 	// through Redis (redislease.Options.HeartbeatInterval).
@@ -354,7 +355,7 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	str(&c.Coalesce, "coalesce", "how far loads are coalesced: cluster (one origin load per key across every instance sharing -redis; the default with -redis) or local (one per key per process; the default without -redis, and the only way to get it with -redis)")
 	dur(&c.LeaseTTL, "lease-ttl", "cluster mode: life of a key's load lease without a heartbeat (100ms to 1m; extended every third of it while the load runs); a crashed loader is replaced within about this long")
 	dur(&c.CoalesceWait, "coalesce-wait", "cluster mode: how long a request waits for another instance's load before it serves a stale value, or loads without caching (0: half -loader-timeout)")
-	dur(&c.BusDownTTL, "bus-down-ttl", "with -redis: while the invalidation bus is down, how long a value stays servable from memory after it was loaded (1ms to -cache-ttl); another instance's PUT then shows here within about this long")
+	dur(&c.BusDownTTL, "bus-down-ttl", "with -redis: while the invalidation bus is down, how long a value stays servable from memory after it entered it (1ms to -cache-ttl); another instance's PUT then shows here within about this long")
 	dur(&c.BusHeartbeat, "bus-heartbeat", "with -redis: how often each instance sends itself a heartbeat through the invalidation bus (10ms to 10s)")
 	dur(&c.BusDownAfter, "bus-down-after", "with -redis: how long the invalidation bus may go without a heartbeat coming back before it counts as down (0: 1s, or 4 x -bus-heartbeat if longer; otherwise twice -bus-heartbeat to 1m)")
 	dur(&c.OriginLatency, "origin-latency", "artificial delay added to each origin lookup (demos, tests), e.g. 200ms")
