@@ -52,8 +52,10 @@ type busSub struct {
 
 type busEndpoint struct {
 	net       *busNet
-	published atomic.Int64
+	count     atomic.Int64
 	failWith  atomic.Pointer[error] // Publish returns it when set
+	// published, when set, gets every invalidation this endpoint published.
+	published chan flightcache.Invalidation
 	// While holding (guarded by net.mu), messages for this endpoint wait
 	// in held: a slow delivery.
 	holding bool
@@ -88,7 +90,10 @@ func (e *busEndpoint) Publish(ctx context.Context, cache string, inv flightcache
 	if err := e.failWith.Load(); err != nil {
 		return *err
 	}
-	e.published.Add(1)
+	e.count.Add(1)
+	if e.published != nil {
+		defer func() { e.published <- inv }()
+	}
 	e.net.mu.Lock()
 	defer e.net.mu.Unlock()
 	if inv.Kind != flightcache.InvalidationKey {
@@ -704,5 +709,60 @@ func TestASlowWriteBackThatReachesRedisAfterANewerSetIsNeverServed(t *testing.T)
 	cInst.bus.deliverHeld()
 	if r := mustGet(t, cInst.c, "k", load); r.Value.Price != 2 {
 		t.Fatalf("C after hearing of the Set: %d (%v)", r.Value.Price, r.Outcome)
+	}
+}
+
+// TestWritesNotAnnouncedAreRedoneWhenTheBusIsBack: a Delete whose
+// invalidation could not be published, and a Set whose shared write failed
+// too, are redone once the writer's Bus is up again: the shared entry is
+// removed and the other instances drop their copies.
+func TestWritesNotAnnouncedAreRedoneWhenTheBusIsBack(t *testing.T) {
+	net := &busNet{}
+	shared := newMapShared(nil)
+	a := newInstance(t, net, shared, nil, nil)
+	b := newInstance(t, net, shared, nil, nil)
+	a.bus.published = make(chan flightcache.Invalidation, 8)
+	var price, calls atomic.Int64
+	price.Store(1)
+	load := valueLoader(&price, &calls)
+	for _, k := range []string{"d", "s"} {
+		mustGet(t, b.c, k, load)
+	}
+
+	cause := errors.New("redis frozen")
+	a.bus.failWith.Store(&cause)
+	a.bus.setState(flightcache.BusDown)
+	shared.writeErr = cause
+	price.Store(2)
+	if err := a.c.Delete(context.Background(), "d"); !errors.Is(err, flightcache.ErrNotPublished) {
+		t.Fatalf("Delete with the bus failing: %v", err)
+	}
+	if err := a.c.Set(context.Background(), "s", &product{Price: 3}); !errors.Is(err, cause) {
+		t.Fatalf("Set with the tier failing: %v", err)
+	}
+	if got := a.c.PendingInvalidations(); got != 2 {
+		t.Fatalf("%d writes pending, want 2", got)
+	}
+	if !b.local.has("d") || !b.local.has("s") {
+		t.Fatal("B heard of writes that were not published")
+	}
+
+	a.bus.failWith.Store(nil)
+	shared.writeErr = nil
+	a.bus.setState(flightcache.BusUp)
+	for range 2 {
+		<-a.bus.published
+	}
+	a.c.Close() // waits for the flush to end
+	if got := a.c.PendingInvalidations(); got != 0 {
+		t.Fatalf("%d writes still pending after the flush", got)
+	}
+	if b.local.has("d") || b.local.has("s") {
+		t.Fatal("B still holds copies after the redone invalidations")
+	}
+	for _, k := range []string{"d", "s"} {
+		if r := mustGet(t, b.c, k, load); r.Value.Price != 2 || r.Outcome != flightcache.OutcomeLoaded {
+			t.Fatalf("B's %s after the redone write: %d (%v), want a new load of 2", k, r.Value.Price, r.Outcome)
+		}
 	}
 }

@@ -107,6 +107,11 @@ type Cache[V any] struct {
 	clockSkew  time.Duration
 	fences     fenceTable
 	busLog     logLimiter
+	// pending holds the writes waiting to be announced, by pendingKey;
+	// guarded by pendingMu. flushing is set while flushPending runs.
+	pendingMu sync.Mutex
+	pending   map[string]pendingInvalidation
+	flushing  atomic.Bool
 
 	closed atomic.Bool
 	// mu orders background work against Close: a refresh is registered in
@@ -617,7 +622,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 		version = time.Now() // the shared entry is gone, not replaced
 		c.fenceKey(ctx, key, version)
 	}
-	return joinPublished(err, c.publish(ctx, InvalidationKey, key, version))
+	return joinPublished(err, c.announce(ctx, InvalidationKey, key, version, err != nil))
 }
 
 // joinPublished adds the error of announcing a write to the write's own.
@@ -682,7 +687,7 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 	}
 	version := time.Now()
 	c.fenceKey(ctx, key, version)
-	return joinPublished(err, c.publish(ctx, InvalidationKey, key, version))
+	return joinPublished(err, c.announce(ctx, InvalidationKey, key, version, err != nil))
 }
 
 // Close stops background refreshes and the engine: running loads have their

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -276,7 +277,7 @@ func (c *Cache[V]) invalidateBulk(ctx context.Context, kind InvalidationKind, pr
 	wall := time.Now()
 	c.noteFence(ctx, true, prefix, wall)
 	c.applyBulk(prefix, c.now())
-	return c.publish(ctx, kind, prefix, wall)
+	return c.announce(ctx, kind, prefix, wall, false)
 }
 
 // fenceKey records, with a Bus, an explicit write of key (Set, Delete)
@@ -465,6 +466,7 @@ func (c *Cache[V]) busChanged(s BusState) {
 	case BusUp:
 		c.resync()
 		c.capLocal.Store(false)
+		c.flushPending()
 		c.log.LogAttrs(ctx, slog.LevelInfo, "flightcache: invalidation bus up; local tier resynchronised",
 			slog.String("cache", c.name))
 	default:
@@ -477,4 +479,134 @@ func (c *Cache[V]) busChanged(s BusState) {
 	if c.obs != nil {
 		c.observe(Event{Kind: EventBusChanged, Cache: c.name, Bus: s})
 	}
+}
+
+// maxPending bounds the writes kept for a retry of their announcement;
+// beyond it the oldest are dropped, with a warning.
+const maxPending = 10_000
+
+// pendingInvalidation is a write of this instance the other instances may
+// not have heard of: its Invalidation was not published, or its update of
+// the shared tier failed (Redis hung, partitioned, down). When the Bus is
+// up again (and after each later successful publish) the Cache redoes it
+// (flushPending): it removes the key's shared entry if that update failed,
+// then publishes the Invalidation with its original Version. A failed Set
+// is redone as a removal: writing its value later could overwrite a newer
+// one written meanwhile by another instance.
+type pendingInvalidation struct {
+	kind         InvalidationKind
+	target       string
+	version      time.Time // wall clock
+	deleteShared bool
+}
+
+// pendingKey names a pending invalidation's target: a later write of the
+// same target replaces it.
+func pendingKey(kind InvalidationKind, target string) string {
+	return kind.String() + "\x00" + target
+}
+
+// announce publishes a write's Invalidation and, with a Bus, keeps the
+// write for a retry when the publish or the write's shared-tier update
+// (sharedFailed) failed, or forgets an earlier pending write of the same
+// target when both succeeded. It returns the publish's error.
+func (c *Cache[V]) announce(ctx context.Context, kind InvalidationKind, target string, version time.Time, sharedFailed bool) error {
+	err := c.publish(ctx, kind, target, version)
+	if c.bus == nil {
+		return err
+	}
+	pk := pendingKey(kind, target)
+	c.pendingMu.Lock()
+	if err == nil && !sharedFailed {
+		delete(c.pending, pk)
+		more := len(c.pending) > 0
+		c.pendingMu.Unlock()
+		if more {
+			c.flushPending()
+		}
+		return nil
+	}
+	if c.pending == nil {
+		c.pending = make(map[string]pendingInvalidation)
+	}
+	prev, had := c.pending[pk]
+	c.pending[pk] = pendingInvalidation{kind: kind, target: target, version: version,
+		deleteShared: kind == InvalidationKey && c.shared != nil && (sharedFailed || (had && prev.deleteShared))}
+	var dropped bool
+	if len(c.pending) > maxPending {
+		oldest := ""
+		for k, p := range c.pending {
+			if oldest == "" || p.version.Before(c.pending[oldest].version) {
+				oldest = k
+			}
+		}
+		delete(c.pending, oldest)
+		dropped = true
+	}
+	c.pendingMu.Unlock()
+	if dropped {
+		if ok, suppressed := c.busLog.allow(); ok {
+			c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: too many writes waiting to be announced; the oldest was dropped",
+				slog.String("cache", c.name), slog.Int64("suppressed", suppressed))
+		}
+	}
+	return err
+}
+
+// PendingInvalidations returns how many writes of this instance wait to be
+// announced to the other instances (see ErrNotPublished): they are redone
+// when the Bus is up again. 0 without a Bus.
+func (c *Cache[V]) PendingInvalidations() int {
+	c.pendingMu.Lock()
+	defer c.pendingMu.Unlock()
+	return len(c.pending)
+}
+
+// flushPending redoes the pending writes in the background, oldest first,
+// unless a flush runs already or the Cache is closed. It stops at the
+// first failure (the tier or the Bus still fails); the rest wait for the
+// next BusUp or successful publish.
+func (c *Cache[V]) flushPending() {
+	if !c.flushing.CompareAndSwap(false, true) {
+		return
+	}
+	c.mu.Lock()
+	if c.closed.Load() {
+		c.mu.Unlock()
+		c.flushing.Store(false)
+		return
+	}
+	c.bg.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.bg.Done()
+		defer c.flushing.Store(false)
+		c.pendingMu.Lock()
+		todo := make([]pendingInvalidation, 0, len(c.pending))
+		for _, p := range c.pending {
+			todo = append(todo, p)
+		}
+		c.pendingMu.Unlock()
+		slices.SortFunc(todo, func(a, b pendingInvalidation) int { return a.version.Compare(b.version) })
+		ctx := context.Background()
+		for _, p := range todo {
+			if c.closed.Load() {
+				return
+			}
+			if p.deleteShared {
+				if err := c.deleteShared(ctx, p.target); err != nil {
+					return
+				}
+			}
+			if err := c.publish(ctx, p.kind, p.target, p.version); err != nil {
+				return
+			}
+			pk := pendingKey(p.kind, p.target)
+			c.pendingMu.Lock()
+			if cur, ok := c.pending[pk]; ok && cur.version.Equal(p.version) {
+				delete(c.pending, pk)
+			}
+			c.pendingMu.Unlock()
+		}
+	}()
 }
