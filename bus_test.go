@@ -51,9 +51,9 @@ type busSub struct {
 }
 
 type busEndpoint struct {
-	net       *busNet
-	count     atomic.Int64
-	failWith  atomic.Pointer[error] // Publish returns it when set
+	net      *busNet
+	count    atomic.Int64
+	failWith atomic.Pointer[error] // Publish returns it when set
 	// published, when set, gets every invalidation this endpoint published.
 	published chan flightcache.Invalidation
 	// While holding (guarded by net.mu), messages for this endpoint wait
