@@ -55,14 +55,20 @@ type instance struct {
 
 // startInstances starts cfg.Instances productd processes of bin for mode
 // (ModeLocal or ModeCluster) on db and cfg.Redis, under a key prefix of
-// their own. The first starts alone, so that it seeds the database before
-// the others open it.
+// their own.
 func startInstances(ctx context.Context, cfg Config, bin, mode, db string) (*target, error) {
+	return startInstancesWith(ctx, cfg, bin, instanceArgs(cfg, mode, mode, db))
+}
+
+// instanceArgs is the command line of the productd processes of a run:
+// coalescing mode (ModeLocal or ModeCluster), on db and cfg.Redis under a
+// key prefix of their own that names run.
+func instanceArgs(cfg Config, run, mode, db string) []string {
 	var tag [4]byte
 	rand.Read(tag[:])
 	args := []string{
 		"-addr", "127.0.0.1:0", "-log-format", "json", "-log-level", "info",
-		"-db", db, "-redis", cfg.Redis, "-redis-prefix", "stampede-" + hex.EncodeToString(tag[:]) + "-" + mode + ":",
+		"-db", db, "-redis", cfg.Redis, "-redis-prefix", "stampede-" + hex.EncodeToString(tag[:]) + "-" + run + ":",
 		"-coalesce", mode, "-origin-latency", cfg.OriginLatency.String(),
 		"-cache-ttl", cfg.TTL.String(), "-negative-ttl", cfg.TTL.String(), "-cache-jitter", "0",
 		"-loader-timeout", "30s", "-shutdown-timeout", "10s", "-max-waiters", "0",
@@ -74,6 +80,13 @@ func startInstances(ctx context.Context, cfg Config, bin, mode, db string) (*tar
 	if cfg.Catalog != nil {
 		args = append(args, "-seed-products", strconv.Itoa(cfg.Catalog.ProductsPerTenant))
 	}
+	return args
+}
+
+// startInstancesWith starts cfg.Instances productd processes of bin with
+// args, one after the other: the first starts alone, so that it seeds the
+// database before the others open it.
+func startInstancesWith(ctx context.Context, cfg Config, bin string, args []string) (*target, error) {
 	var ins []*instance
 	stopAll := func() error {
 		var errs []error

@@ -30,10 +30,10 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 		n        = fs.Int("n", DefaultN, "requests per herd")
 		conc     = fs.Int("concurrency", 0, fmt.Sprintf("concurrent clients; 0 means -n for a herd and %d for continuous traffic", DefaultWorkers))
 		key      = fs.String("key", DefaultKey, "hot product: tenant/id[?locale=…&currency=…]")
-		modes    = fs.String("mode", strings.Join(AllModes, ","), "comma-separated modes: naive, flightcache, early-refresh; penetration (or penetration-naive, penetration-negative, penetration-guard): -n distinct ids that do not exist; with -instances: local, cluster (default both)")
+		modes    = fs.String("mode", strings.Join(AllModes, ","), "comma-separated modes: naive, flightcache, early-refresh; penetration (or penetration-naive, penetration-negative, penetration-guard): -n distinct ids that do not exist; with -instances: local, cluster (default both), or staleness alone (see below)")
 		duration = fs.Duration("duration", DefaultDuration, "length of the continuous traffic of early-refresh mode")
 		latency  = fs.Duration("origin-latency", DefaultOriginLatency, fmt.Sprintf("in-process productd and -instances: delay of each origin query (default %v with -instances)", InstancesOriginLatency))
-		ttl      = fs.Duration("ttl", DefaultTTL, "in-process productd: cache TTL (the herd arrives right after it expires)")
+		ttl      = fs.Duration("ttl", DefaultTTL, fmt.Sprintf("in-process productd and -instances: cache TTL (the herd arrives right after it expires; default %v with -mode staleness)", StalenessTTL))
 		asJSON   = fs.Bool("json", false, "print machine-readable results on stdout")
 		report   = fs.String("report", filepath.Join(os.TempDir(), "stampede-report.html"), "where to write the HTML report; empty: no report")
 		inst     = fs.Int("instances", 0, "start this many productd processes (built from this module) sharing -redis and one database, spread the herd over them, and compare -mode local (coalescing per process) against cluster (across them)")
@@ -43,11 +43,19 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 		batches  = fs.Int("batches", 50, "batch herd: concurrent batch requests")
 		bsize    = fs.Int("batch-size", 100, "batch herd: ids per request (at most 100)")
 		bpool    = fs.Int("batch-pool", 200, "batch herd: distinct ids the requests draw from")
+		rounds   = fs.Int("rounds", DefaultRounds, "-mode staleness: writes to measure")
+		stimeout = fs.Duration("staleness-timeout", DefaultStalenessTimeout, "-mode staleness: how long a round polls the other instances for the new value")
 	)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "stampede: fire a herd of concurrent requests at one hot product and count origin queries.\n\n"+
 			"Usage: stampede [flags]\n\nWith no flags it starts productd in-process and compares naive cache-aside,\n"+
-			"flightcache, and flightcache with early refresh.\n\n")
+			"flightcache, and flightcache with early refresh.\n\n"+
+			"-instances K -redis URL -mode staleness measures the staleness window instead:\n"+
+			"K productd processes share one Redis and one database, with a 5m cache TTL.\n"+
+			"Each of -rounds rounds makes the product hot in every instance's memory tier,\n"+
+			"PUTs a new price on instance 0 and polls the other instances until each\n"+
+			"serves it (or -staleness-timeout passes), and reports how long that took,\n"+
+			"and whether any instance went back to an older price.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -67,6 +75,7 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 	cfg.N, cfg.Concurrency, cfg.Key, cfg.Duration = *n, *conc, *key, *duration
 	cfg.OriginLatency, cfg.TTL = *latency, *ttl
 	cfg.Instances, cfg.Redis, cfg.DB = *inst, *redisURL, *db
+	cfg.Rounds, cfg.StalenessTimeout = *rounds, *stimeout
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if !set["mode"] {
@@ -76,6 +85,18 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 		// A herd spread over several processes takes longer to send; a
 		// slower origin keeps it a herd (see Validate).
 		cfg.OriginLatency = InstancesOriginLatency
+	}
+	if strings.TrimSpace(*modes) == ModeStaleness {
+		if !set["origin-latency"] {
+			cfg.OriginLatency = StalenessOriginLatency
+		}
+		if !set["ttl"] {
+			cfg.TTL = StalenessTTL
+		}
+		if isTerminal {
+			cfg.Progress = stderr
+		}
+		return runStalenessMain(ctx, cfg, *asJSON, *report, stdout, stderr)
 	}
 	if *targets != "" {
 		for _, t := range strings.Split(*targets, ",") {
@@ -128,14 +149,7 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 			where = strings.Join(cfg.Targets, ", ")
 		}
 		note := fmt.Sprintf("%s; herd of %d; run of %s finished %s", where, cfg.N, time.Since(began).Round(time.Millisecond), time.Now().Format(time.RFC3339))
-		f, err := os.Create(*report)
-		if err == nil {
-			err = WriteHTML(f, results, ReportInfo{Note: note, OriginLatency: knownLatency})
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-		}
-		if err != nil {
+		if err := writeReportFile(*report, results, ReportInfo{Note: note, OriginLatency: knownLatency}); err != nil {
 			fmt.Fprintln(stderr, "stampede: report:", err)
 			return 1
 		}
@@ -163,4 +177,57 @@ func runBatchMain(ctx context.Context, cfg BatchConfig, asJSON bool, stdout, std
 		return 1
 	}
 	return 0
+}
+
+// runStalenessMain is Main for -mode staleness: the rounds as a table or
+// JSON, and the report.
+func runStalenessMain(ctx context.Context, cfg Config, asJSON bool, report string, stdout, stderr io.Writer) int {
+	began := time.Now()
+	res, err := RunStaleness(ctx, cfg)
+	if err == nil {
+		if asJSON {
+			err = WriteStalenessJSON(stdout, res)
+			for _, w := range res.Warnings { // the table prints them itself
+				fmt.Fprintln(stderr, "WARNING: "+w)
+			}
+		} else {
+			err = WriteStalenessTable(stdout, res)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if report == "" {
+		return 0
+	}
+	origin := "a shared SQLite file"
+	if cfg.DB != "" {
+		origin = "a shared database"
+	}
+	note := fmt.Sprintf("%d productd processes sharing one Redis and %s; %d rounds; run of %s finished %s",
+		cfg.Instances, origin, len(res.Rounds), time.Since(began).Round(time.Millisecond), time.Now().Format(time.RFC3339))
+	if err := writeReportFile(report, nil, ReportInfo{Note: note, Staleness: res}); err != nil {
+		fmt.Fprintln(stderr, "stampede: report:", err)
+		return 1
+	}
+	out := stdout
+	if asJSON {
+		out = stderr // keep stdout pure JSON
+	}
+	fmt.Fprintf(out, "\nreport: %s\n", report)
+	return 0
+}
+
+// writeReportFile writes the HTML report to path.
+func writeReportFile(path string, results []Result, info ReportInfo) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	err = WriteHTML(f, results, info)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -135,38 +135,60 @@ type ReportInfo struct {
 	Note string
 	// OriginLatency is marked on the latency chart; zero when unknown.
 	OriginLatency time.Duration
+	// Staleness, when set, adds the staleness window section (see
+	// ModeStaleness).
+	Staleness *StalenessResult
 }
 
 // WriteHTML writes a self-contained report: the table and its legend, any
 // warning that the run is not a valid comparison, the origin queries over
 // time of each mode (one shared scale), and the latency distribution of
-// each mode, as inline SVG (no script, no external asset).
+// each mode, as inline SVG (no script, no external asset); then, with
+// info.Staleness, the staleness window section.
 func WriteHTML(w io.Writer, results []Result, info ReportInfo) error {
 	var b strings.Builder
+	title := "stampede: the herd and its cure"
+	if len(results) == 0 && info.Staleness != nil {
+		title = "stampede: the staleness window"
+	}
 	b.WriteString(`<!doctype html><html lang="en"><head><meta charset="utf-8"><title>stampede report</title><style>
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1150px;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right;white-space:nowrap}
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
 svg{background:#fff;border:1px solid #ddd;margin:4px}
 .small{color:#666;font-size:90%}.legend{color:#444;font-size:90%;margin:0 0 1em 1.2em;padding:0}
-.warn{background:#fff3cd;border:1px solid #e0b000;padding:.6em 1em;margin:1em 0}</style></head><body>
-<h1>stampede: the herd and its cure</h1>
+.warn{background:#fff3cd;border:1px solid #e0b000;padding:.6em 1em;margin:1em 0}
+pre{background:#f8f8f8;border:1px solid #ddd;padding:.6em 1em;white-space:pre-wrap;font-size:90%}
+td.timeout{color:#b00}</style></head><body>
 `)
-	fmt.Fprintf(&b, "<p class=small>%s</p>\n", html.EscapeString(info.Note))
+	fmt.Fprintf(&b, "<h1>%s</h1>\n<p class=small>%s</p>\n", html.EscapeString(title), html.EscapeString(info.Note))
+	if len(results) > 0 {
+		writeHerdHTML(&b, results, info)
+	}
+	if info.Staleness != nil {
+		writeStalenessHTML(&b, info.Staleness)
+	}
+	b.WriteString("</body></html>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeHerdHTML writes the sections of the herd modes.
+func writeHerdHTML(b *strings.Builder, results []Result, info ReportInfo) {
 	for _, r := range results {
 		for _, warn := range r.Warnings {
-			fmt.Fprintf(&b, "<p class=warn><b>Not a valid comparison.</b> %s</p>\n", html.EscapeString(warn))
+			fmt.Fprintf(b, "<p class=warn><b>Not a valid comparison.</b> %s</p>\n", html.EscapeString(warn))
 		}
 	}
 	b.WriteString("<table><tr><th>mode</th><th>traffic</th><th>requests</th><th>origin queries</th><th>requests/loader</th><th>suppression</th><th>herd spread</th><th>p50</th><th>p95</th><th>p99</th><th>max</th><th>errors</th></tr>\n")
 	for i, r := range results {
-		fmt.Fprintf(&b, `<tr><td><span style="color:%s">&#9632;</span> %s</td><td>%s</td><td>%d</td><td>%d</td><td>%s</td><td>%.2f%%</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td></tr>`+"\n",
+		fmt.Fprintf(b, `<tr><td><span style="color:%s">&#9632;</span> %s</td><td>%s</td><td>%d</td><td>%d</td><td>%s</td><td>%.2f%%</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td></tr>`+"\n",
 			palette[i%len(palette)], html.EscapeString(r.Mode), r.Traffic, r.Requests, r.OriginQueries, perLoader(r), 100*r.Suppression, spreadCell(r),
 			fmtMillis(r.P50Millis), fmtMillis(r.P95Millis), fmtMillis(r.P99Millis), fmtMillis(r.MaxMillis), r.Errors)
 	}
 	b.WriteString("</table>\n<ul class=legend>\n")
 	for _, l := range Legend {
-		fmt.Fprintf(&b, "<li>%s</li>\n", html.EscapeString(l))
+		fmt.Fprintf(b, "<li>%s</li>\n", html.EscapeString(l))
 	}
 	b.WriteString("</ul>\n<h2>Origin queries over time</h2><p class=small>Cumulative queries that reached the database since the traffic started. All panels share both axes; the y-axis is logarithmic, so 1 query and 1,000 stay comparable.</p>\n")
 	sc := sharedScale(results)
@@ -183,12 +205,10 @@ svg{background:#fff;border:1px solid #ddd;margin:4px}
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%d</td></tr>\n", html.EscapeString(r.Mode), html.EscapeString(k), r.CacheStatus[k])
+			fmt.Fprintf(b, "<tr><td>%s</td><td>%s</td><td>%d</td></tr>\n", html.EscapeString(r.Mode), html.EscapeString(k), r.CacheStatus[k])
 		}
 	}
-	b.WriteString("</table></body></html>\n")
-	_, err := io.WriteString(w, b.String())
-	return err
+	b.WriteString("</table>\n")
 }
 
 const (

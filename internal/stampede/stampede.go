@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -78,6 +79,12 @@ type Config struct {
 	// DB is the origin the instances share (see productd -db); empty: a
 	// SQLite file in a temporary directory.
 	DB string
+	// Rounds is the number of writes of ModeStaleness. Default
+	// DefaultRounds.
+	Rounds int
+	// StalenessTimeout bounds how long a round of ModeStaleness polls for
+	// the new value. Default DefaultStalenessTimeout.
+	StalenessTimeout time.Duration
 	// Progress, when set, receives a progress bar (stderr on a terminal).
 	Progress io.Writer
 	// Logger receives the in-process servers' logs; default: discarded.
@@ -117,6 +124,12 @@ func (c *Config) fill() error {
 	if c.TTL == 0 {
 		c.TTL = DefaultTTL
 	}
+	if c.Rounds == 0 {
+		c.Rounds = DefaultRounds
+	}
+	if c.StalenessTimeout == 0 {
+		c.StalenessTimeout = DefaultStalenessTimeout
+	}
 	if c.MaxExpiryWait == 0 {
 		c.MaxExpiryWait = 15 * time.Second
 	}
@@ -139,10 +152,23 @@ func (c *Config) fill() error {
 	case c.Instances > 0 && len(c.Targets) > 0:
 		return errors.New("stampede: -instances starts its own productd processes; it does not go with -target")
 	}
+	if slices.Contains(c.Modes, ModeStaleness) {
+		switch {
+		case len(c.Modes) > 1:
+			return errors.New("stampede: -mode staleness runs alone")
+		case c.Instances < 2:
+			return errors.New("stampede: -mode staleness needs -instances 2 or more: one takes the writes, the others are watched")
+		case c.Rounds < 1 || c.Rounds > 10_000:
+			return errors.New("stampede: -rounds must be between 1 and 10000")
+		case c.StalenessTimeout < 10*time.Millisecond || c.StalenessTimeout > 10*time.Minute:
+			return errors.New("stampede: -staleness-timeout must be between 10ms and 10m")
+		}
+	}
 	for _, m := range c.Modes {
 		switch {
+		case m == ModeStaleness:
 		case c.Instances > 0 && m != ModeLocal && m != ModeCluster:
-			return fmt.Errorf("stampede: with -instances the modes are %s, not %q", strings.Join(InstanceModes, ", "), m)
+			return fmt.Errorf("stampede: with -instances the modes are %s or %s, not %q", strings.Join(InstanceModes, ", "), ModeStaleness, m)
 		case c.Instances == 0 && m != ModeNaive && m != ModeFlightcache && m != ModeEarlyRefresh && !isPenetration(m):
 			return fmt.Errorf("stampede: unknown mode %q (want %s or %s; %s with -instances)", m, strings.Join(AllModes, ", "), strings.Join(append([]string{ModePenetration}, PenetrationModes...), ", "), strings.Join(InstanceModes, ", "))
 		}
@@ -223,6 +249,9 @@ type target struct {
 func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
+	}
+	if slices.Contains(cfg.Modes, ModeStaleness) {
+		return nil, errNotStaleness
 	}
 	path, _ := cfg.path()
 	var dir, bin string
