@@ -108,13 +108,19 @@ type StalenessSummary struct {
 	// The percentiles of the convergence time over every sample, a
 	// timed-out one counting as longer than any: null when the percentile
 	// falls on a sample that timed out (it is longer than the timeout).
-	P50Millis   *float64 `json:"p50Ms"`
-	P90Millis   *float64 `json:"p90Ms"`
-	P99Millis   *float64 `json:"p99Ms"`
-	MaxMillis   *float64 `json:"maxMs"`
-	Regressions int      `json:"regressions"`
-	Errors      int      `json:"errors"`
-	Polls       int      `json:"polls"`
+	P50Millis *float64 `json:"p50Ms"`
+	P90Millis *float64 `json:"p90Ms"`
+	P99Millis *float64 `json:"p99Ms"`
+	MaxMillis *float64 `json:"maxMs"`
+	// OldAnswers counts the answers with an older revision before the
+	// new one, over every sample: requests sent after the PUT had been
+	// acknowledged and still served the old price. LastOldMillis is the
+	// latest of them (0 with none).
+	OldAnswers    int     `json:"oldAnswers"`
+	LastOldMillis float64 `json:"lastOldMs"`
+	Regressions   int     `json:"regressions"`
+	Errors        int     `json:"errors"`
+	Polls         int     `json:"polls"`
 }
 
 // summariseStaleness computes the summary of rounds.
@@ -127,6 +133,8 @@ func summariseStaleness(rounds []StalenessRound) StalenessSummary {
 			s.Regressions += c.Regressions
 			s.Errors += c.Errors
 			s.Polls += c.Polls
+			s.OldAnswers += c.StalePolls
+			s.LastOldMillis = math.Max(s.LastOldMillis, c.LastStaleMillis)
 			if c.Converged {
 				s.Converged++
 				times = append(times, c.ConvergedMillis)

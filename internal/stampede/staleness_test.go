@@ -99,7 +99,7 @@ func TestSummariseStalenessRanksTimeoutsAboveEveryTime(t *testing.T) {
 	s := summariseStaleness(rounds)
 	// Sorted: 1,2,...,16,17,19,+Inf,+Inf (18 and 20 would be instance 2's
 	// rounds 9 and 10, which timed out).
-	if s.Samples != 20 || s.Converged != 18 || s.TimedOut != 2 || s.Regressions != 2 || s.Errors != 1 || s.Polls != 18*3+80 {
+	if s.Samples != 20 || s.Converged != 18 || s.TimedOut != 2 || s.Regressions != 2 || s.Errors != 1 || s.Polls != 18*3+80 || s.OldAnswers != 80 {
 		t.Fatalf("counts %+v", s)
 	}
 	for _, c := range []struct {
@@ -260,6 +260,40 @@ func TestStalenessSVGPlotsEverySampleWhereItBelongs(t *testing.T) {
 	}
 }
 
+// The p50 and p99 labels stay inside the chart and never overlap: p99's
+// turns to the left near the right edge, and p50's then moves up a line
+// when the two would collide.
+func TestPercentileLabelsStayInsideAndApart(t *testing.T) {
+	const w = 760
+	x := func(v float64) float64 { return 96 + v/30*(w-26-96) }
+	label := regexp.MustCompile(`<text x="([0-9.]+)" y="([0-9.]+)" fill="#555" text-anchor="(start|end)">(p\d\d [^<]+)</text>`)
+	for _, c := range []struct{ p50, p99 float64 }{{3, 10}, {17, 29}, {28, 29}, {29, 29}} {
+		marks := percentileMarks(StalenessSummary{P50Millis: ptr(c.p50), P99Millis: ptr(c.p99)}, x, 40, 200, w)
+		type box struct{ lo, hi, y float64 }
+		var boxes []box
+		for _, m := range label.FindAllStringSubmatch(marks, -1) {
+			var tx, ty float64
+			fmt.Sscan(m[1], &tx)
+			fmt.Sscan(m[2], &ty)
+			width := 6.2 * float64(len(m[4]))
+			b := box{tx, tx + width, ty}
+			if m[3] == "end" {
+				b = box{tx - width, tx, ty}
+			}
+			if b.lo < 0 || b.hi > w {
+				t.Errorf("p50 %v, p99 %v: label %q spans [%v, %v], outside the chart", c.p50, c.p99, m[4], b.lo, b.hi)
+			}
+			boxes = append(boxes, b)
+		}
+		if len(boxes) != 2 {
+			t.Fatalf("p50 %v, p99 %v: %d labels in %s", c.p50, c.p99, len(boxes), marks)
+		}
+		if a, b := boxes[0], boxes[1]; a.y == b.y && a.lo < b.hi && b.lo < a.hi {
+			t.Errorf("p50 %v, p99 %v: the labels overlap: %+v", c.p50, c.p99, boxes)
+		}
+	}
+}
+
 // The text and JSON outputs and the report's section carry the rounds,
 // the summary with a timed-out percentile as such, the legend, the
 // productd command line, and the warning of a timeout not shorter than
@@ -273,7 +307,7 @@ func TestStalenessOutputsShowRoundsSummaryAndFlags(t *testing.T) {
 	}
 	out := table.String()
 	for _, want := range []string{"productd -redis redis://:xxxxx@127.0.0.1:6379/0 -cache-ttl 5m0s", "instance 1", "instance 2", "timeout",
-		"p50 3.0ms, p90 > 5s, p99 > 5s, max > 5s; converged 7, timed out 1; regressions 1", "cache TTL is 5m", "WARNING: the round timeout"} {
+		"p50 3.0ms, p90 > 5s, p99 > 5s, max > 5s; converged 7, timed out 1; old answers after the PUT 9014 (the last at 5.00s); regressions 1", "cache TTL is 5m", "WARNING: the round timeout"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the table lacks %q:\n%s", want, out)
 		}

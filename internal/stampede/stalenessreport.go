@@ -19,6 +19,7 @@ func StalenessLegend(r *StalenessResult) []string {
 	return []string{
 		"Before each round every instance answers the product from its memory tier (Cache-Status hit). Then instance 0 takes a PUT of a new price, and each other instance is polled back to back on its own connection.",
 		"instance N: time from the PUT's response to instance N's first answer with the PUT's revision (or a newer one). It includes one poll's round trip and, once the instance dropped its copy, the reload of the product.",
+		"old answers after the PUT: answers with an older revision to polls sent after the PUT's response, before the new one; 0 means no instance served the old price once the write was acknowledged (the first poll goes out the moment the PUT's response arrives).",
 		fmt.Sprintf("timeout: instance N still served an older revision when the round's timeout (%s) ended. The instances' cache TTL is %s, so no copy expired during a round: expiry cannot explain a convergence.", fmtSpan(r.TimeoutMillis), fmtSpan(r.CacheTTLMillis)),
 		fmt.Sprintf("regressions: answers with an older revision after the instance had answered with the new one, while the round went on (polling continues %s after the last instance converged) and in the next warm-up's GETs.", fmtSpan(r.SettleMillis)),
 	}
@@ -56,11 +57,19 @@ func percentileCell(v *float64, timeoutMillis float64) string {
 // stalenessSummaryLine is the summary in one sentence.
 func stalenessSummaryLine(r *StalenessResult) string {
 	s := r.Summary
-	return fmt.Sprintf("convergence over %d samples (%d rounds x %d instances): p50 %s, p90 %s, p99 %s, max %s; converged %d, timed out %d; regressions %d; poll errors %d",
+	return fmt.Sprintf("convergence over %d samples (%d rounds x %d instances): p50 %s, p90 %s, p99 %s, max %s; converged %d, timed out %d; old answers after the PUT %d%s; regressions %d; poll errors %d",
 		s.Samples, len(r.Rounds), r.Instances-1,
 		percentileCell(s.P50Millis, r.TimeoutMillis), percentileCell(s.P90Millis, r.TimeoutMillis),
 		percentileCell(s.P99Millis, r.TimeoutMillis), percentileCell(s.MaxMillis, r.TimeoutMillis),
-		s.Converged, s.TimedOut, s.Regressions, s.Errors)
+		s.Converged, s.TimedOut, s.OldAnswers, lastOld(s), s.Regressions, s.Errors)
+}
+
+// lastOld says when the last old answer arrived, if any did.
+func lastOld(s StalenessSummary) string {
+	if s.OldAnswers == 0 {
+		return ""
+	}
+	return " (the last at " + fmtMillis(s.LastOldMillis) + ")"
 }
 
 // roundRegressions sums a round's regressions.
@@ -127,12 +136,16 @@ func writeStalenessHTML(b *strings.Builder, r *StalenessResult) {
 		fmt.Fprintf(b, "<p class=warn><b>Read with care.</b> %s</p>\n", html.EscapeString(warn))
 	}
 	s := r.Summary
-	b.WriteString("<table><tr><th>samples</th><th>converged</th><th>timed out</th><th>p50</th><th>p90</th><th>p99</th><th>max</th><th>regressions</th><th>poll errors</th><th>polls</th></tr>\n")
-	fmt.Fprintf(b, "<tr><td>%d</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td>%d</td><td>%d</td></tr></table>\n",
+	lastOld := "n/a"
+	if s.OldAnswers > 0 {
+		lastOld = fmtMillis(s.LastOldMillis)
+	}
+	b.WriteString("<table><tr><th>samples</th><th>converged</th><th>timed out</th><th>p50</th><th>p90</th><th>p99</th><th>max</th><th>old answers after the PUT</th><th>last old answer</th><th>regressions</th><th>poll errors</th><th>polls</th></tr>\n")
+	fmt.Fprintf(b, "<tr><td>%d</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td>%s</td><td>%d</td><td>%d</td><td>%d</td></tr></table>\n",
 		s.Samples, s.Converged, s.TimedOut,
 		percentileCell(s.P50Millis, r.TimeoutMillis), percentileCell(s.P90Millis, r.TimeoutMillis),
 		percentileCell(s.P99Millis, r.TimeoutMillis), percentileCell(s.MaxMillis, r.TimeoutMillis),
-		s.Regressions, s.Errors, s.Polls)
+		s.OldAnswers, lastOld, s.Regressions, s.Errors, s.Polls)
 	b.WriteString("<ul class=legend>\n")
 	for _, l := range StalenessLegend(r) {
 		fmt.Fprintf(b, "<li>%s</li>\n", html.EscapeString(l))
@@ -222,20 +235,7 @@ func stalenessSVG(r *StalenessResult) string {
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#b00">timed out</text><text x="%.1f" y="%.1f" text-anchor="middle" fill="#b00">&gt; %s</text>`,
 			bandX+bandW/2, bottom+15, bandX+bandW/2, bottom+28, html.EscapeString(fmtSpan(r.TimeoutMillis)))
 	}
-	// p50 and p99, labelled above the plot on either side of their line.
-	for _, m := range []struct {
-		name   string
-		v      *float64
-		anchor string
-		dx     float64
-	}{{"p50", r.Summary.P50Millis, "end", -3}, {"p99", r.Summary.P99Millis, "start", 3}} {
-		if m.v == nil {
-			continue
-		}
-		mx := x(*m.v)
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#555" stroke-dasharray="5,4"/><text x="%.1f" y="%.1f" fill="#555" text-anchor="%s">%s %s</text>`,
-			mx, top-14, mx, bottom, mx+m.dx, top-6, m.anchor, m.name, html.EscapeString(fmtMillis(*m.v)))
-	}
+	b.WriteString(percentileMarks(r.Summary, x, top, bottom, w))
 	for j, rd := range r.Rounds {
 		for _, c := range rd.Instances {
 			row := c.Instance - 1
@@ -260,5 +260,42 @@ func stalenessSVG(r *StalenessResult) string {
 		}
 	}
 	b.WriteString("</svg>")
+	return b.String()
+}
+
+// percentileMarks draws p50 and p99 (those that converged) as dashed lines
+// over the plot, labelled above it: p50's label ends at its line, p99's
+// starts at its line unless that would leave the chart, and when the two
+// labels would overlap, p50's moves up a line.
+func percentileMarks(s StalenessSummary, x func(float64) float64, top, bottom float64, w int) string {
+	const charW = 6.2 // at font-size 11, generously
+	var b strings.Builder
+	mark := func(name string, v float64, end bool, dy float64) (lo, hi float64) {
+		mx, label := x(v), name+" "+fmtMillis(v)
+		width := charW * float64(len(label))
+		tx, anchor := mx+3, "start"
+		lo, hi = tx, tx+width
+		if end {
+			tx, anchor = mx-3, "end"
+			lo, hi = tx-width, tx
+		}
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#555" stroke-dasharray="5,4"/><text x="%.1f" y="%.1f" fill="#555" text-anchor="%s">%s</text>`,
+			mx, top-14-dy, mx, bottom, tx, top-6-dy, anchor, html.EscapeString(label))
+		return lo, hi
+	}
+	p99lo, p99hi := math.Inf(1), math.Inf(1)
+	if s.P99Millis != nil {
+		end := x(*s.P99Millis)+3+charW*float64(len("p99 "+fmtMillis(*s.P99Millis))) > float64(w-4)
+		p99lo, p99hi = mark("p99", *s.P99Millis, end, 0)
+	}
+	if s.P50Millis != nil {
+		mx := x(*s.P50Millis)
+		width := charW * float64(len("p50 "+fmtMillis(*s.P50Millis)))
+		dy := 0.0
+		if mx-3 > p99lo && mx-3-width < p99hi {
+			dy = 14
+		}
+		mark("p50", *s.P50Millis, true, dy)
+	}
 	return b.String()
 }
