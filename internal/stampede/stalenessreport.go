@@ -136,16 +136,12 @@ func writeStalenessHTML(b *strings.Builder, r *StalenessResult) {
 		fmt.Fprintf(b, "<p class=warn><b>Read with care.</b> %s</p>\n", html.EscapeString(warn))
 	}
 	s := r.Summary
-	lastOld := "n/a"
-	if s.OldAnswers > 0 {
-		lastOld = fmtMillis(s.LastOldMillis)
-	}
-	b.WriteString("<table><tr><th>samples</th><th>converged</th><th>timed out</th><th>p50</th><th>p90</th><th>p99</th><th>max</th><th>old answers after the PUT</th><th>last old answer</th><th>regressions</th><th>poll errors</th><th>polls</th></tr>\n")
-	fmt.Fprintf(b, "<tr><td>%d</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td>%s</td><td>%d</td><td>%d</td><td>%d</td></tr></table>\n",
+	b.WriteString("<table><tr><th>samples</th><th>converged</th><th>timed out</th><th>p50</th><th>p90</th><th>p99</th><th>max</th><th>old answers after the PUT</th><th>regressions</th><th>poll errors</th><th>polls</th></tr>\n")
+	fmt.Fprintf(b, "<tr><td>%d</td><td>%d</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d%s</td><td>%d</td><td>%d</td><td>%d</td></tr></table>\n",
 		s.Samples, s.Converged, s.TimedOut,
 		percentileCell(s.P50Millis, r.TimeoutMillis), percentileCell(s.P90Millis, r.TimeoutMillis),
 		percentileCell(s.P99Millis, r.TimeoutMillis), percentileCell(s.MaxMillis, r.TimeoutMillis),
-		s.OldAnswers, lastOld, s.Regressions, s.Errors, s.Polls)
+		s.OldAnswers, lastOld(s), s.Regressions, s.Errors, s.Polls)
 	b.WriteString("<ul class=legend>\n")
 	for _, l := range StalenessLegend(r) {
 		fmt.Fprintf(b, "<li>%s</li>\n", html.EscapeString(l))
@@ -210,7 +206,8 @@ func stalenessSVG(r *StalenessResult) string {
 	x := func(v float64) float64 { return left + v/maxX*(plotR-left) }
 	bottom := top + rowH*float64(rows)
 	y := func(row, round int) float64 {
-		return top + rowH*float64(row) + (float64(round)+0.5)/float64(rounds)*rowH
+		const inset = 5 // keeps a row's first and last rounds off its edges
+		return top + rowH*float64(row) + inset + (float64(round)+0.5)/float64(rounds)*(rowH-2*inset)
 	}
 
 	var b strings.Builder
