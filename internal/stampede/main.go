@@ -51,11 +51,14 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 			"Usage: stampede [flags]\n\nWith no flags it starts productd in-process and compares naive cache-aside,\n"+
 			"flightcache, and flightcache with early refresh.\n\n"+
 			"-instances K -redis URL -mode staleness measures the staleness window instead:\n"+
-			"K productd processes share one Redis and one database, with a 5m cache TTL.\n"+
-			"Each of -rounds rounds makes the product hot in every instance's memory tier,\n"+
-			"PUTs a new price on instance 0 and polls the other instances until each\n"+
-			"serves it (or -staleness-timeout passes), and reports how long that took,\n"+
-			"and whether any instance went back to an older price.\n\n")
+			"K productd processes share one Redis and one database (-ttl defaults to 5m\n"+
+			"here, so no cached copy expires during the run). Each of -rounds rounds makes\n"+
+			"the product hot in every instance's memory tier, PUTs a new price on\n"+
+			"instance 0 and polls the other instances back to back until each serves it\n"+
+			"(or -staleness-timeout passes). It reports how long that took, how many old\n"+
+			"answers came after the PUT, and whether an instance went back to an older\n"+
+			"price; the report plots every round. The price is put back at the end.\n\n"+
+			"  stampede -instances 3 -redis redis://127.0.0.1:6379 -mode staleness\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
