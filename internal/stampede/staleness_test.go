@@ -370,13 +370,17 @@ func TestStalenessFlagsAreChecked(t *testing.T) {
 }
 
 // The mode end to end: productd built from this module, 2 processes on a
-// private redis-server and one SQLite file, a few rounds. The
-// measurements must be self-consistent whether or not the instances
-// converge.
-func TestStalenessModeMeasuresEveryRoundConsistently(t *testing.T) {
+// private redis-server and one SQLite file, a few rounds. productd with
+// -redis invalidates a PUT's product on every instance through the bus, so
+// the watched instance serves the new price in every round, well before
+// the timeout (the instances' TTL is 5m), and never goes back to the old
+// one; the measurements are consistent with each other.
+func TestStalenessModeShowsEveryInstanceConvergingAfterEveryWrite(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	report := filepath.Join(t.TempDir(), "report.html")
-	const rounds, timeout = 3, 1500 * time.Millisecond
+	// A generous timeout: a slow convergence on a loaded machine under
+	// -race is still one; a missing invalidation never converges.
+	const rounds, timeout = 3, 5 * time.Second
 	var stdout, stderr bytes.Buffer
 	code := mainWith(context.Background(), Config{Catalog: &smallCatalog},
 		[]string{"-instances", "2", "-redis", "redis://" + srv.Addr + "/0", "-mode", "staleness", "-rounds", fmt.Sprint(rounds),
@@ -410,27 +414,24 @@ func TestStalenessModeMeasuresEveryRoundConsistently(t *testing.T) {
 			t.Fatalf("round %d: price %d, want %d", n+1, rd.PriceCents, firstPrice+int64(n))
 		}
 		c := rd.Instances[0]
-		if c.Instance != 1 || c.Errors != 0 || c.Regressions != 0 {
-			t.Fatalf("round %d: %+v", n+1, c)
-		}
-		converged := 0
-		if c.Converged {
-			converged = 1
-			if c.ConvergedMillis <= 0 || c.ConvergedMillis > ms(timeout) || c.LastStaleMillis > c.ConvergedMillis ||
-				(c.StalePolls == 0) != (c.LastStaleMillis == 0) {
-				t.Fatalf("round %d: inconsistent convergence %+v", n+1, c)
-			}
-		} else if c.StalePolls < 1 || c.LastStaleMillis <= 0 || c.LastStaleMillis > ms(timeout) {
-			t.Fatalf("round %d: a timeout without old answers within it: %+v", n+1, c)
-		}
-		if c.Polls < c.StalePolls+converged {
-			t.Fatalf("round %d: %d polls for %d stale and %d new answers", n+1, c.Polls, c.StalePolls, converged)
-		}
 		t.Logf("round %d: %+v", n+1, c)
+		if c.Instance != 1 || !c.Converged || c.Errors != 0 || c.Regressions != 0 {
+			t.Fatalf("round %d: %+v; want the new price within %v, no error, no regression", n+1, c, timeout)
+		}
+		if c.ConvergedMillis <= 0 || c.ConvergedMillis > ms(timeout) || c.LastStaleMillis >= c.ConvergedMillis ||
+			(c.StalePolls == 0) != (c.LastStaleMillis == 0) || c.Polls < c.StalePolls+1 {
+			t.Fatalf("round %d: inconsistent convergence %+v", n+1, c)
+		}
 	}
-	if got := summariseStaleness(r.Rounds); !eqPtr(got.P50Millis, r.Summary.P50Millis) || !eqPtr(got.MaxMillis, r.Summary.MaxMillis) ||
-		got.Samples != rounds || r.Summary.Samples != rounds || r.Summary.Converged+r.Summary.TimedOut != rounds {
-		t.Fatalf("summary %+v does not match the rounds", r.Summary)
+	s := r.Summary
+	// The summary is the rounds' (compared as JSON: the percentiles are
+	// pointers).
+	got, _ := json.Marshal(summariseStaleness(r.Rounds))
+	if want, _ := json.Marshal(s); !bytes.Equal(got, want) {
+		t.Fatalf("summary %s does not match the rounds' %s", want, got)
+	}
+	if s.Samples != rounds || s.Converged != rounds || s.TimedOut != 0 || s.MaxMillis == nil || s.Regressions != 0 {
+		t.Fatalf("summary %+v", s)
 	}
 	h, err := os.ReadFile(report)
 	if err != nil {
