@@ -254,7 +254,7 @@ const (
 	// redoBound bounds how long after both buses are up again B may still
 	// serve an entry Redis kept from before a PUT whose invalidation could
 	// not be published: until the writer, its bus up, redoes the write.
-	redoBound = 2 * time.Second
+	redoBound         = 2 * time.Second
 	faultHeartbeat    = 100 * time.Millisecond
 	faultDownAfter    = 400 * time.Millisecond
 	faultBusDownTTL   = 500 * time.Millisecond
