@@ -158,3 +158,43 @@ func Example_productQueryService() {
 	// repository calls: 3
 	// true true
 }
+
+// InvalidatePrefix drops every variant of one product (all locales and
+// currencies) with one call; with Options.Bus, on every instance. The
+// prefix comes from the same key policy, so it ends at a separator and
+// never matches product 420 when it means product 42.
+func ExampleCache_InvalidatePrefix() {
+	c, done := newProductCache()
+	defer done()
+	ctx := context.Background()
+	keys := key.New("product").Version("1").Require(key.DimTenant, key.DimID, key.DimLocale)
+	loads := 0
+	load := func(ctx context.Context) (*Product, error) {
+		loads++
+		return &Product{ID: "42"}, nil
+	}
+	for _, loc := range []string{"en-US", "de-DE"} {
+		for _, id := range []string{"42", "420"} {
+			k := keys.Tenant("acme").ID(id).Locale(loc).MustBuild()
+			if _, err := c.Get(ctx, k, load); err != nil {
+				log.Fatal(err)
+			}
+		}
+	}
+	prefix, err := keys.Tenant("acme").ID("42").Prefix()
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := c.InvalidatePrefix(ctx, prefix); err != nil {
+		log.Fatal(err)
+	}
+	for _, id := range []string{"42", "420"} {
+		r, _ := c.Fetch(ctx, keys.Tenant("acme").ID(id).Locale("de-DE").MustBuild(), load)
+		fmt.Println(id, r.Outcome)
+	}
+	fmt.Println("loads:", loads)
+	// Output:
+	// 42 loaded
+	// 420 hit_local
+	// loads: 5
+}
