@@ -431,7 +431,7 @@ func (r *busRun) message(channel, payload string) {
 	now := time.Now()
 	b.lastMessage.Store(now.UnixNano())
 	if channel == b.hbChannel {
-		seq, ok := canonicalUint(payload, 20)
+		seq, ok := canonicalUint(payload, maxUintDigits)
 		if !ok {
 			b.dropped.Add(1)
 			return

@@ -386,9 +386,14 @@ func TestBusDropsGarbage(t *testing.T) {
 	if err := raw.Publish(ctx, b.bus.channel, own).Err(); err != nil {
 		t.Fatal(err)
 	}
-	// Garbage on the heartbeat channel is no heartbeat either.
-	if err := raw.Publish(ctx, b.bus.hbChannel, "not a number").Err(); err != nil {
-		t.Fatal(err)
+	// Garbage on the heartbeat channel is no heartbeat either: nor is a
+	// number of 20 digits, which would wrap around a uint64 (2^64 + 1
+	// would read as heartbeat 1).
+	hbGarbage := []string{"not a number", "18446744073709551617", "99999999999999999999", "01"}
+	for _, g := range hbGarbage {
+		if err := raw.Publish(ctx, b.bus.hbChannel, g).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	good := inv(flightcache.InvalidationKey, "good")
 	if err := a.Publish(ctx, "c", good); err != nil {
@@ -397,8 +402,8 @@ func TestBusDropsGarbage(t *testing.T) {
 	if got := rb.next(t, 5*time.Second); got.state != 0 || !sameInv(got.inv, good) {
 		t.Fatalf("first call after the garbage %+v, want %+v", got, good)
 	}
-	if s := b.BusStats(); s.Dropped != uint64(len(garbage))+1 || s.Received != 1 {
-		t.Fatalf("b's stats %+v, want %d dropped, 1 received", s, len(garbage)+1)
+	if s := b.BusStats(); s.Dropped != uint64(len(garbage)+len(hbGarbage)) || s.Received != 1 {
+		t.Fatalf("b's stats %+v, want %d dropped, 1 received", s, len(garbage)+len(hbGarbage))
 	}
 }
 

@@ -168,10 +168,15 @@ func decodeBusMessage(s string) (busMessage, error) {
 	return m, nil
 }
 
-// canonicalUint parses a decimal of at most maxDigits digits, without sign
-// or leading zeros.
+// maxUintDigits is the most digits canonicalUint reads: every 19-digit
+// decimal fits in a uint64, some 20-digit ones do not.
+const maxUintDigits = 19
+
+// canonicalUint parses a decimal of at most maxDigits digits (never more
+// than maxUintDigits, so it cannot overflow), without sign or leading
+// zeros.
 func canonicalUint(s string, maxDigits int) (uint64, bool) {
-	if s == "" || len(s) > maxDigits || (len(s) > 1 && s[0] == '0') {
+	if s == "" || len(s) > min(maxDigits, maxUintDigits) || (len(s) > 1 && s[0] == '0') {
 		return 0, false
 	}
 	var v uint64
@@ -180,7 +185,7 @@ func canonicalUint(s string, maxDigits int) (uint64, bool) {
 		if c < '0' || c > '9' {
 			return 0, false
 		}
-		v = v*10 + uint64(c-'0') // 19 digits cannot overflow a uint64
+		v = v*10 + uint64(c-'0') // at most 19 digits: below 10^19 < 2^64
 	}
 	return v, true
 }

@@ -151,6 +151,19 @@ func TestBusMessageDecoderIsStrict(t *testing.T) {
 	}
 }
 
+// canonicalUint never takes more than 19 digits, whatever it is asked
+// for: 20 could overflow a uint64.
+func TestCanonicalUintDoesNotOverflow(t *testing.T) {
+	if v, ok := canonicalUint("9999999999999999999", 19); !ok || v != 9999999999999999999 {
+		t.Fatalf("19 nines = %d, %v", v, ok)
+	}
+	for _, s := range []string{"18446744073709551615", "18446744073709551616", "99999999999999999999"} {
+		if v, ok := canonicalUint(s, 20); ok {
+			t.Errorf("canonicalUint(%s, 20) = %d, accepted", s, v)
+		}
+	}
+}
+
 // FuzzDecode: the decoder never panics, and whatever it accepts is well
 // formed and encodes back to the very same bytes.
 func FuzzDecode(f *testing.F) {
