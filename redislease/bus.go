@@ -34,6 +34,14 @@ const (
 
 var _ flightcache.Bus = (*Coordinator)(nil)
 
+// ErrAlreadySubscribed is returned by Subscribe for a cache name that
+// already has an active subscription on the Coordinator: Caches of the same
+// name on one Coordinator would never hear each other's invalidations
+// (a Coordinator does not deliver its own), so each needs its own
+// Coordinator, or they need distinct names. The name is free again once
+// the first subscription's stop returned.
+var ErrAlreadySubscribed = errors.New("redislease: bus: this cache name is already subscribed on this Coordinator")
+
 // BusStats are a Coordinator's bus counters since New.
 type BusStats struct {
 	// Published counts the invalidations Publish handed to Redis.
@@ -79,11 +87,10 @@ type bus struct {
 	lastMessage                                                         atomic.Int64 // Unix nanoseconds, 0 for none
 
 	mu     sync.Mutex
-	subs   map[string]map[*busSub]struct{} // by cache name; guarded by mu
-	nsubs  int                             // guarded by mu
-	run    *busRun                         // the current run, nil while nothing is subscribed; guarded by mu
-	prev   *busRun                         // the last run stopped; guarded by mu
-	closed bool                            // guarded by mu
+	subs   map[string]*busSub // by cache name, one each; guarded by mu
+	run    *busRun            // the current run, nil while nothing is subscribed; guarded by mu
+	prev   *busRun            // the last run stopped; guarded by mu
+	closed bool               // guarded by mu
 	// The current run's state, guarded by mu. A heartbeat counts only if
 	// its sequence number is at least minSeq, which moves past every
 	// heartbeat sent so far whenever the bus channel is confirmed (again)
@@ -97,7 +104,7 @@ type bus struct {
 }
 
 func newBus(c *Coordinator, interval, downAfter time.Duration) *bus {
-	b := &bus{c: c, origin: rand.Uint64(), interval: interval, downAfter: downAfter, subs: make(map[string]map[*busSub]struct{})}
+	b := &bus{c: c, origin: rand.Uint64(), interval: interval, downAfter: downAfter, subs: make(map[string]*busSub)}
 	b.channel = c.store.Prefix() + "{bus}"
 	b.hbChannel = string(appendHex16([]byte(b.channel+"|hb|"), b.origin))
 	return b
@@ -144,7 +151,10 @@ func (c *Coordinator) isClosed() bool {
 }
 
 // Subscribe implements flightcache.Bus: it delivers the invalidations
-// other Coordinators publish for cache to h, with the bus's state.
+// other Coordinators publish for cache to h, with the bus's state. A cache
+// name has one subscription at a time per Coordinator: a second Subscribe
+// of it fails with ErrAlreadySubscribed until the first one's stop
+// returned.
 //
 // The first subscription starts the bus: it subscribes the bus channel and
 // its own heartbeat channel over the Coordinator's subscription connection
@@ -177,11 +187,11 @@ func (c *Coordinator) Subscribe(cache string, h flightcache.BusHandler) (stop fu
 		b.mu.Unlock()
 		return nil, errClosed
 	}
-	if b.subs[cache] == nil {
-		b.subs[cache] = make(map[*busSub]struct{})
+	if b.subs[cache] != nil {
+		b.mu.Unlock()
+		return nil, ErrAlreadySubscribed
 	}
-	b.subs[cache][s] = struct{}{}
-	b.nsubs++
+	b.subs[cache] = s
 	if b.run == nil {
 		b.startRun()
 	}
@@ -215,10 +225,8 @@ func (b *bus) close() {
 	b.mu.Lock()
 	b.closed = true
 	var subs []*busSub
-	for _, m := range b.subs {
-		for s := range m {
-			subs = append(subs, s)
-		}
+	for _, s := range b.subs {
+		subs = append(subs, s)
 	}
 	b.mu.Unlock()
 	for _, s := range subs {
@@ -251,10 +259,8 @@ func (b *bus) setState(st flightcache.BusState) {
 		b.disconnects.Add(1)
 	}
 	b.state = st
-	for _, m := range b.subs {
-		for s := range m {
-			s.push(busEvent{state: st})
-		}
+	for _, s := range b.subs {
+		s.push(busEvent{state: st})
 	}
 }
 
@@ -458,7 +464,7 @@ func (r *busRun) message(channel, payload string) {
 	if b.run != r {
 		return
 	}
-	for s := range b.subs[m.cache] {
+	if s := b.subs[m.cache]; s != nil {
 		s.push(busEvent{inv: m.inv})
 	}
 }
@@ -596,13 +602,11 @@ func (s *busSub) end() {
 	s.once.Do(func() {
 		b := s.b
 		b.mu.Lock()
-		delete(b.subs[s.cache], s)
-		if len(b.subs[s.cache]) == 0 {
+		if b.subs[s.cache] == s {
 			delete(b.subs, s.cache)
 		}
-		b.nsubs--
 		var r *busRun
-		if b.nsubs == 0 && b.run != nil {
+		if len(b.subs) == 0 && b.run != nil {
 			r = b.run
 			b.run, b.prev = nil, r
 			b.state = flightcache.BusNone

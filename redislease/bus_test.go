@@ -230,7 +230,7 @@ func TestBusDeliversToOtherInstancesOnly(t *testing.T) {
 
 	// A subscription added while the bus is up starts with BusChanged(up)
 	// at once.
-	subscribeUp(t, a, "c", newBusRecorder())
+	subscribeUp(t, a, "c2", newBusRecorder())
 
 	// Both listen on the one bus channel, a classic one outside Cluster.
 	n, err := newClient(t, addr).PubSubNumSub(ctx, a.bus.channel).Result()
@@ -644,16 +644,17 @@ func TestBusOverflowGoesDownThenUp(t *testing.T) {
 }
 
 // stop is idempotent and safe to call concurrently; once it returned the
-// handler is never called, though the bus keeps delivering to others; the
-// last stop unsubscribes, and a new Subscribe starts the bus again.
+// handler is never called, though the bus keeps delivering to the other
+// subscriptions; the last stop unsubscribes, and a new Subscribe starts
+// the bus again.
 func TestBusStopEndsDelivery(t *testing.T) {
 	addr, prefix := sharedRedis(t)
 	a := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
 	b := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
 	rb, witness := newBusRecorder(), newBusRecorder()
 	stop := subscribeUp(t, b, "c", rb)
-	stopWitness := subscribeUp(t, b, "c", witness)
-	stream := startStream(t, a, "c")
+	stopWitness := subscribeUp(t, b, "w", witness)
+	stream := startStream(t, a, "w", "c")
 	witness.nextInv(t, 5*time.Second) // the stream flows
 	var wg sync.WaitGroup
 	for range 3 {
@@ -744,9 +745,9 @@ func TestBusCloseEndsEverything(t *testing.T) {
 	for i := range 3 {
 		r := newBusRecorder()
 		recs = append(recs, r)
-		stops = append(stops, subscribeUp(t, b, "c"+strconv.Itoa(i%2), r))
+		stops = append(stops, subscribeUp(t, b, "c"+strconv.Itoa(i), r))
 	}
-	stream := startStream(t, a, "c0", "c1")
+	stream := startStream(t, a, "c0", "c1", "c2")
 	recs[0].nextInv(t, 5*time.Second)
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -772,6 +773,55 @@ func TestBusCloseEndsEverything(t *testing.T) {
 	}
 	if s := b.BusStats(); s.State != flightcache.BusNone {
 		t.Fatalf("state after Close %v", s.State)
+	}
+}
+
+// One Coordinator takes one subscription per cache name at a time: a
+// second would never hear the first's invalidations. Once the first is
+// stopped, the name is free again; of concurrent Subscribes, one wins.
+func TestBusRefusesASecondSubscriptionOfACache(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	a := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	b := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	stop := subscribeUp(t, b, "c", newBusRecorder())
+	second := newBusRecorder()
+	if s, err := b.Subscribe("c", second); !errors.Is(err, ErrAlreadySubscribed) {
+		if s != nil {
+			s()
+		}
+		t.Fatalf("second Subscribe of c = %v, want ErrAlreadySubscribed", err)
+	}
+	subscribeUp(t, b, "other", newBusRecorder()) // another name is fine
+	stop()
+	subscribeUp(t, b, "c", second)
+	publishArrives(t, a, b, second, "to the second")
+
+	var wg sync.WaitGroup
+	var won, refused atomic.Int64
+	stops := make(chan func(), 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := b.Subscribe("race", newBusRecorder())
+			switch {
+			case err == nil:
+				won.Add(1)
+				stops <- s
+			case errors.Is(err, ErrAlreadySubscribed):
+				refused.Add(1)
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stops)
+	for s := range stops {
+		s()
+	}
+	if won.Load() != 1 || refused.Load() != 7 {
+		t.Fatalf("of 8 concurrent Subscribes, %d won and %d were refused; want 1 and 7", won.Load(), refused.Load())
 	}
 }
 
