@@ -26,10 +26,12 @@ const (
 	minHeartbeatInterval = 10 * time.Millisecond
 	maxHeartbeatInterval = 10 * time.Second
 	maxDownAfter         = time.Minute
-	// busQueueLen bounds the invalidations waiting for one subscription's
-	// handler; beyond it they are dropped and the subscription goes down
-	// until the handler caught up.
-	busQueueLen = 4096
+	// busQueueLen and busQueueBytes bound the invalidations waiting for
+	// one subscription's handler, in number and in bytes of targets;
+	// beyond either, all of them are dropped and the subscription goes
+	// down until the handler caught up.
+	busQueueLen   = 4096
+	busQueueBytes = 16 << 20
 )
 
 var _ flightcache.Bus = (*Coordinator)(nil)
@@ -53,7 +55,8 @@ type BusStats struct {
 	// decode; they never reach a handler.
 	Dropped uint64
 	// Overflowed counts the invalidations dropped because a handler had
-	// fallen busQueueLen (4096) messages behind.
+	// fallen too far behind: 4096 invalidations, or 16 MiB of targets,
+	// waiting for it.
 	Overflowed uint64
 	// Disconnects counts the moves of the bus from BusUp to BusDown: a
 	// heartbeat failed or came back late, or the subscription was
@@ -488,9 +491,12 @@ type busSub struct {
 	once  sync.Once
 
 	mu sync.Mutex
-	// q is a ring of n events from head, growing up to busQueueLen.
+	// q is a ring of n events from head, growing up to busQueueLen; bytes
+	// is the length of the targets of its invalidations, at most
+	// busQueueBytes.
 	q       []busEvent
 	head, n int
+	bytes   int
 	// global is the bus's state as last queued; lagging is set from an
 	// overflow until the queue drained, and holds BusUp back meanwhile.
 	global  flightcache.BusState
@@ -500,33 +506,30 @@ type busSub struct {
 }
 
 // push queues ev. The caller holds b.mu, so events are queued in the order
-// they happened.
+// they happened. BusDown empties the queue first: the handler hears it
+// next, without waiting for invalidations that the move back to BusUp
+// makes up for. An invalidation that does not fit (busQueueLen events or
+// busQueueBytes of targets) empties the queue too, and becomes BusDown.
 func (s *busSub) push(ev busEvent) {
 	s.mu.Lock()
-	if ev.state != 0 {
-		s.global = ev.state
-		if ev.state == flightcache.BusUp && s.lagging {
+	switch ev.state {
+	case flightcache.BusDown:
+		s.global = flightcache.BusDown
+		s.flush()
+	case flightcache.BusUp:
+		s.global = flightcache.BusUp
+		if s.lagging {
 			s.mu.Unlock()
 			return // delivered once the queue drained
 		}
-	}
-	if s.n == busQueueLen {
-		// The handler is 4096 behind: what waits is dropped with ev, and
-		// the subscription is down until it caught up.
-		lost := 0
-		for i := range s.n {
-			if s.q[(s.head+i)%len(s.q)].state == 0 {
-				lost++
-			}
+	default:
+		if s.n == busQueueLen || s.bytes+len(ev.inv.Target) > busQueueBytes {
+			// The handler is too far behind: what waits is dropped with
+			// ev, and the subscription is down until it caught up.
+			s.b.overflowed.Add(uint64(s.flush()) + 1)
+			s.lagging = true
+			ev = busEvent{state: flightcache.BusDown}
 		}
-		if ev.state == 0 {
-			lost++
-		}
-		s.b.overflowed.Add(uint64(lost))
-		clear(s.q)
-		s.head, s.n = 0, 0
-		s.lagging = true
-		ev = busEvent{state: flightcache.BusDown}
 	}
 	if s.n == len(s.q) {
 		grown := make([]busEvent, min(max(2*len(s.q), 16), busQueueLen))
@@ -537,11 +540,26 @@ func (s *busSub) push(ev busEvent) {
 	}
 	s.q[(s.head+s.n)%len(s.q)] = ev
 	s.n++
+	s.bytes += len(ev.inv.Target)
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
+}
+
+// flush empties the queue and returns how many invalidations it held. The
+// caller holds s.mu.
+func (s *busSub) flush() int {
+	lost := 0
+	for i := range s.n {
+		if s.q[(s.head+i)%len(s.q)].state == 0 {
+			lost++
+		}
+	}
+	clear(s.q)
+	s.head, s.n, s.bytes = 0, 0, 0
+	return lost
 }
 
 // next pops the next event; once the queue drained after an overflow, that
@@ -554,6 +572,7 @@ func (s *busSub) next() (busEvent, bool) {
 		s.q[s.head] = busEvent{}
 		s.head = (s.head + 1) % len(s.q)
 		s.n--
+		s.bytes -= len(ev.inv.Target)
 		return ev, true
 	}
 	if s.lagging {

@@ -38,6 +38,13 @@ type busRecorder struct {
 
 func newBusRecorder() *busRecorder { return &busRecorder{calls: make(chan busCall, 1<<14)} }
 
+// holdFirst makes the first Invalidated wait until the returned release,
+// which is idempotent, is called.
+func (r *busRecorder) holdFirst() (release func()) {
+	r.hold, r.held = make(chan struct{}), make(chan struct{})
+	return sync.OnceFunc(func() { close(r.hold) })
+}
+
 func (r *busRecorder) Invalidated(inv flightcache.Invalidation) {
 	if r.stopped.Load() {
 		r.late.Add(1)
@@ -569,14 +576,15 @@ func TestBusOnRedisCluster(t *testing.T) {
 	}
 }
 
-// A handler that falls 4096 invalidations behind loses the newest, is told
-// BusDown at once, and BusUp once it caught up; the connection's reader
+// A handler that falls 4096 invalidations behind loses all that waited
+// for it, is told BusDown next, and BusUp once it caught up; the connection's reader
 // never waits for it, so the bus stays up meanwhile.
 func TestBusOverflowGoesDownThenUp(t *testing.T) {
 	addr, prefix := sharedRedis(t)
 	b := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
 	rb := newBusRecorder()
-	rb.hold, rb.held = make(chan struct{}), make(chan struct{})
+	release := rb.holdFirst()
+	defer release() // a failed test must not leave stop waiting for the handler
 	subscribeUp(t, b, "c", rb)
 	ctx := context.Background()
 	raw := newClient(t, addr)
@@ -602,7 +610,7 @@ func TestBusOverflowGoesDownThenUp(t *testing.T) {
 	if s := b.BusStats(); s.Overflowed == 0 || s.State != flightcache.BusUp {
 		t.Fatalf("stats with the handler stuck %+v, want an overflow and the bus up", s)
 	}
-	close(rb.hold)
+	release()
 
 	if got := rb.next(t, 5*time.Second); got.state != 0 || got.inv.Target != "0" {
 		t.Fatalf("first call %+v, want the invalidation it was stuck on", got)
@@ -640,6 +648,111 @@ func TestBusOverflowGoesDownThenUp(t *testing.T) {
 	publishBurst(total, 1)
 	if got := rb.nextInv(t, 5*time.Second); got.Target != strconv.Itoa(total) {
 		t.Fatalf("after catching up: %+v", got)
+	}
+}
+
+// rawBurst publishes n invalidations for cache, of origin 1, with targets
+// prefix+i for i from from, in one pipeline on raw.
+func rawBurst(t *testing.T, raw redis.UniversalClient, channel, cache, prefix string, from, n int) {
+	t.Helper()
+	ctx := context.Background()
+	p := raw.Pipeline()
+	for i := from; i < from+n; i++ {
+		msg, err := appendBusMessage(nil, 1, cache, inv(flightcache.InvalidationKey, prefix+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Publish(ctx, channel, msg)
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// When the bus goes down, a slow handler hears BusDown as soon as its call
+// in progress returns, not after the invalidations queued for it: they are
+// dropped (the move back to BusUp makes up for them), and BusUp follows.
+func TestBusDownDoesNotWaitForQueuedInvalidations(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	b := newBusCoordinator(t, newClient(t, srv.Addr), "slow:", busFaultOptions)
+	rb := newBusRecorder()
+	release := rb.holdFirst()
+	defer release() // a failed test must not leave stop waiting for the handler
+	subscribeUp(t, b, "c", rb)
+	raw := newClient(t, srv.Addr)
+	const queued = busQueueLen - 100
+	rawBurst(t, raw, b.bus.channel, "c", "", 0, 1)
+	<-rb.held // the handler is stuck in its first call
+	rawBurst(t, raw, b.bus.channel, "c", "", 1, queued)
+	eventually(t, 10*time.Second, "the invalidations are queued", func() bool { return b.BusStats().Received == queued+1 })
+
+	// The server drops the subscription connection; go-redis reconnects,
+	// and the new confirmation takes the bus down.
+	if err := raw.Do(context.Background(), "client", "kill", "type", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the bus went down", func() bool { return b.BusStats().Disconnects > 0 })
+	release()
+	if got := rb.next(t, 5*time.Second); got.state != 0 || got.inv.Target != "0" {
+		t.Fatalf("first call %+v, want the invalidation in progress", got)
+	}
+	if got := rb.next(t, 5*time.Second); got.state != flightcache.BusDown {
+		t.Fatalf("call after the one in progress: %+v, want BusChanged(down) before the %d queued invalidations", got, queued)
+	}
+	_, invs := rb.waitState(t, flightcache.BusUp, 10*time.Second)
+	if len(invs) != 0 {
+		t.Fatalf("%d queued invalidations delivered after BusChanged(down), want them dropped", len(invs))
+	}
+	if s := b.BusStats(); s.Overflowed != 0 {
+		t.Fatalf("stats %+v: nothing overflowed", s)
+	}
+	publishArrives(t, newBusCoordinator(t, raw, "slow:", Options{}), b, rb, "after")
+}
+
+// The queue is bounded in bytes too: large targets overflow it well
+// before 4096 of them wait. Messages for other caches are never queued.
+func TestBusQueueIsBoundedInBytes(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	b := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	rb := newBusRecorder()
+	release := rb.holdFirst()
+	defer release() // a failed test must not leave stop waiting for the handler
+	subscribeUp(t, b, "c", rb)
+	raw := newClient(t, addr)
+	rawBurst(t, raw, b.bus.channel, "c", "", 0, 1)
+	<-rb.held
+
+	// More invalidations than the queue holds, all for another cache.
+	rawBurst(t, raw, b.bus.channel, "other", "", 0, busQueueLen+100)
+	eventually(t, 10*time.Second, "the other cache's burst arrived", func() bool { return b.BusStats().Received == busQueueLen+101 })
+	if s := b.BusStats(); s.Overflowed != 0 {
+		t.Fatalf("stats %+v: another cache's messages overflowed c's queue", s)
+	}
+
+	// 64 KiB targets: 16 MiB of them is 256, far below 4096.
+	big := strings.Repeat("x", maxBusTarget-8)
+	const n = 300
+	rawBurst(t, raw, b.bus.channel, "c", big, 1, n)
+	eventually(t, 10*time.Second, "the big burst arrived", func() bool { return b.BusStats().Received == busQueueLen+101+n })
+	s := b.BusStats()
+	if s.Overflowed == 0 {
+		t.Fatalf("stats %+v: %d MiB of targets queued without an overflow", s, n*len(big)>>20)
+	}
+	release()
+	if got := rb.next(t, 5*time.Second); got.state != 0 || got.inv.Target != "0" {
+		t.Fatalf("first call %+v, want the invalidation in progress", got)
+	}
+	if got := rb.next(t, 5*time.Second); got.state != flightcache.BusDown {
+		t.Fatalf("call after the overflow %+v, want BusChanged(down)", got)
+	}
+	_, invs := rb.waitState(t, flightcache.BusUp, 10*time.Second)
+	if uint64(len(invs))+s.Overflowed != n {
+		t.Fatalf("%d delivered + %d overflowed, want %d", len(invs), s.Overflowed, n)
+	}
+	for _, i := range invs {
+		if !strings.HasPrefix(i.Target, big) {
+			t.Fatalf("delivered an invalidation of another burst")
+		}
 	}
 }
 
