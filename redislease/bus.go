@@ -51,8 +51,9 @@ type BusStats struct {
 	// Received counts the well-formed invalidations that arrived from
 	// other Coordinators, whether or not a subscription wanted them.
 	Received uint64
-	// Dropped counts the messages on the bus's channels that did not
-	// decode; they never reach a handler.
+	// Dropped counts the messages on the bus's channels, and the members of
+	// the sets of retained invalidations, that did not decode; they never
+	// reach a handler.
 	Dropped uint64
 	// Overflowed counts the invalidations dropped because a handler had
 	// fallen too far behind: 4096 invalidations, or 16 MiB of targets,
@@ -66,6 +67,9 @@ type BusStats struct {
 	// subscription after its first one in a run: go-redis reconnected and
 	// subscribed again, and messages may have been lost in between.
 	Resubscribed uint64
+	// Replayed counts the retained bulk invalidations delivered to
+	// handlers before their BusUp (see Subscribe).
+	Replayed uint64
 	// LastMessage is when the last message of any kind (heartbeats
 	// included) arrived on the bus's channels; zero if none did.
 	LastMessage time.Time
@@ -85,9 +89,12 @@ type bus struct {
 	hbChannel string // this Coordinator's heartbeats: <prefix>{bus}|hb|<origin>
 	interval  time.Duration
 	downAfter time.Duration
+	retention time.Duration    // Options.BulkRetention
+	bulkCap   int              // maxBulkRetained; tests lower it
+	now       func() time.Time // time.Now; tests move it
 
-	published, received, dropped, overflowed, disconnects, resubscribed atomic.Uint64
-	lastMessage                                                         atomic.Int64 // Unix nanoseconds, 0 for none
+	published, received, dropped, overflowed, disconnects, resubscribed, replayed atomic.Uint64
+	lastMessage                                                                   atomic.Int64 // Unix nanoseconds, 0 for none
 
 	mu     sync.Mutex
 	subs   map[string]*busSub // by cache name, one each; guarded by mu
@@ -106,21 +113,31 @@ type bus struct {
 	lastBack     time.Time // when the last counted heartbeat came back
 }
 
-func newBus(c *Coordinator, interval, downAfter time.Duration) *bus {
-	b := &bus{c: c, origin: rand.Uint64(), interval: interval, downAfter: downAfter, subs: make(map[string]*busSub)}
+func newBus(c *Coordinator, interval, downAfter, retention time.Duration) *bus {
+	b := &bus{
+		c: c, origin: rand.Uint64(), interval: interval, downAfter: downAfter,
+		retention: retention, bulkCap: maxBulkRetained, now: time.Now,
+		subs: make(map[string]*busSub),
+	}
 	b.channel = c.store.Prefix() + "{bus}"
 	b.hbChannel = string(appendHex16([]byte(b.channel+"|hb|"), b.origin))
 	return b
 }
 
-// Publish implements flightcache.Bus: one PUBLISH (SPUBLISH on a Cluster)
-// of inv, with the raw key or prefix, on the bus channel, bounded by
-// ctx and Options.Timeout. Every other Coordinator on the same store
-// prefix whose subscription for cache is up receives it; this one does
-// not. It fails for a closed Coordinator, an Invalidation that is not
-// well formed (see flightcache.Invalidation; a Version before 1970, an
-// empty cache name, or one longer than 255 bytes, a Target longer than 64
-// KiB), or when Redis did not accept the message.
+// Publish implements flightcache.Bus. An InvalidationKey is one PUBLISH
+// (SPUBLISH on a Cluster) of inv, with the raw key, on the bus channel. A
+// bulk invalidation (InvalidationPrefix, InvalidationAll) is one script,
+// in the bus's slot, that first records it in the cache's set of retained
+// invalidations (see Options.BulkRetention and Subscribe) and then
+// publishes it the same way, so that instances that miss the message
+// still get it. Either way it is one round trip, bounded by ctx and
+// Options.Timeout. Every other Coordinator on the same store prefix whose
+// subscription for cache is active receives it; this one does not. It
+// fails for a closed Coordinator, an Invalidation that is not well formed
+// (see flightcache.Invalidation; a Version before 1970, an empty cache
+// name, or one longer than 255 bytes, a Target longer than 64 KiB), or
+// when Redis did not accept the message (a bulk invalidation that could
+// not be recorded is not published).
 func (c *Coordinator) Publish(ctx context.Context, cache string, inv flightcache.Invalidation) error {
 	b := c.bus
 	if c.isClosed() {
@@ -130,7 +147,12 @@ func (c *Coordinator) Publish(ctx context.Context, cache string, inv flightcache
 	if err != nil {
 		return err
 	}
-	if err := c.publishTo(ctx, b.channel, msg); err != nil {
+	if inv.Kind == flightcache.InvalidationKey {
+		err = c.publishTo(ctx, b.channel, msg)
+	} else {
+		err = c.publishBulk(ctx, cache, inv, msg)
+	}
+	if err != nil {
 		return fmt.Errorf("redislease: bus: publish: %w", err)
 	}
 	b.published.Add(1)
@@ -168,12 +190,29 @@ func (c *Coordinator) isClosed() bool {
 // back for Options.DownAfter, or when the subscription is confirmed again
 // (go-redis reconnected: messages may have been lost meanwhile).
 //
-// Each subscription has its own goroutine and a queue of 4096
-// invalidations: the connection's reader never waits for h. A handler
-// that falls further behind loses the newest invalidations and is told
-// BusDown at once, then BusUp once it caught up (if the bus is up). stop
-// is idempotent and waits for a call to h in progress, so it must not be
-// called from h's methods.
+// Before each BusChanged(BusUp) of a subscription, the first one
+// included, the subscription reads its cache's retained bulk
+// invalidations, those published within Options.BulkRetention (this
+// Coordinator's own included), and delivers them to h.Invalidated, oldest
+// first. The read comes after the bus channel's subscription was
+// confirmed, so a bulk invalidation is either read or arrives as a
+// message. If the read fails, the subscription stays down and reads again
+// at the next heartbeat that comes back; BusStats.State, the bus's own
+// state, may be up meanwhile. Retained targets beyond 16 MiB are replayed
+// as one InvalidationAll as new as the newest of them, which covers them
+// all.
+//
+// Each subscription has its own goroutine and a queue bounded by 4096
+// invalidations and by 16 MiB of targets: the connection's reader never
+// waits for h. When the bus goes down, the invalidations still queued are
+// dropped and BusDown is h's next call, after the one in progress; the
+// replay before BusUp makes up for the bulk invalidations among them, and
+// the Cache resynchronises for the rest. A handler that falls further
+// behind than the queue holds loses everything queued for it the same
+// way, and is told BusDown next, then BusUp once it caught up (if the bus
+// is up), after a replay. stop is idempotent, cancels a replay's read and
+// waits for a call to h in progress, so it must not be called from h's
+// methods.
 func (c *Coordinator) Subscribe(cache string, h flightcache.BusHandler) (stop func(), err error) {
 	switch {
 	case h == nil:
@@ -185,6 +224,7 @@ func (c *Coordinator) Subscribe(cache string, h flightcache.BusHandler) (stop fu
 	}
 	b := c.bus
 	s := &busSub{b: b, cache: cache, h: h, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), delivered: flightcache.BusDown}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	b.mu.Lock()
 	if b.closed || c.isClosed() {
 		b.mu.Unlock()
@@ -213,6 +253,7 @@ func (c *Coordinator) BusStats() BusStats {
 	st := BusStats{
 		Published: b.published.Load(), Received: b.received.Load(), Dropped: b.dropped.Load(),
 		Overflowed: b.overflowed.Load(), Disconnects: b.disconnects.Load(), Resubscribed: b.resubscribed.Load(),
+		Replayed: b.replayed.Load(),
 	}
 	if ns := b.lastMessage.Load(); ns != 0 {
 		st.LastMessage = time.Unix(0, ns)
@@ -448,6 +489,12 @@ func (r *busRun) message(channel, payload string) {
 		b.mu.Lock()
 		if b.run == r && b.busConfirmed && seq >= b.minSeq && seq < b.nextSeq {
 			b.lastBack = now
+			if b.state == flightcache.BusUp {
+				// Subscriptions whose replay failed try again.
+				for _, s := range b.subs {
+					s.retryUp()
+				}
+			}
 			b.setState(flightcache.BusUp)
 		}
 		b.mu.Unlock()
@@ -489,6 +536,9 @@ type busSub struct {
 	stop  chan struct{} // closed by end
 	done  chan struct{} // closed when deliver returned
 	once  sync.Once
+	// ctx bounds the replay's reads; end cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu sync.Mutex
 	// q is a ring of n events from head, growing up to busQueueLen; bytes
@@ -501,6 +551,12 @@ type busSub struct {
 	// overflow until the queue drained, and holds BusUp back meanwhile.
 	global  flightcache.BusState
 	lagging bool
+	// flushes counts the times the queue was emptied (BusDown, overflow):
+	// a replay begun before one must not end in BusUp. retry is set when a
+	// replay could not read the retained invalidations, until the next
+	// heartbeat queues BusUp again.
+	flushes uint64
+	retry   bool
 
 	delivered flightcache.BusState // owned by deliver
 }
@@ -518,6 +574,7 @@ func (s *busSub) push(ev busEvent) {
 		s.flush()
 	case flightcache.BusUp:
 		s.global = flightcache.BusUp
+		s.retry = false
 		if s.lagging {
 			s.mu.Unlock()
 			return // delivered once the queue drained
@@ -559,12 +616,25 @@ func (s *busSub) flush() int {
 	}
 	clear(s.q)
 	s.head, s.n, s.bytes = 0, 0, 0
+	s.flushes++
+	s.retry = false
 	return lost
 }
 
-// next pops the next event; once the queue drained after an overflow, that
-// is BusUp if the bus is up.
-func (s *busSub) next() (busEvent, bool) {
+// retryUp queues BusUp again if the last replay failed. The caller holds
+// b.mu.
+func (s *busSub) retryUp() {
+	s.mu.Lock()
+	retry := s.retry
+	s.mu.Unlock()
+	if retry {
+		s.push(busEvent{state: flightcache.BusUp})
+	}
+}
+
+// next pops the next event, with the number of flushes so far; once the
+// queue drained after an overflow, that is BusUp if the bus is up.
+func (s *busSub) next() (busEvent, uint64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.n > 0 {
@@ -573,15 +643,47 @@ func (s *busSub) next() (busEvent, bool) {
 		s.head = (s.head + 1) % len(s.q)
 		s.n--
 		s.bytes -= len(ev.inv.Target)
-		return ev, true
+		return ev, s.flushes, true
 	}
 	if s.lagging {
 		s.lagging = false
 		if s.global == flightcache.BusUp {
-			return busEvent{state: flightcache.BusUp}, true
+			return busEvent{state: flightcache.BusUp}, s.flushes, true
 		}
 	}
-	return busEvent{}, false
+	return busEvent{}, 0, false
+}
+
+// flushed reports whether the queue was emptied since flushes was read.
+func (s *busSub) flushed(flushes uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.flushes != flushes
+}
+
+// replay delivers the retained bulk invalidations of the subscription's
+// cache, oldest first, ahead of a BusUp, and reports whether that BusUp
+// may follow: not if the read failed (the next heartbeat queues BusUp
+// again), if the queue was emptied meanwhile (BusDown is next), or if the
+// subscription ended.
+func (s *busSub) replay(flushes uint64) bool {
+	invs, err := s.b.retained(s.ctx, s.cache)
+	if err != nil {
+		s.mu.Lock()
+		if s.flushes == flushes {
+			s.retry = true
+		}
+		s.mu.Unlock()
+		return false
+	}
+	for _, inv := range invs {
+		if s.ctx.Err() != nil || s.flushed(flushes) {
+			return false
+		}
+		s.h.Invalidated(inv)
+		s.b.replayed.Add(1)
+	}
+	return s.ctx.Err() == nil && !s.flushed(flushes)
 }
 
 // deliver calls the handler for each event, in order, until end.
@@ -594,7 +696,7 @@ func (s *busSub) deliver() {
 		case <-s.wake:
 		}
 		for {
-			ev, ok := s.next()
+			ev, flushes, ok := s.next()
 			if !ok {
 				break
 			}
@@ -606,7 +708,9 @@ func (s *busSub) deliver() {
 			switch {
 			case ev.state == 0:
 				s.h.Invalidated(ev.inv)
-			case ev.state != s.delivered:
+			case ev.state == s.delivered:
+			case ev.state == flightcache.BusUp && !s.replay(flushes):
+			default:
 				s.delivered = ev.state
 				s.h.BusChanged(ev.state)
 			}
@@ -632,6 +736,7 @@ func (s *busSub) end() {
 		}
 		b.mu.Unlock()
 		close(s.stop)
+		s.cancel()
 		<-s.done
 		if r != nil {
 			r.stop()

@@ -34,6 +34,8 @@ type busRecorder struct {
 	hold    chan struct{}
 	held    chan struct{}
 	once    sync.Once
+	// replayed holds what subscribeUpAfter saw before BusChanged(up).
+	replayed []flightcache.Invalidation
 }
 
 func newBusRecorder() *busRecorder { return &busRecorder{calls: make(chan busCall, 1<<14)} }
@@ -577,8 +579,8 @@ func TestBusOnRedisCluster(t *testing.T) {
 }
 
 // A handler that falls 4096 invalidations behind loses all that waited
-// for it, is told BusDown next, and BusUp once it caught up; the connection's reader
-// never waits for it, so the bus stays up meanwhile.
+// for it, is told BusDown next, and BusUp once it caught up; the
+// connection's reader never waits for it, so the bus stays up meanwhile.
 func TestBusOverflowGoesDownThenUp(t *testing.T) {
 	addr, prefix := sharedRedis(t)
 	b := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
@@ -990,6 +992,9 @@ func TestBusOptionsAreChecked(t *testing.T) {
 		{Options{HeartbeatInterval: time.Second, DownAfter: 1999 * time.Millisecond}, "DownAfter"},
 		{Options{DownAfter: time.Minute + 1}, "DownAfter"},
 		{Options{HeartbeatInterval: 10 * time.Second, DownAfter: 10 * time.Second}, "DownAfter"},
+		{Options{BulkRetention: 59 * time.Second}, "BulkRetention"},
+		{Options{BulkRetention: 721 * time.Hour}, "BulkRetention"},
+		{Options{BulkRetention: -time.Hour}, "BulkRetention"},
 	} {
 		_, err := New(ctx, client, store, c.opts)
 		var ce *flightcache.ConfigError
@@ -998,20 +1003,22 @@ func TestBusOptionsAreChecked(t *testing.T) {
 		}
 	}
 	for _, c := range []struct {
-		opts                Options
-		interval, downAfter time.Duration
+		opts                           Options
+		interval, downAfter, retention time.Duration
 	}{
-		{Options{}, DefaultHeartbeatInterval, DefaultDownAfter},
-		{Options{HeartbeatInterval: time.Second}, time.Second, 4 * time.Second},
-		{Options{HeartbeatInterval: 10 * time.Second}, 10 * time.Second, 40 * time.Second},
-		{Options{HeartbeatInterval: 10 * time.Millisecond, DownAfter: 20 * time.Millisecond}, 10 * time.Millisecond, 20 * time.Millisecond},
+		{Options{}, DefaultHeartbeatInterval, DefaultDownAfter, 25 * time.Hour},
+		{Options{HeartbeatInterval: time.Second}, time.Second, 4 * time.Second, DefaultBulkRetention},
+		{Options{HeartbeatInterval: 10 * time.Second}, 10 * time.Second, 40 * time.Second, DefaultBulkRetention},
+		{Options{HeartbeatInterval: 10 * time.Millisecond, DownAfter: 20 * time.Millisecond}, 10 * time.Millisecond, 20 * time.Millisecond, DefaultBulkRetention},
+		{Options{BulkRetention: time.Minute}, DefaultHeartbeatInterval, DefaultDownAfter, time.Minute},
+		{Options{BulkRetention: 720 * time.Hour}, DefaultHeartbeatInterval, DefaultDownAfter, 720 * time.Hour},
 	} {
 		co, err := New(ctx, client, store, c.opts)
 		if err != nil {
 			t.Fatalf("New(%+v) = %v", c.opts, err)
 		}
-		if co.bus.interval != c.interval || co.bus.downAfter != c.downAfter {
-			t.Errorf("New(%+v): interval %v, down after %v; want %v, %v", c.opts, co.bus.interval, co.bus.downAfter, c.interval, c.downAfter)
+		if co.bus.interval != c.interval || co.bus.downAfter != c.downAfter || co.bus.retention != c.retention {
+			t.Errorf("New(%+v): interval %v, down after %v, retention %v; want %v, %v, %v", c.opts, co.bus.interval, co.bus.downAfter, co.bus.retention, c.interval, c.downAfter, c.retention)
 		}
 		co.Close()
 	}

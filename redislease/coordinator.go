@@ -74,6 +74,16 @@ type Options struct {
 	// HeartbeatInterval and at most 1m. Default DefaultDownAfter, or four
 	// HeartbeatIntervals if that is longer.
 	DownAfter time.Duration
+	// BulkRetention is how long the bus keeps bulk invalidations
+	// (InvalidationPrefix, InvalidationAll) in Redis, to replay them to
+	// subscriptions that missed them (see Coordinator.Subscribe). It must
+	// cover the longest TTL plus StaleFor of the Caches on the bus: until
+	// then the shared tier may still hold entries they cover, which an
+	// instance that missed the invalidation would serve. Use the same
+	// value on every instance. Must be in [1m, 720h]. Default
+	// DefaultBulkRetention (25h: any TTL up to 24h with StaleFor up to
+	// 1h).
+	BulkRetention time.Duration
 }
 
 // Coordinator is a flightcache.Coordinator on Redis. It shares its client
@@ -124,12 +134,15 @@ func New(ctx context.Context, client redis.UniversalClient, store *redisstore.St
 	if c.timeout == 0 {
 		c.timeout = DefaultTimeout
 	}
-	interval, downAfter := opts.HeartbeatInterval, opts.DownAfter
+	interval, downAfter, retention := opts.HeartbeatInterval, opts.DownAfter, opts.BulkRetention
 	if interval == 0 {
 		interval = DefaultHeartbeatInterval
 	}
 	if downAfter == 0 {
 		downAfter = max(DefaultDownAfter, 4*interval)
+	}
+	if retention == 0 {
+		retention = DefaultBulkRetention
 	}
 	switch {
 	case c.leaseTTL < minLeaseTTL || c.leaseTTL > maxLeaseTTL:
@@ -142,8 +155,10 @@ func New(ctx context.Context, client redis.UniversalClient, store *redisstore.St
 		return nil, &flightcache.ConfigError{Field: "HeartbeatInterval", Reason: "must be between 10ms and 10s, got " + interval.String()}
 	case downAfter < 2*interval || downAfter > maxDownAfter:
 		return nil, &flightcache.ConfigError{Field: "DownAfter", Reason: "must be between twice HeartbeatInterval (" + (2 * interval).String() + ") and 1m, got " + downAfter.String()}
+	case retention < minBulkRetention || retention > maxBulkRetention:
+		return nil, &flightcache.ConfigError{Field: "BulkRetention", Reason: "must be between 1m and 720h (and cover the Caches' TTL plus StaleFor), got " + retention.String()}
 	}
-	c.bus = newBus(c, interval, downAfter)
+	c.bus = newBus(c, interval, downAfter, retention)
 	c.cluster, _ = client.(*redis.ClusterClient)
 	pctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()

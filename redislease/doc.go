@@ -83,13 +83,14 @@
 //
 // # Bus
 //
-// The bus has two channels, with the store's prefix P and the
-// Coordinator's origin O (below):
+// The bus has two channels and one key per cache, with the store's prefix
+// P and the Coordinator's origin O (below):
 //
-//	P{bus}        the bus channel, shared by every instance on P
-//	P{bus}|hb|O   the Coordinator's own heartbeat channel
+//	P{bus}              the bus channel, shared by every instance on P
+//	P{bus}|hb|O         the Coordinator's own heartbeat channel
+//	P{bus}|bulk|<cache> the cache's retained bulk invalidations (below)
 //
-// Both carry the hash tag {bus}, so on a Cluster they live in one slot, on
+// All carry the hash tag {bus}, so on a Cluster they live in one slot, on
 // one master, which carries all of the bus's traffic. Publish sends one
 // message per invalidation on the bus channel (PUBLISH, or SPUBLISH on a
 // Cluster); every Coordinator on P whose Subscribe is active receives it,
@@ -111,9 +112,33 @@
 // the raw cache key, never the value: the Redis key names already contain
 // it (V above), so the bus discloses nothing that listing the keyspace
 // does not, and a prefix invalidation needs raw keys to match. Redis ACLs
-// restrict the channels (&P{bus}*) as they restrict the keys. The decoder accepts exactly what the encoder writes, nothing
-// else; other messages (another version, malformed, oversized) are
-// dropped and counted in BusStats.Dropped, and never reach a handler.
+// restrict the channels (&P{bus}*) as they restrict the keys (~P*, which
+// covers the retained sets). The decoder accepts exactly what the encoder
+// writes, nothing else; other messages (another version, malformed,
+// oversized) are dropped and counted in BusStats.Dropped, and never reach
+// a handler.
+//
+// Resynchronising empties an instance's local tier, but a bulk
+// invalidation (InvalidationPrefix, InvalidationAll) also tells the
+// instances to ignore the shared tier's entries it covers, which stay
+// there until they expire; an instance that missed it (its bus was down,
+// it restarted, it started later) would serve them. So the bus retains
+// bulk invalidations: Publish records each in the cache's sorted set
+// P{bus}|bulk|<cache> (member: p and the prefix, or a; score: the
+// Version in microseconds; a member keeps its newest Version) and
+// publishes it, in one script. The script drops the members older than
+// Options.BulkRetention (default 25 hours; it must cover the Caches' TTL
+// plus StaleFor), keeps the set to 10,000 members, folding the oldest
+// into one "a" as new as the newest of them, which covers all they
+// covered, and sets the key to expire after the retention window. Before
+// every BusChanged(BusUp) of a subscription, the first one included, the
+// bus reads the set within the window and delivers its invalidations,
+// oldest first (more than 16 MiB of targets are delivered as one
+// InvalidationAll as new as the newest); it reads only once the bus
+// channel's subscription is confirmed, so what it does not find arrives
+// as a message. A subscription whose read fails stays down and reads
+// again at the next heartbeat. BusStats.Replayed counts what was
+// replayed.
 //
 // The bus runs while at least one Subscribe is active. It adds its two
 // channels to the Coordinator's one subscription connection (per master
@@ -131,9 +156,17 @@
 // within 500ms (a heartbeat times out), a dropped connection as soon as
 // go-redis has reconnected (or when the heartbeats stop, if it cannot).
 //
-// Each subscription has its own goroutine and a queue of 4096
-// invalidations, so the connection's reader, which also wakes the lease
-// followers, never waits for a handler. A handler that falls further
-// behind loses what was queued, is told BusDown at once, and BusUp once it
-// caught up; the Cache resynchronises on that as on any other outage.
+// Each subscription has its own goroutine and a queue bounded by 4096
+// invalidations and 16 MiB of targets, so the connection's reader, which
+// also wakes the lease followers, never waits for a handler; messages for
+// caches that are not subscribed are not queued. When the bus goes down,
+// the queue is emptied and BusDown is the handler's next call, after the
+// one in progress: a slow handler does not work through invalidations
+// that the move back to BusUp makes up for anyway. A handler that falls
+// further behind than the queue holds loses everything queued for it
+// (counted in BusStats.Overflowed), is told BusDown next, and BusUp once
+// it caught up, after the replay; the Cache resynchronises on that as on
+// any other outage. Each cache name has one subscription per Coordinator:
+// a Coordinator never delivers its own messages, so two Caches of one
+// name on one Coordinator would never hear each other.
 package redislease

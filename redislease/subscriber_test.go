@@ -72,6 +72,7 @@ type pubsubProxy struct {
 	wg       sync.WaitGroup
 	mu       sync.Mutex
 	conns    []net.Conn
+	subConns []net.Conn // both ends of every subscription connection
 }
 
 func startProxy(t *testing.T, target string) *pubsubProxy {
@@ -116,6 +117,9 @@ func (p *pubsubProxy) accept() {
 			defer mu.Unlock()
 			if !sub {
 				sub = true
+				p.mu.Lock()
+				p.subConns = append(p.subConns, c, s)
+				p.mu.Unlock()
 				return 0, nil // the first SUBSCRIBE itself passes
 			}
 			return bytes.LastIndexByte(b[:i], '*'), p.up
@@ -155,6 +159,17 @@ func (p *pubsubProxy) pump(dst, src net.Conn, gateFor func([]byte) (int, *gate))
 			return
 		}
 	}
+}
+
+// cutSubscriptions closes the subscription connections so far, losing
+// whatever the down gate held back on them; the client reconnects.
+func (p *pubsubProxy) cutSubscriptions() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.subConns {
+		c.Close()
+	}
+	p.subConns = nil
 }
 
 func (p *pubsubProxy) close() {
