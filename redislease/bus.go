@@ -380,7 +380,8 @@ func (r *busRun) monitor() {
 }
 
 // heartbeats publishes a heartbeat for each request on pub, one at a time,
-// until the run ends. A heartbeat is its sequence number in decimal.
+// until the run ends. A heartbeat is its sequence number in decimal; one
+// of more than 19 digits (maxUintDigits) is dropped on arrival.
 func (r *busRun) heartbeats(pub <-chan struct{}) {
 	b := r.b
 	var buf []byte
