@@ -120,8 +120,9 @@ type Bus interface {
 	//
 	// h's methods are called one at a time, from the bus's goroutines, in
 	// the order the messages arrived; never after stop returned. Delivery
-	// starts in BusDown: the first call is BusChanged(BusUp) once the
-	// subscription is confirmed and known to work. Whenever messages may
+	// starts in BusDown: the first state change is BusChanged(BusUp), once
+	// the subscription is confirmed and known to work (the replayed bulk
+	// invalidations, below, come before it). Whenever messages may
 	// have been lost since (the connection dropped and was re-established,
 	// a heartbeat did not come back in time, h fell too far behind), the
 	// bus calls BusChanged(BusDown) promptly, without waiting for the

@@ -443,6 +443,13 @@ func (c *Cache[V]) received(inv Invalidation) {
 			break
 		}
 		fresh := c.noteFence(ctx, true, prefix, inv.Version)
+		if BusState(c.busState.Load()) != BusUp {
+			// A replay before BusUp: the resynchronisation that comes
+			// with BusUp empties the local tier anyway, so the fence is
+			// all that is needed, not one walk of the tier per message.
+			applied = fresh
+			break
+		}
 		applied = c.applyBulk(prefix, version) > 0 || fresh
 	}
 	if c.obs != nil {
