@@ -335,6 +335,9 @@ func (s *Server) connectCoordinator(ctx context.Context) error {
 	c, err := redislease.New(ctx, s.rdb, s.store, redislease.Options{
 		LeaseTTL: s.cfg.LeaseTTL, Timeout: s.cfg.RedisTimeout,
 		HeartbeatInterval: s.cfg.BusHeartbeat, DownAfter: s.cfg.BusDownAfter,
+		// Bulk invalidations must be replayable while the shared tier may
+		// still hold entries they cover: -cache-ttl plus -stale-for.
+		BulkRetention: min(max(redislease.DefaultBulkRetention, s.cfg.TTL+s.cfg.StaleFor+time.Hour), 30*24*time.Hour),
 	})
 	if err != nil {
 		if s.cfg.Coalescing() == CoalesceCluster {
