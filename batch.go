@@ -699,7 +699,10 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 		}
 		if c.local != nil {
 			if _, newer := c.fill(tickets[j], keys[j], it, nil); newer != nil {
-				it = newer // see readShared
+				if c.untrusted(newer, now) {
+					continue // see readShared
+				}
+				it = newer
 			}
 		}
 		items[j] = it

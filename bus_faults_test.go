@@ -78,7 +78,8 @@ func TestAnInstanceThatMissedABulkInvalidationGetsItReplayed(t *testing.T) {
 
 // With the bus down the local copy is not trusted and the shared tier is
 // read, but an entry there older than the copy held (a slow peer's
-// write-back) is not served over it: the instance never goes back.
+// write-back) is not served either: the key is loaded again, and the
+// instance never goes back.
 func TestAnOlderSharedEntryIsNeverServedOverANewerCopyHeld(t *testing.T) {
 	clock := newFakeClock()
 	shared := newMapShared(nil)

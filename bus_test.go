@@ -766,3 +766,36 @@ func TestWritesNotAnnouncedAreRedoneWhenTheBusIsBack(t *testing.T) {
 		}
 	}
 }
+
+// TestARedoThatFailsIsTriedAgain: when the Bus is up again but publishing
+// still fails (the breaker still open, Redis still slow), the redo waits
+// and tries again by itself, without another BusUp or write.
+func TestARedoThatFailsIsTriedAgain(t *testing.T) {
+	net := &busNet{}
+	a := newInstance(t, net, nil, nil, func(o *flightcache.Options[*product]) { o.SharedTimeout = 10 * time.Millisecond })
+	b := newInstance(t, net, nil, nil, nil)
+	a.bus.published = make(chan flightcache.Invalidation, 1)
+	var price, calls atomic.Int64
+	load := valueLoader(&price, &calls)
+	mustGet(t, b.c, "k", load)
+
+	cause := errors.New("redis still failing")
+	a.bus.failWith.Store(&cause)
+	if err := a.c.Delete(context.Background(), "k"); !errors.Is(err, flightcache.ErrNotPublished) {
+		t.Fatalf("Delete: %v", err)
+	}
+	a.bus.setState(flightcache.BusDown)
+	a.bus.setState(flightcache.BusUp) // the flush fails: still failing
+	a.bus.failWith.Store(nil)         // nothing else happens on A from now on
+	select {
+	case inv := <-a.bus.published:
+		if inv.Kind != flightcache.InvalidationKey || inv.Target != "k" {
+			t.Fatalf("redone: %+v", inv)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the redo was not tried again")
+	}
+	if b.local.has("k") {
+		t.Fatal("B still holds its copy after the redo")
+	}
+}

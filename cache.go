@@ -112,6 +112,7 @@ type Cache[V any] struct {
 	pendingMu sync.Mutex
 	pending   map[string]pendingInvalidation
 	flushing  atomic.Bool
+	closing   chan struct{} // closed by Close: ends a flush's wait
 
 	closed atomic.Bool
 	// mu orders background work against Close: a refresh is registered in
@@ -165,6 +166,7 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 		batch:           newBatchConfig(o),
 		filter:          o.Guard,
 		refreshing:      make(map[string]*miss[V]),
+		closing:         make(chan struct{}),
 		maxRefreshes:    defaultMaxRefreshes,
 	}
 	if o.MaxInFlight > 0 {
@@ -207,7 +209,9 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 		c.scope.Store(uint32(ScopeCluster))
 	}
 	c.busDownTTL, c.clockSkew = o.BusDownTTL, o.ClockSkew
-	c.fences.window = o.TTL + o.StaleFor
+	// A write-back of a load that began before a fence can land after
+	// it and live TTL + StaleFor from then.
+	c.fences.window = o.TTL + o.StaleFor + o.LoaderTimeout + 2*o.SharedTimeout
 	if o.Bus != nil {
 		// Down until the Bus says the subscription works: until then
 		// other instances' writes may be missed.
@@ -707,6 +711,7 @@ func (c *Cache[V]) Close() error {
 	if c.busStop != nil {
 		c.busStop()
 	}
+	close(c.closing)
 	err := c.group.Close()
 	c.bg.Wait()
 	return err
@@ -744,7 +749,10 @@ func (c *Cache[V]) fill(t ticket, key string, it *Item[V], shared func()) (store
 //   - an item read earlier than one another read-path write of the key
 //     brought meanwhile (newest) is not written;
 //   - nor is one read earlier than the fresh copy held, which is returned
-//     as newer, for the caller to serve instead.
+//     as newer, for a shared read to serve instead, or, if the copy is
+//     untrusted (the Bus is down), to treat the entry as absent and load
+//     (the load paths serve their own value: their callers asked before
+//     the held copy arrived).
 //
 // It reports whether the write may go on (false once the Cache is closed:
 // a load that outlives Close must not fill the stores).

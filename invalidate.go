@@ -174,13 +174,17 @@ func (f *fenceTable) pop(set *fenceSet, bulk bool) {
 // invalidation announces no value of its own, so values read just after it
 // by a host whose clock is behind are reloaded once more). Key fences give
 // no skew: the Set's own entry is read exactly at its fence's Version. An
-// entry whose LoadedAt is unknown (zero) is covered by bulk fences only.
+// entry whose read time is unknown (LoadedAt zero, or in the future) is
+// covered by bulk fences only.
 func (f *fenceTable) covers(key string, m *Meta, now time.Time, skew time.Duration) bool {
 	if f.count.Load() == 0 {
 		return false
 	}
-	known := !m.LoadedAt.IsZero()
 	read := readAt(m).Truncate(time.Microsecond)
+	// Unknown: not kept, or ahead of this host's clock by more than skew
+	// (written by a host with a wrong clock, it must not pass for newer
+	// than every fence).
+	known := !m.LoadedAt.IsZero() && !read.After(time.Now().Add(skew))
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.expire(now)
@@ -541,9 +545,22 @@ func (c *Cache[V]) announce(ctx context.Context, kind InvalidationKind, target s
 		deleteShared: kind == InvalidationKey && c.shared != nil && (sharedFailed || (had && prev.deleteShared))}
 	var dropped bool
 	if len(c.pending) > maxPending {
+		// The oldest key write goes first: a bulk one (rare, and never
+		// retained by the Bus unless published) only when all are bulk.
 		oldest := ""
 		for k, p := range c.pending {
-			if oldest == "" || p.version.Before(c.pending[oldest].version) {
+			if oldest == "" {
+				oldest = k
+				continue
+			}
+			o := c.pending[oldest]
+			if (p.kind == InvalidationKey) != (o.kind == InvalidationKey) {
+				if p.kind == InvalidationKey {
+					oldest = k
+				}
+				continue
+			}
+			if p.version.Before(o.version) {
 				oldest = k
 			}
 		}
@@ -570,9 +587,11 @@ func (c *Cache[V]) PendingInvalidations() int {
 }
 
 // flushPending redoes the pending writes in the background, oldest first,
-// unless a flush runs already or the Cache is closed. It stops at the
-// first failure (the tier or the Bus still fails); the rest wait for the
-// next BusUp or successful publish.
+// unless a flush runs already or the Cache is closed. A flush that meets a
+// failure (the tier or the Bus still fails, the breaker is still open)
+// waits and tries again, from SharedTimeout doubling to maxFlushBackoff,
+// until nothing is pending or the Cache closes; a write made pending while
+// it runs is picked up by its next pass.
 func (c *Cache[V]) flushPending() {
 	if !c.flushing.CompareAndSwap(false, true) {
 		return
@@ -587,33 +606,67 @@ func (c *Cache[V]) flushPending() {
 	c.mu.Unlock()
 	go func() {
 		defer c.bg.Done()
-		defer c.flushing.Store(false)
-		c.pendingMu.Lock()
-		todo := make([]pendingInvalidation, 0, len(c.pending))
-		for _, p := range c.pending {
-			todo = append(todo, p)
-		}
-		c.pendingMu.Unlock()
-		slices.SortFunc(todo, func(a, b pendingInvalidation) int { return a.version.Compare(b.version) })
-		ctx := context.Background()
-		for _, p := range todo {
-			if c.closed.Load() {
-				return
-			}
-			if p.deleteShared {
-				if err := c.deleteShared(ctx, p.target); err != nil {
+		backoff := c.sharedTimeout
+		for {
+			if c.flushOnce() || c.closed.Load() {
+				c.flushing.Store(false)
+				if c.closed.Load() {
 					return
 				}
+				// A write made pending after the last pass looked, but
+				// before flushing was cleared, must not wait for the next
+				// trigger.
+				if c.PendingInvalidations() == 0 || !c.flushing.CompareAndSwap(false, true) {
+					return
+				}
+				continue
 			}
-			if err := c.publish(ctx, p.kind, p.target, p.version); err != nil {
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-c.closing:
+				t.Stop()
+				c.flushing.Store(false)
 				return
 			}
-			pk := pendingKey(p.kind, p.target)
-			c.pendingMu.Lock()
-			if cur, ok := c.pending[pk]; ok && cur.version.Equal(p.version) {
-				delete(c.pending, pk)
-			}
-			c.pendingMu.Unlock()
+			backoff = min(2*backoff, maxFlushBackoff)
 		}
 	}()
+}
+
+// maxFlushBackoff bounds the wait between two tries of the pending writes:
+// about a breaker's cool-down.
+const maxFlushBackoff = 5 * time.Second
+
+// flushOnce tries every pending write once, oldest first, and reports
+// whether none is left; it stops at the first failure.
+func (c *Cache[V]) flushOnce() bool {
+	c.pendingMu.Lock()
+	todo := make([]pendingInvalidation, 0, len(c.pending))
+	for _, p := range c.pending {
+		todo = append(todo, p)
+	}
+	c.pendingMu.Unlock()
+	slices.SortFunc(todo, func(a, b pendingInvalidation) int { return a.version.Compare(b.version) })
+	ctx := context.Background()
+	for _, p := range todo {
+		if c.closed.Load() {
+			return true
+		}
+		if p.deleteShared {
+			if err := c.deleteShared(ctx, p.target); err != nil {
+				return false
+			}
+		}
+		if err := c.publish(ctx, p.kind, p.target, p.version); err != nil {
+			return false
+		}
+		pk := pendingKey(p.kind, p.target)
+		c.pendingMu.Lock()
+		if cur, ok := c.pending[pk]; ok && cur.version.Equal(p.version) {
+			delete(c.pending, pk)
+		}
+		c.pendingMu.Unlock()
+	}
+	return true
 }

@@ -181,7 +181,11 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 		if _, newer := c.fill(t, key, it, nil); newer != nil {
 			// This instance holds a fresh copy read later than the
 			// entry (a slow peer's write-back): serving the entry would
-			// go back in time.
+			// go back in time. If the copy is not to be trusted either
+			// (the Bus is down), the entry is absent and the key loads.
+			if c.untrusted(newer, now) {
+				return nil, nil
+			}
 			return newer, nil
 		}
 	}
