@@ -579,7 +579,8 @@ func (c *Cache[V]) announce(ctx context.Context, kind InvalidationKind, target s
 
 // PendingInvalidations returns how many writes of this instance wait to be
 // announced to the other instances (see ErrNotPublished): they are redone
-// when the Bus is up again. 0 without a Bus.
+// when the Bus is up again, or after the next successful publish, and
+// tried again with backoff until they succeed. 0 without a Bus.
 func (c *Cache[V]) PendingInvalidations() int {
 	c.pendingMu.Lock()
 	defer c.pendingMu.Unlock()
