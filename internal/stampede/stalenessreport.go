@@ -181,8 +181,9 @@ func stalenessSVG(r *StalenessResult) string {
 	if rows < 1 || rounds == 0 {
 		return ""
 	}
-	rowH := float64(max(40, min(160, 8*rounds)))
-	h := padT + 12 + int(math.Ceil(rowH))*rows + padB
+	rowPx := max(40, min(160, 8*rounds))
+	rowH := float64(rowPx)
+	h := padT + 12 + rowPx*rows + padB
 	top := float64(padT + 12)
 	hi, timedOut := 0.0, false
 	for _, rd := range r.Rounds {
