@@ -194,7 +194,11 @@ func TestClusterHerdOnEightInstancesMakesOneOriginQuery(t *testing.T) {
 	dsn := testenv.PostgresDB(t)
 	db := dsn[strings.LastIndexByte(dsn, '/')+1 : strings.IndexByte(dsn, '?')]
 	args := []string{"-db", dsn, "-redis", sharedRedisURL(t), "-redis-prefix", testenv.UniqueName("productd-cluster-") + ":",
-		"-seed-products", "20", "-failure-throttle", "0", "-redis-timeout", redisTimeoutUnderLoad, steadyBus[0], steadyBus[1], "-origin-latency", "200ms"}
+		"-seed-products", "20", "-failure-throttle", "0", "-redis-timeout", redisTimeoutUnderLoad, steadyBus[0], steadyBus[1], "-origin-latency", "200ms",
+		// A lease that outlives any heartbeat delay on a busy machine: a
+		// takeover would be a second origin query, and this test is about
+		// coalescing (the takeover tests have their own).
+		"-lease-ttl", "15s"}
 	c := herdClient(2000)
 	defer c.CloseIdleConnections()
 	stopAll := func(ps []*process) {
