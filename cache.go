@@ -100,9 +100,8 @@ type Cache[V any] struct {
 	// Cross-instance invalidation (invalidate.go); bus nil: writes are
 	// not announced, and nothing arrives.
 	bus        Bus
-	busStop    func() // ends the subscription; nil without a Bus
-	busState   atomic.Uint32
-	capLocal   atomic.Bool // the Bus is down: see untrusted
+	busStop    func()        // ends the subscription; nil without a Bus
+	busState   atomic.Uint32 // the BusState; BusDown makes local items untrusted (see untrusted)
 	busDownTTL time.Duration
 	clockSkew  time.Duration
 	fences     fenceTable
@@ -217,7 +216,6 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 		// other instances' writes may be missed.
 		c.bus = o.Bus
 		c.busState.Store(uint32(BusDown))
-		c.capLocal.Store(true)
 		stop, err := o.Bus.Subscribe(c.name, busHandler[V]{c})
 		if err != nil {
 			c.group.Close()
@@ -540,10 +538,16 @@ func (c *Cache[V]) admit(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if len(key) == 0 || len(key) > c.maxKeyLen || !utf8.ValidString(key) {
+	if !c.validKey(key) {
 		return c.keyError(key)
 	}
 	return nil
+}
+
+// validKey reports whether key is one the Cache admits: not empty, at
+// most MaxKeyLen bytes, valid UTF-8.
+func (c *Cache[V]) validKey(key string) bool {
+	return len(key) > 0 && len(key) <= c.maxKeyLen && utf8.ValidString(key)
 }
 
 // keyError explains why key was refused without echoing it: keys are

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 )
 
 // This file is the Cache's side of cross-instance invalidation; bus.go has
@@ -207,7 +206,7 @@ func (f *fenceTable) covers(key string, m *Meta, now time.Time, skew time.Durati
 // that is unknown, was read from its source) more than BusDownTTL ago:
 // invalidations of it may have been missed since.
 func (c *Cache[V]) untrusted(it *Item[V], now time.Time) bool {
-	if !c.capLocal.Load() {
+	if BusState(c.busState.Load()) != BusDown {
 		return false
 	}
 	since := it.filledAt
@@ -250,8 +249,8 @@ func (c *Cache[V]) InvalidatePrefix(ctx context.Context, prefix string) error {
 	if prefix == "" {
 		return &KeyError{Reason: "empty prefix (Clear invalidates every key)"}
 	}
-	if len(prefix) > c.maxKeyLen || !utf8.ValidString(prefix) {
-		return &KeyError{Reason: fmt.Sprintf("prefix longer than MaxKeyLen %d or not valid UTF-8", c.maxKeyLen)}
+	if !c.validKey(prefix) {
+		return c.keyError(prefix)
 	}
 	return c.invalidateBulk(ctx, InvalidationPrefix, prefix)
 }
@@ -384,15 +383,11 @@ func (c *Cache[V]) applyBulk(prefix string, version time.Time) (dropped int) {
 }
 
 // resync empties the local tier after the Bus was down: whatever it holds
-// may have missed invalidations. Reads in progress write nothing.
+// may have missed invalidations. It is applyBulk of every key with a
+// version no item can be newer than (LoadedAt is never ahead of now plus
+// ClockSkew), so reads in progress write nothing either.
 func (c *Cache[V]) resync() {
-	c.guard.bulkInvalidate("")
-	c.group.ForgetFunc(func(string) bool { return true })
-	if r, ok := c.local.(LocalRanger[V]); ok {
-		for k := range r.All() {
-			c.local.Delete(k)
-		}
-	}
+	c.applyBulk("", c.now().Add(MaxTTL))
 }
 
 // busHandler is the Cache's BusHandler. The Bus calls it one message at a
@@ -433,7 +428,7 @@ func (c *Cache[V]) received(inv Invalidation) {
 	applied := false
 	switch inv.Kind {
 	case InvalidationKey:
-		if inv.Target == "" || len(inv.Target) > c.maxKeyLen || !utf8.ValidString(inv.Target) {
+		if !c.validKey(inv.Target) {
 			break // no key of this Cache: nothing it could cover
 		}
 		fresh := c.noteFence(ctx, false, inv.Target, inv.Version)
@@ -443,7 +438,7 @@ func (c *Cache[V]) received(inv Invalidation) {
 		prefix := inv.Target
 		if inv.Kind == InvalidationAll {
 			prefix = ""
-		} else if prefix == "" || len(prefix) > c.maxKeyLen || !utf8.ValidString(prefix) {
+		} else if !c.validKey(prefix) {
 			break
 		}
 		fresh := c.noteFence(ctx, true, prefix, inv.Version)
@@ -476,17 +471,18 @@ func (c *Cache[V]) busChanged(s BusState) {
 	switch s {
 	case BusUp:
 		c.resync()
-		c.capLocal.Store(false)
+		// Stored only now: until the local tier is emptied, untrusted
+		// still sees BusDown.
+		c.busState.Store(uint32(BusUp))
 		c.flushPending()
 		c.log.LogAttrs(ctx, slog.LevelInfo, "flightcache: invalidation bus up; local tier resynchronised",
 			slog.String("cache", c.name))
 	default:
 		s = BusDown
-		c.capLocal.Store(true)
+		c.busState.Store(uint32(BusDown))
 		c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: invalidation bus down; local values are served for at most BusDownTTL",
 			slog.String("cache", c.name), slog.Duration("bus_down_ttl", c.busDownTTL))
 	}
-	c.busState.Store(uint32(s))
 	if c.obs != nil {
 		c.observe(Event{Kind: EventBusChanged, Cache: c.name, Bus: s})
 	}

@@ -37,8 +37,10 @@ const (
 	// most 25 hours (a TTL of 24h with StaleFor up to 1h).
 	DefaultBulkRetention = 25 * time.Hour
 
+	// MaxBulkRetention is the longest Options.BulkRetention accepted.
+	MaxBulkRetention = 30 * 24 * time.Hour
+
 	minBulkRetention = time.Minute
-	maxBulkRetention = 30 * 24 * time.Hour
 	// maxBulkRetained bounds the set of one cache. Beyond it, the oldest
 	// members make way for one InvalidationAll as new as the newest of
 	// them: it covers everything they covered (and more), so a late

@@ -155,7 +155,7 @@ func New(ctx context.Context, client redis.UniversalClient, store *redisstore.St
 		return nil, &flightcache.ConfigError{Field: "HeartbeatInterval", Reason: "must be between 10ms and 10s, got " + interval.String()}
 	case downAfter < 2*interval || downAfter > maxDownAfter:
 		return nil, &flightcache.ConfigError{Field: "DownAfter", Reason: "must be between twice HeartbeatInterval (" + (2 * interval).String() + ") and 1m, got " + downAfter.String()}
-	case retention < minBulkRetention || retention > maxBulkRetention:
+	case retention < minBulkRetention || retention > MaxBulkRetention:
 		return nil, &flightcache.ConfigError{Field: "BulkRetention", Reason: "must be between 1m and 720h (and cover the Caches' TTL plus StaleFor), got " + retention.String()}
 	}
 	c.bus = newBus(c, interval, downAfter, retention)

@@ -337,7 +337,7 @@ func (s *Server) connectCoordinator(ctx context.Context) error {
 		HeartbeatInterval: s.cfg.BusHeartbeat, DownAfter: s.cfg.BusDownAfter,
 		// Bulk invalidations must be replayable while the shared tier may
 		// still hold entries they cover: -cache-ttl plus -stale-for.
-		BulkRetention: min(max(redislease.DefaultBulkRetention, s.cfg.TTL+s.cfg.StaleFor+time.Hour), 30*24*time.Hour),
+		BulkRetention: min(max(redislease.DefaultBulkRetention, s.cfg.TTL+s.cfg.StaleFor+time.Hour), redislease.MaxBulkRetention),
 	})
 	if err != nil {
 		if s.cfg.Coalescing() == CoalesceCluster {
