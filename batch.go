@@ -165,7 +165,8 @@ func (b *batch[V]) run() {
 		var stale *Item[V]
 		if c.local != nil && len(k) > 0 && len(k) <= c.maxKeyLen && !c.closed.Load() {
 			if it, ok := c.local.Get(k); ok {
-				if b.now.Before(it.FreshUntil) && !c.untrusted(it, b.now) {
+				switch c.localState(it, b.now) {
+				case itemFresh:
 					if it.NotFound || c.obs != nil || c.clone != nil || (c.earlyRefresh && b.load != nil) {
 						b.serve(i, it, TierLocal)
 						continue
@@ -174,8 +175,7 @@ func (b *batch[V]) run() {
 					r := &b.res[i]
 					r.Value, r.Outcome, r.Age = it.Value, OutcomeHitLocal, age(it.LoadedAt, b.now.UnixNano())
 					continue
-				}
-				if !it.NotFound && b.now.Before(it.StaleUntil) {
+				case itemStale:
 					stale = it
 				}
 			}
@@ -717,13 +717,11 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 // unavailable already). The check and the writes happen with every key's
 // guard lock held (writeIfAll).
 //
-// In cluster mode a batch writes the local tier only: its loads hold no
-// lease, so a shared write could not be fenced, and a batch that loaded
-// before a Set on another instance could overwrite that Set. The callers get
-// their values all the same; other instances load those keys themselves,
-// under a lease, when they miss them.
+// In cluster mode a batch writes the local tier only (see sharedWritable).
+// The callers get their values all the same; other instances load those
+// keys themselves, under a lease, when they miss them.
 func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []ticket, flights []*flight[V], sharedDown sharedSkip) {
-	writeShared := c.shared != nil && sharedDown == sharedUsable && c.coord == nil
+	writeShared, skipErr := c.sharedWritable(sharedDown)
 	var entries []Entry
 	if writeShared {
 		entries = make([]Entry, len(keys))
@@ -767,9 +765,9 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []t
 				continue // an explicit write or a newer read won, or the Cache closed
 			}
 			switch {
-			case c.shared == nil || fl.writeErr != nil:
+			case fl.writeErr != nil:
 			case !writeShared:
-				fl.writeErr = sharedDown.err()
+				fl.writeErr = skipErr
 			default:
 				wk = append(wk, keys[n])
 				we = append(we, entries[n])

@@ -111,6 +111,7 @@ type Cache[V any] struct {
 	pendingMu sync.Mutex
 	pending   map[string]pendingInvalidation
 	flushing  atomic.Bool
+	redoKick  chan struct{} // buffered 1: wakes a flush from its backoff
 	closing   chan struct{} // closed by Close: ends a flush's wait
 
 	closed atomic.Bool
@@ -166,6 +167,7 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 		filter:          o.Guard,
 		refreshing:      make(map[string]*miss[V]),
 		closing:         make(chan struct{}),
+		redoKick:        make(chan struct{}, 1),
 		maxRefreshes:    defaultMaxRefreshes,
 	}
 	if o.MaxInFlight > 0 {
@@ -348,11 +350,11 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	var stale *Item[V]
 	if c.local != nil {
 		if it, ok := c.local.Get(key); ok {
-			if now.Before(it.FreshUntil) && !c.untrusted(it, now) {
+			switch c.localState(it, now) {
+			case itemFresh:
 				r, err := c.serveFresh(ctx, key, load, it, now, TierLocal)
 				return r, nil, err
-			}
-			if !it.NotFound && now.Before(it.StaleUntil) {
+			case itemStale:
 				stale = it
 			}
 		}
@@ -454,6 +456,30 @@ func (c *Cache[V]) answerFlight(fl *flight[V], led bool, now time.Time) (Result[
 	}
 	r.Scope = fl.scope()
 	return r, err
+}
+
+// itemState is what a local item may be served as.
+type itemState uint8
+
+const (
+	itemUnusable itemState = iota // expired, or untrusted (see untrusted)
+	itemFresh                     // served as is
+	itemStale                     // only the fail-safe fallback (a value, not a tombstone)
+)
+
+// localState is the one rule for serving a local item, fresh or as the
+// stale fallback: an untrusted item (the Bus is down, see untrusted) is
+// neither. hitLocal inlines the fresh case.
+func (c *Cache[V]) localState(it *Item[V], now time.Time) itemState {
+	switch {
+	case c.untrusted(it, now):
+		return itemUnusable
+	case now.Before(it.FreshUntil):
+		return itemFresh
+	case !it.NotFound && now.Before(it.StaleUntil):
+		return itemStale
+	}
+	return itemUnusable
 }
 
 // serveFresh answers with a fresh item found in tier, starting an early

@@ -276,9 +276,10 @@ func (c *Cache[V]) emitWoken(ctx context.Context, waited time.Duration, err erro
 	}
 }
 
-// lead loads the key under lease and ends the lease whatever happens: a
-// failed load fails it, a panicking loader too (the engine turns the panic
-// into the callers' error afterwards).
+// lead loads the key under lease and ends the lease on every path: a
+// failed load fails it, a panicking loader or codec too (the engine turns
+// the panic into the callers' error afterwards); completeLease sets ended
+// just before it hands the lease its result.
 func (m *miss[V]) lead(ctx context.Context, t ticket, lease Lease) (*flight[V], error) {
 	ended := false
 	defer func() {
@@ -287,12 +288,12 @@ func (m *miss[V]) lead(ctx context.Context, t ticket, lease Lease) (*flight[V], 
 		}
 	}()
 	fl, pol, err := m.loadOrigin(ctx)
-	ended = true
 	if err != nil {
+		ended = true
 		m.failLease(ctx, lease, err)
 		return fl, err
 	}
-	fl = m.completeLease(ctx, t, lease, fl, pol.noStore.Load())
+	fl = m.completeLease(ctx, t, lease, fl, pol.noStore.Load(), &ended)
 	if m.newerThan != 0 {
 		m.c.refreshDone(m)
 	}
@@ -345,11 +346,15 @@ func (m *miss[V]) coordinatorFailed(ctx context.Context, t ticket, err error) (*
 // gets the value only if the shared write was not refused: a refused write
 // means a newer load, Set or Delete superseded this one, and the flight
 // then hands its callers what that newer writer stored, when it is there.
-func (m *miss[V]) completeLease(ctx context.Context, t ticket, lease Lease, fl *flight[V], noStore bool) *flight[V] {
+// A load that finishes after Close stores nothing (the lease is still
+// completed, so the followers lead at once), and neither does one whose
+// value the codec cannot encode, even by panicking. It sets *ended just
+// before Complete.
+func (m *miss[V]) completeLease(ctx context.Context, t ticket, lease Lease, fl *flight[V], noStore bool, ended *bool) *flight[V] {
 	c := m.c
 	var e *Entry
-	if !noStore {
-		if enc, err := c.encode(&fl.item); err != nil {
+	if !noStore && !c.closed.Load() {
+		if enc, err := c.encodeSafely(&fl.item); err != nil {
 			fl.writeErr = err
 			c.writeFailed(ctx, TierShared, err)
 		} else {
@@ -359,6 +364,7 @@ func (m *miss[V]) completeLease(ctx context.Context, t ticket, lease Lease, fl *
 	// Not the flight's context: the loader timeout may have just ended it,
 	// and the followers must hear the result anyway. The Coordinator
 	// bounds its own calls.
+	*ended = true
 	written, err := lease.Complete(context.WithoutCancel(ctx), e)
 	select {
 	case <-lease.Lost():
@@ -386,13 +392,16 @@ func (m *miss[V]) completeLease(ctx context.Context, t ticket, lease Lease, fl *
 	return fl
 }
 
-// failLease ends a failed load under a lease. A load cancelled because
-// every caller left (or the Cache closed) did not fail: the lease is
-// completed with nothing stored, which wakes the followers to look again
-// and lets one of them lead at once, instead of failing them all.
+// failLease ends a failed load under a lease. A load whose context was
+// cancelled (every caller left, or the Cache closed) did not fail: the
+// lease is completed with nothing stored, which wakes the followers to
+// look again and lets one of them lead at once, instead of failing them
+// all. That is decided on the context's state, not on err: an origin's
+// own error may wrap context.Canceled (a driver's cancelled statement) and
+// is a failure like any other.
 func (m *miss[V]) failLease(ctx context.Context, lease Lease, err error) {
 	var ferr error
-	if errors.Is(err, context.Canceled) {
+	if errors.Is(ctx.Err(), context.Canceled) {
 		_, ferr = lease.Complete(context.WithoutCancel(ctx), nil)
 	} else {
 		ferr = lease.Fail(context.WithoutCancel(ctx), err)

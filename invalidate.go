@@ -570,6 +570,10 @@ func (c *Cache[V]) announce(ctx context.Context, kind InvalidationKind, target s
 				slog.String("cache", c.name), slog.Int64("suppressed", suppressed))
 		}
 	}
+	// The redo starts now, not at the next BusUp: the Bus may stay up
+	// (one lost PUBLISH, a breaker that was open for a moment), and the
+	// other instances would serve the old value until it expires.
+	c.flushPending()
 	return err
 }
 
@@ -591,6 +595,12 @@ func (c *Cache[V]) PendingInvalidations() int {
 // it runs is picked up by its next pass.
 func (c *Cache[V]) flushPending() {
 	if !c.flushing.CompareAndSwap(false, true) {
+		// A flush is running: cut its backoff short, the conditions may
+		// have changed (the Bus is up again, a publish just went through).
+		select {
+		case c.redoKick <- struct{}{}:
+		default:
+		}
 		return
 	}
 	c.mu.Lock()
@@ -621,6 +631,8 @@ func (c *Cache[V]) flushPending() {
 			t := time.NewTimer(backoff)
 			select {
 			case <-t.C:
+			case <-c.redoKick:
+				t.Stop()
 			case <-c.closing:
 				t.Stop()
 				c.flushing.Store(false)

@@ -238,7 +238,7 @@ func (m *miss[V]) writeBack(ctx context.Context, t ticket, it *Item[V]) (err err
 		e      Entry
 		encErr error
 	)
-	writeShared := c.shared != nil && m.sharedDown == sharedUsable
+	writeShared, skipErr := c.sharedWritable(m.sharedDown)
 	if writeShared {
 		e, encErr = c.encode(it)
 	}
@@ -246,9 +246,8 @@ func (m *miss[V]) writeBack(ctx context.Context, t ticket, it *Item[V]) (err err
 	c.fill(t, m.key, it, func() {
 		tier = TierShared
 		switch {
-		case c.shared == nil:
 		case !writeShared:
-			err = m.sharedDown.err()
+			err = skipErr
 		case encErr != nil:
 			err = encErr
 		default:

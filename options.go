@@ -3,6 +3,7 @@ package flightcache
 import (
 	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/flightcache/flightcache/clock"
@@ -253,6 +254,19 @@ const (
 	maxClockSkew         = time.Second
 )
 
+// typedNil reports whether v is an interface holding a nil pointer, map,
+// slice, func or channel: set, so not nil to a comparison, but unusable.
+func typedNil(v any) bool {
+	if v == nil {
+		return false
+	}
+	switch r := reflect.ValueOf(v); r.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return r.IsNil()
+	}
+	return false
+}
+
 // withDefaults returns o with every zero field replaced by its default, or a
 // *ConfigError for the first field out of range.
 func (o Options[V]) withDefaults() (Options[V], error) {
@@ -261,6 +275,15 @@ func (o Options[V]) withDefaults() (Options[V], error) {
 	}
 	if o.Name == "" {
 		o.Name = defaultName
+	}
+	for _, f := range [...]struct {
+		name string
+		v    any
+	}{{"Local", o.Local}, {"Shared", o.Shared}, {"Codec", o.Codec}, {"SharedBreaker", o.SharedBreaker}, {"Guard", o.Guard},
+		{"Coordinator", o.Coordinator}, {"Bus", o.Bus}, {"Observer", o.Observer}, {"Tracer", o.Tracer}} {
+		if typedNil(f.v) {
+			return bad(f.name, fmt.Sprintf("a nil %T: leave the field unset instead", f.v))
+		}
 	}
 	if o.Local == nil && o.Shared == nil {
 		return bad("Local", "Local or Shared (or both) is required")

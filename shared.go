@@ -94,6 +94,27 @@ var (
 	errSkippedRefused  = fmt.Errorf("flightcache: shared write-back skipped: %w", ErrBreakerOpen)
 )
 
+// sharedWritable is the one rule for a read-path write of the shared tier
+// that holds no lease (a write-back, a batch's write-back): it may write
+// unless there is no shared tier, the caller found it unavailable (down:
+// then skipErr says so, for Result.WriteErr), or the Cache is in cluster
+// mode. There only a leader's fenced write (Lease.Complete) may reach the
+// shared tier: an unfenced write of a load that read the origin before a
+// Set on another instance would overwrite that Set for the entry's whole
+// TTL. A flight without a lease (degraded, or loading after CoalesceWait)
+// and a batch write the local tier only, which is not a failure.
+func (c *Cache[V]) sharedWritable(down sharedSkip) (ok bool, skipErr error) {
+	switch {
+	case c.shared == nil:
+		return false, nil
+	case down != sharedUsable:
+		return false, down.err()
+	case c.coord != nil:
+		return false, nil
+	}
+	return true, nil
+}
+
 // err is the write-back error of a Get that skipped the tier.
 func (s sharedSkip) err() error {
 	if s == sharedRefused {
@@ -206,6 +227,17 @@ func (c *Cache[V]) encode(it *Item[V]) (Entry, error) {
 	}
 	e.Value = data
 	return e, nil
+}
+
+// encodeSafely is encode with a panic in the codec turned into an error
+// (whose text leaves out the panic value: it may hold the key).
+func (c *Cache[V]) encodeSafely(it *Item[V]) (e Entry, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("flightcache: encode value: codec panicked (%T)", p)
+		}
+	}()
+	return c.encode(it)
 }
 
 // setShared stores e under key in the shared tier.

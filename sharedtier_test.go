@@ -245,8 +245,7 @@ func TestLoaderTimeoutBoundsTheOriginOnly(t *testing.T) {
 }
 
 // A shared tier that fails every call is skipped once the breaker opens:
-// 200 misses of distinct keys make only the calls it takes to open it, and
-// finish in well under a second.
+// 200 misses of distinct keys make only the calls it takes to open it.
 func TestFailingSharedTierIsSkippedByTheBreaker(t *testing.T) {
 	const threshold = 5
 	shared := &failingShared{}
@@ -265,8 +264,10 @@ func TestFailingSharedTierIsSkippedByTheBreaker(t *testing.T) {
 			t.Fatalf("Fetch %d = %+v, %v; a failing shared tier must not fail the Get", i, r, err)
 		}
 	}
-	if took := time.Since(start); took > 500*time.Millisecond {
-		t.Fatalf("200 misses took %v, want well under a second", took)
+	// The call count below is the proof that no miss paid for the tier;
+	// the time is only a sanity bound, with room for a busy machine.
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("200 misses took %v, want well under a second on an idle machine", took)
 	}
 	if n := shared.calls.Load(); n != threshold {
 		t.Fatalf("%d calls reached the failing tier, want %d (then the breaker is open)", n, threshold)

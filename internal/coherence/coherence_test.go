@@ -1,0 +1,355 @@
+package coherence
+
+import (
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var (
+	base = time.Unix(1000, 0) // the Cache's clock, for expiry
+	wall = time.Unix(2000, 0) // versions
+)
+
+func at(s int) time.Time { return wall.Add(time.Duration(s) * time.Second) }
+
+func TestExplicitWriteOutdatesEveryTicketTakenBeforeItFinished(t *testing.T) {
+	var w Tickets
+	before := w.Begin("k")
+	defer w.End("k", before)
+	other := w.Begin("j")
+	defer w.End("j", other)
+	_ = w.Explicit("k", func() error { return nil })
+	after := w.Begin("k")
+	defer w.End("k", after)
+	current := func(tk Ticket, key string) (ok bool) {
+		w.Fill(tk, key, func(c bool) bool { ok = c; return false }, nil)
+		return ok
+	}
+	if current(before, "k") {
+		t.Fatal("a ticket taken before an explicit write is still current")
+	}
+	if !current(after, "k") || !current(other, "j") {
+		t.Fatal("a ticket taken after the write, or of another key, is outdated")
+	}
+}
+
+func TestExplicitWriteThatPanicsStillOutdatesTicketsAndReleasesTheKey(t *testing.T) {
+	var w Tickets
+	tk := w.Begin("k")
+	defer w.End("k", tk)
+	func() {
+		defer func() { _ = recover() }()
+		_ = w.Explicit("k", func() error { panic("store bug") })
+	}()
+	var current bool
+	w.Fill(tk, "k", func(c bool) bool { current = c; return false }, nil) // would deadlock if the lock leaked
+	if current {
+		t.Fatal("a panicking explicit write did not outdate the ticket")
+	}
+}
+
+func TestBulkInvalidationOutdatesTicketsOfItsKeysOnly(t *testing.T) {
+	var w Tickets
+	in, out := w.Begin("t=1|id=4|loc=en"), w.Begin("t=1|id=42|loc=en")
+	defer w.End("t=1|id=4|loc=en", in)
+	defer w.End("t=1|id=42|loc=en", out)
+	w.Bulk("t=1|id=4|")
+	w.FillAll([]string{"t=1|id=4|loc=en", "t=1|id=42|loc=en"}, []Ticket{in, out}, func(current []bool) {
+		if current[0] || !current[1] {
+			t.Fatalf("current = %v, want [false true]", current)
+		}
+	}, func() {})
+	// More bulk invalidations than the log remembers outdate every ticket.
+	old := w.Begin("x")
+	defer w.End("x", old)
+	for range bulkLog + 1 {
+		w.Bulk("unrelated|")
+	}
+	w.Fill(old, "x", func(c bool) bool {
+		if c {
+			t.Fatal("a ticket older than the bulk log is still current")
+		}
+		return false
+	}, nil)
+}
+
+func TestTicketRegistryHoldsOnlyKeysInProgress(t *testing.T) {
+	var w Tickets
+	for i := range 1000 {
+		k := strconv.Itoa(i)
+		w.End(k, w.Begin(k))
+	}
+	for i := range w.shards {
+		if n := len(w.shards[i].m); n != 0 {
+			t.Fatalf("shard %d holds %d entries after every operation ended", i, n)
+		}
+	}
+}
+
+func TestKeyFenceKeepsTheNewestVersionAndExpires(t *testing.T) {
+	f := Fences{Window: time.Minute}
+	if _, fresh, _ := f.NoteKey("k", at(5), base, true); !fresh {
+		t.Fatal("the first fence of a key is not fresh")
+	}
+	for _, old := range []int{5, 4} {
+		if prev, fresh, _ := f.NoteKey("k", at(old), base, true); fresh || !prev.Equal(at(5)) {
+			t.Fatalf("version %d after 5: fresh %v, prev %v", old, fresh, prev)
+		}
+	}
+	if !f.Covered("k", at(4), true, base, 0) || f.Covered("k", at(5), true, base, 0) {
+		t.Fatal("a key fence covers what it must not, or not what it must")
+	}
+	if f.Covered("kk", at(0), true, base, 0) {
+		t.Fatal("a key fence covers another key")
+	}
+	if f.Covered("k", at(0), false, base, 0) {
+		t.Fatal("a key fence covers an entry of unknown age")
+	}
+	later := base.Add(time.Minute)
+	if f.Covered("k", at(0), true, later, 0) {
+		t.Fatal("an expired fence still covers")
+	}
+	if _, fresh, _ := f.NoteKey("k", at(1), later, true); !fresh {
+		t.Fatal("an expired key still deduplicates")
+	}
+}
+
+func TestKeyFencesCompareAtMicrosecondPrecision(t *testing.T) {
+	f := Fences{Window: time.Hour}
+	set := time.Unix(2000, 123456789) // a Set's entry, read at this instant
+	f.NoteKey("k", set, base, true)   // its fence, as another instance gets it
+	if f.Covered("k", set, true, base, 0) {
+		t.Fatal("a Set's own entry is covered by its own fence")
+	}
+	if !f.Covered("k", set.Add(-time.Microsecond), true, base, 0) {
+		t.Fatal("an entry read a microsecond before the Set is not covered")
+	}
+}
+
+func TestBulkFencesMatchPrefixesAndEntriesOfUnknownAge(t *testing.T) {
+	f := Fences{Window: time.Minute}
+	f.NoteBulk("t=1|id=4|", wall, base)
+	f.NoteBulk("t=2|", wall, base)
+	for key, want := range map[string]bool{
+		"t=1|id=4|loc=en": true, "t=1|id=4|": true, "t=1|id=42|loc=en": false,
+		"t=2|id=9": true, "t=3|id=4|": false, "t=1|": false,
+	} {
+		if got := f.Covered(key, wall.Add(-time.Nanosecond*1000), true, base, 0); got != want {
+			t.Errorf("Covered(%q) = %v, want %v", key, got, want)
+		}
+	}
+	if f.Covered("t=2|x", wall, true, base, 0) {
+		t.Error("a bulk fence covers an entry read at its version, without skew")
+	}
+	if !f.Covered("t=2|x", wall.Add(5*time.Millisecond), true, base, 10*time.Millisecond) {
+		t.Error("a bulk fence does not cover an entry read within the skew after it")
+	}
+	if !f.Covered("t=2|x", time.Time{}, false, base, 0) {
+		t.Error("a bulk fence does not cover an entry of unknown age")
+	}
+	f.NoteBulk("", wall, base)
+	if !f.Covered("anything", wall.Add(-time.Second), true, base, 0) {
+		t.Error("the all-keys fence does not cover every key")
+	}
+}
+
+func TestFencesAreBoundedPerKindAndKeyFencesNeverPushOutBulkOnes(t *testing.T) {
+	f := Fences{Window: time.Hour}
+	f.NoteBulk("", wall, base) // a Clear
+	var dropped int64
+	for i := range MaxKeyFences + 10*keyFenceShards {
+		_, _, d := f.NoteKey(strconv.Itoa(i), wall, base, true)
+		dropped = max(dropped, d)
+	}
+	keys, bulk := f.Len()
+	if keys > MaxKeyFences || dropped == 0 {
+		t.Fatalf("%d key fences (dropped %d), want at most %d", keys, dropped, MaxKeyFences)
+	}
+	if bulk != 1 || !f.Covered("any", wall.Add(-time.Second), true, base, 0) {
+		t.Fatal("key fences pushed the Clear's fence out")
+	}
+	// Fills do not count as explicit drops: they need no warning.
+	g := Fences{Window: time.Hour}
+	for i := range MaxKeyFences + 10*keyFenceShards {
+		if _, _, d := g.NoteKey(strconv.Itoa(i), wall, base, false); d != 0 {
+			t.Fatalf("a fill's fence dropped early counted as an explicit drop (%d)", d)
+		}
+	}
+	// Bytes bound the bulk fences too: long prefixes fill MaxBulkBytes
+	// before MaxBulkFences.
+	long := string(make([]byte, 4096))
+	for i := range MaxBulkBytes/4096 + 10 {
+		f.NoteBulk(strconv.Itoa(i)+long, wall, base)
+	}
+	if f.bulk.bytes > MaxBulkBytes {
+		t.Fatalf("bulk fences hold %d bytes, above the bound %d", f.bulk.bytes, MaxBulkBytes)
+	}
+	if _, bulk := f.Len(); bulk != len(f.bulk.m) {
+		t.Fatalf("bulk count %d, want %d", bulk, len(f.bulk.m))
+	}
+}
+
+func TestFillNeverGoesBackToOlderData(t *testing.T) {
+	var m Model
+	m.Window = time.Hour
+	r := func(s int) Read { return Read{Local: base.Add(time.Duration(s) * time.Second), Wall: at(s)} }
+	held := func(s int, fresh bool) Held {
+		return Held{Present: true, Fresh: fresh, Read: base.Add(time.Duration(s) * time.Second)}
+	}
+	for _, c := range []struct {
+		name    string
+		current bool
+		read    Read
+		held    Held
+		want    FillVerdict
+	}{
+		{"nothing held", true, r(5), Held{}, FillWrite},
+		{"newer than held", true, r(6), held(5, true), FillWrite},
+		{"fresh held copy is newer", true, r(4), held(6, true), FillServeHeld},
+		{"outdated ticket, older held copy", false, r(7), held(6, true), FillDropHeld},
+		{"outdated ticket, newer held copy", false, r(5), held(7, true), FillSkip},
+	} {
+		if got := m.DecideFill("k-"+c.name, c.current, c.read, c.held, base); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+	// The fence outlives the held copy: once an item read at 6 was filled,
+	// one read at 4 is older, whatever the local tier holds now.
+	if got := m.DecideFill("k", true, r(6), Held{}, base); got != FillWrite {
+		t.Fatalf("first fill: %v", got)
+	}
+	if got := m.DecideFill("k", true, r(4), Held{}, base); got != FillOlder {
+		t.Fatalf("a fill older than one already made: %v, want FillOlder", got)
+	}
+	if !m.Covered("k", at(4), true, base, 0) || m.Covered("k", at(6), true, base, 0) {
+		t.Fatal("a fill's read time does not fence older shared entries")
+	}
+	m.Close()
+	if got := m.DecideFill("k", true, r(9), Held{}, base); got != FillSkip {
+		t.Fatalf("a fill after Close: %v, want FillSkip", got)
+	}
+}
+
+func TestOnlyAFencedWriteReachesTheSharedTierInClusterMode(t *testing.T) {
+	var m Model
+	for _, c := range []struct {
+		route    WriteRoute
+		tierDown bool
+		want     bool
+	}{
+		{Direct, false, true}, {Direct, true, false},
+		{Leased, false, true}, {Leased, true, false},
+		{Unleased, false, false},
+	} {
+		if got := m.SharedWritable(c.route, c.tierDown); got != c.want {
+			t.Errorf("SharedWritable(%v, down %v) = %v, want %v", c.route, c.tierDown, got, c.want)
+		}
+	}
+	m.Close()
+	if m.SharedWritable(Direct, false) || m.SharedWritable(Leased, false) {
+		t.Fatal("a write after Close may reach the shared tier")
+	}
+}
+
+func TestWhileTheBusIsDownLocalItemsAreTrustedForDownTTLFromTheirFill(t *testing.T) {
+	tr := Trust{DownTTL: time.Second}
+	old := base.Add(-time.Hour)
+	if !tr.Trusted(old, old, base) {
+		t.Fatal("an item is untrusted with the Bus up")
+	}
+	tr.SetDown(true)
+	if tr.Trusted(base.Add(-2*time.Second), old, base) {
+		t.Fatal("an item filled 2s ago is trusted with a 1s DownTTL")
+	}
+	if !tr.Trusted(base.Add(-500*time.Millisecond), old, base) {
+		t.Fatal("an item filled 0.5s ago is untrusted: its fill time, not its read time, counts")
+	}
+	if tr.Trusted(time.Time{}, old, base) || !tr.Trusted(time.Time{}, base, base) {
+		t.Fatal("without a fill time, the read time does not count")
+	}
+}
+
+func TestVersionsFromTheFutureAreTakenAsNow(t *testing.T) {
+	now := wall
+	if v, clamped := Clamp(now.Add(time.Hour), now, 10*time.Millisecond); !clamped || !v.Equal(now) {
+		t.Fatalf("Clamp(+1h) = %v, %v", v, clamped)
+	}
+	if v, clamped := Clamp(now.Add(5*time.Millisecond), now, 10*time.Millisecond); clamped || !v.Equal(now.Add(5*time.Millisecond)) {
+		t.Fatalf("Clamp(+5ms) = %v, %v; within the skew it stays", v, clamped)
+	}
+}
+
+func TestRedoRetriesWithBackoffUntilNothingIsPending(t *testing.T) {
+	var fail atomic.Bool
+	fail.Store(true)
+	done := make(chan Pending, 4)
+	var tries atomic.Int64
+	r := &Redo{Min: time.Millisecond, Max: 4 * time.Millisecond, Do: func(p Pending) error {
+		tries.Add(1)
+		if fail.Load() {
+			return errors.New("still down")
+		}
+		done <- p
+		return nil
+	}}
+	defer r.Close()
+	r.Add(Pending{Kind: 1, Target: "k", Version: at(1)})
+	for tries.Load() < 3 {
+		r.Kick() // no sleep: each kick cuts a backoff short
+	}
+	if r.Len() != 1 {
+		t.Fatalf("%d pending while the redo fails, want 1", r.Len())
+	}
+	fail.Store(false)
+	if p := <-done; p.Target != "k" {
+		t.Fatalf("redone %+v", p)
+	}
+	for r.Len() != 0 {
+		r.Kick()
+	}
+}
+
+func TestRedoKeepsOneWritePerTargetAndIsBounded(t *testing.T) {
+	block := make(chan struct{})
+	var once sync.Once
+	r := &Redo{Min: time.Hour, Max: time.Hour, Do: func(Pending) error {
+		once.Do(func() { <-block })
+		return errors.New("down")
+	}}
+	defer func() { close(block); r.Close() }()
+	r.Add(Pending{Kind: 1, Target: "k", Version: at(1), DeleteShared: true})
+	r.Add(Pending{Kind: 1, Target: "k", Version: at(2)})
+	r.mu.Lock()
+	p := r.pending[pendingID{1, "k"}]
+	r.mu.Unlock()
+	if r.Len() != 1 || !p.Version.Equal(at(2)) || !p.DeleteShared {
+		t.Fatalf("after two writes of k: %d pending, %+v; want one, the newer, still deleting the shared entry", r.Len(), p)
+	}
+	r.Add(Pending{Kind: 2, Bulk: true, Target: "p|", Version: at(0)})
+	dropped := false
+	for i := range MaxPending {
+		dropped = r.Add(Pending{Kind: 1, Target: strconv.Itoa(i), Version: at(3 + i)}) || dropped
+	}
+	if !dropped || r.Len() != MaxPending {
+		t.Fatalf("dropped %v, %d pending; want the oldest dropped at %d", dropped, r.Len(), MaxPending)
+	}
+	r.mu.Lock()
+	_, bulkKept := r.pending[pendingID{2, "p|"}]
+	_, oldestKey := r.pending[pendingID{1, "k"}]
+	r.mu.Unlock()
+	if !bulkKept || oldestKey {
+		t.Fatalf("bulk kept %v, oldest key kept %v: key writes must go before bulk ones", bulkKept, oldestKey)
+	}
+	r.Succeeded(Pending{Kind: 2, Target: "p|", Version: at(0)})
+	if r.Len() != MaxPending-1 {
+		t.Fatalf("a succeeded later write did not clear its pending one")
+	}
+}

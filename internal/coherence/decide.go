@@ -1,0 +1,168 @@
+package coherence
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Model is one Cache's coherence state: its tickets, its fences and its
+// trust in the local tier. The zero value is ready once Fences.Window and
+// Trust.DownTTL are set.
+type Model struct {
+	Tickets
+	Fences
+	Trust
+	// closed is set by Close: from then on nothing is written.
+	closed atomic.Bool
+}
+
+// Close makes every later write decision a refusal: a load that finishes
+// after Close writes no tier.
+func (m *Model) Close() { m.closed.Store(true) }
+
+// Closed reports whether Close was called.
+func (m *Model) Closed() bool { return m.closed.Load() }
+
+// Read is when the data of an item was read from its source, on both
+// clocks: Local on the Cache's (what the local tier compares), Wall the
+// exact wall-clock time that went to or came from the shared tier (what
+// fences compare).
+type Read struct {
+	Local, Wall time.Time
+}
+
+// Held describes the copy of a key the local tier holds when a fill is
+// decided.
+type Held struct {
+	Present bool
+	// Fresh: before its FreshUntil (trusted or not: the caller decides
+	// what an untrusted newer copy means).
+	Fresh bool
+	// Read is when its data was read, on the Cache's clock.
+	Read time.Time
+}
+
+// FillVerdict is what a read-path fill of the local tier does.
+type FillVerdict uint8
+
+// The verdicts of DecideFill.
+const (
+	// FillWrite: write the item (and, for a write-back, the shared tier).
+	FillWrite FillVerdict = iota
+	// FillSkip: write nothing.
+	FillSkip
+	// FillDropHeld: write nothing, and remove the held copy: the fill's
+	// ticket is outdated, but the held copy is older still than the item,
+	// which the caller serves.
+	FillDropHeld
+	// FillServeHeld: write nothing; the held copy is fresh and newer than
+	// the item, and a shared read serves it instead (a load serves its
+	// own value: its callers asked before the held copy arrived).
+	FillServeHeld
+	// FillOlder: write nothing; the item was read before something this
+	// instance already filled, served, wrote or was told of. A shared read
+	// treats the entry as absent; a load serves its own value.
+	FillOlder
+)
+
+// DecideFill decides a read-path write of key to the local tier (a copy
+// of a shared hit, a load's write-back): the caller holds the key's lock
+// and the bulk lock (Tickets.Fill), current tells whether its ticket is
+// still current, read is the item's read time, held the copy held, now
+// the Cache's clock. Per key, this instance never goes back to older data:
+//
+//   - after Close nothing is written;
+//   - a ticket outdated by an explicit write or an invalidation writes
+//     nothing, but still drops a held copy read earlier than the item;
+//   - a fresh held copy read later than the item is served instead;
+//   - an item read earlier than the key's fence (the newest read time
+//     this instance filled, served, wrote or was told of) is not written
+//     (FillOlder).
+//
+// It raises the key's fence to read.Wall, written or not: the caller
+// serves the item, and a later shared read of anything older must not be
+// served after it (Covered).
+func (m *Model) DecideFill(key string, current bool, read Read, held Held, now time.Time) FillVerdict {
+	prev, _, _ := m.NoteKey(key, read.Wall, now, false)
+	switch {
+	case m.closed.Load():
+		return FillSkip
+	case !current:
+		if held.Present && held.Read.Before(read.Local) {
+			return FillDropHeld
+		}
+		return FillSkip
+	case held.Present && held.Fresh && held.Read.After(read.Local):
+		return FillServeHeld
+	case read.Wall.Truncate(time.Microsecond).Before(prev):
+		return FillOlder
+	}
+	return FillWrite
+}
+
+// WriteRoute is how a read-path writer reaches the shared tier.
+type WriteRoute uint8
+
+// The routes of SharedWritable.
+const (
+	// Direct: the Cache has no Coordinator; a write-back writes the tier.
+	Direct WriteRoute = iota
+	// Leased: the flight holds a lease; only its fenced write
+	// (Lease.Complete) reaches the tier.
+	Leased
+	// Unleased: cluster mode without a lease (degraded, a follower that
+	// gave up waiting, a batch): the local tier only.
+	Unleased
+)
+
+// SharedWritable is the one rule for whether a read-path write may reach
+// the shared tier: never after Close, never when this caller found the
+// tier unavailable (tierDown), and in cluster mode only through a lease.
+// An unfenced write of a load that read the origin before a Set made on
+// another instance would overwrite that Set for the entry's whole TTL.
+func (m *Model) SharedWritable(route WriteRoute, tierDown bool) bool {
+	return !m.closed.Load() && !tierDown && route != Unleased
+}
+
+// Trust says whether the local tier may be believed: while the Bus is
+// down, invalidations may be missed, so an item is served (fresh or as a
+// stale fallback) only while it entered the local tier less than DownTTL
+// ago.
+type Trust struct {
+	// DownTTL is how long an item is trusted while the Bus is down. Set
+	// once, before use.
+	DownTTL time.Duration
+	down    atomic.Bool
+}
+
+// SetDown records whether the Bus is down.
+func (t *Trust) SetDown(down bool) { t.down.Store(down) }
+
+// Down reports whether the Bus is down.
+func (t *Trust) Down() bool { return t.down.Load() }
+
+// Trusted reports whether a local item may be served at now (the Cache's
+// clock): always while the Bus is up (or there is none); while it is down,
+// only within DownTTL of when the item entered the local tier (filledAt),
+// or, when that is unknown (zero), of when its data was read.
+func (t *Trust) Trusted(filledAt, read, now time.Time) bool {
+	if !t.down.Load() {
+		return true
+	}
+	since := filledAt
+	if since.IsZero() {
+		since = read
+	}
+	return now.Sub(since) < t.DownTTL
+}
+
+// Clamp returns a version received from another instance (wall clock)
+// that is ahead of this host's clock (wallNow) by more than skew as
+// wallNow, reporting that it did: a host with a wrong clock must not fence
+// this instance's future.
+func Clamp(version, wallNow time.Time, skew time.Duration) (time.Time, bool) {
+	if version.After(wallNow.Add(skew)) {
+		return wallNow, true
+	}
+	return version, false
+}

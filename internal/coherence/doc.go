@@ -1,0 +1,26 @@
+// Package coherence is where a flightcache.Cache decides what it may write
+// to a tier and what it may serve. It works on keys, read times, tickets and
+// states, never on values: the Cache does the I/O, and asks here first.
+//
+// Each promise of the Cache's consistency model (docs/ARCHITECTURE.md,
+// "What is promised") is one decision in this package:
+//
+//	promise                                        decision
+//	explicit writes win over the read path         Tickets: Begin, Explicit, Ticket.Current
+//	a bulk invalidation outdates the writes of     Tickets.Bulk, Ticket.Current
+//	  its keys in progress
+//	monotonic reads per instance                   Model.DecideFill, Fences.Covered (key floors)
+//	an invalidated shared entry is not served      Fences.Covered (key floors, bulk fences)
+//	while the Bus is down, local items are         Trust.Trusted (fresh and stale alike)
+//	  served for BusDownTTL at most
+//	only a fenced write reaches the shared tier    SharedWritable
+//	  in cluster mode
+//	a load that ends after Close writes nothing    Model.DecideFill, SharedWritable
+//	a write the others did not hear of is redone   Redo
+//	a version from the future is taken as now      Clamp
+//
+// Times are of two kinds, and every function says which it takes: the
+// Cache's clock (Options.Now, for what the local tier holds) and the wall
+// clock (what the shared tier and other instances hold, truncated to the
+// microsecond, the Bus's precision).
+package coherence

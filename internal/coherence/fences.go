@@ -1,0 +1,242 @@
+package coherence
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The fence table's bounds. Key fences come with every fill, Set, Delete
+// and key invalidation and must never push out the bulk fences, which are
+// rare and matter for the whole window. Past a bound the oldest fences of
+// that kind are dropped first; dropping a bulk fence, or a key fence of an
+// explicit write or an invalidation, early may let an instance read an
+// entry it covered from the shared tier, so the Cache warns about those.
+const (
+	MaxKeyFences     = 100_000
+	MaxKeyFenceBytes = 16 << 20
+	MaxBulkFences    = 10_000
+	MaxBulkBytes     = 4 << 20
+	fenceOverhead    = 64 // bytes a fence costs besides its target, roughly
+	keyFenceShards   = 64
+)
+
+// Fences remembers, for a window, the newest read time this instance knows
+// of per key (a key fence, or floor) and per prefix (a bulk fence; "" for
+// every key). A shared entry whose data was read before the fence of its
+// key, or of a prefix of its key, is older than something this instance
+// has written, applied or served, and is treated as absent: the next load
+// overwrites it (Covered).
+//
+// Key fences are raised by every read-path fill (the read time of what was
+// filled: that is what makes reads monotonic per instance, even after the
+// local copy expired and a slow load of another instance put older data in
+// the shared tier), by Set (its entry's read time), by Delete (the moment
+// of the delete) and by key invalidations from other instances (their
+// Version). Bulk fences come from InvalidatePrefix, Clear and their
+// counterparts from other instances; the shared tier cannot delete by
+// prefix, so they are its only way to forget.
+//
+// Versions are wall-clock times, compared with the wall-clock times the
+// shared tier holds, both truncated to the microsecond (the Bus's
+// precision), so that a Set's own entry (whose read time is its
+// Invalidation's Version) is never taken for an older one; callers pass
+// the exact wall-clock time that went to or came from the shared tier, not
+// a conversion of the Cache's clock. Expiry runs on the Cache's clock.
+//
+// Every fence expires after Window: by then every entry written before it
+// has expired from the shared tier, unless a loader set a longer TTL with
+// SetTTL.
+type Fences struct {
+	// Window is how long a fence lives. Set once, before use.
+	Window time.Duration
+
+	keys [keyFenceShards]fenceShard
+	// bulkCount is the number of bulk fences, so that Covered skips
+	// bulkMu while there are none (the common case).
+	bulkCount atomic.Int32
+	bulkMu    sync.Mutex
+	bulk      fenceSet    // guarded by bulkMu
+	lens      map[int]int // prefix length → bulk fences of that length; guarded by bulkMu
+	// droppedExplicit and droppedBulk count the fences dropped before
+	// their time that a warning is due for.
+	droppedExplicit, droppedBulk atomic.Int64
+}
+
+var fenceSeed = maphash.MakeSeed()
+
+// fenceShard is a 64th of the key fences, on its own lock: every shared
+// read asks one shard, and every fill writes one.
+type fenceShard struct {
+	mu  sync.Mutex
+	set fenceSet // guarded by mu
+	_   [40]byte // keep neighbouring shards' mutexes apart
+}
+
+// fenceSet is the fences of one kind (or one shard of the key fences).
+type fenceSet struct {
+	m     map[string]time.Time // target → newest version noted
+	queue []fenceRecord        // every note, oldest first (so in expiry order)
+	head  int                  // queue[:head] are gone
+	bytes int                  // the live records' size, roughly
+}
+
+type fenceRecord struct {
+	target   string
+	version  time.Time
+	expires  time.Time
+	explicit bool // from an explicit write or an invalidation, not a fill
+}
+
+// NoteKey raises key's fence to version (wall clock) at now (the Cache's
+// clock), explicit telling an explicit write or an invalidation from a
+// fill. It returns the fence before (zero when none lived) and reports
+// whether version is newer than it, and how many explicit key fences were
+// ever dropped early when this note dropped one (0 otherwise).
+func (f *Fences) NoteKey(key string, version, now time.Time, explicit bool) (prev time.Time, fresh bool, dropped int64) {
+	version = version.Truncate(time.Microsecond)
+	sh := &f.keys[maphash.String(fenceSeed, key)&(keyFenceShards-1)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.set.expire(now, nil)
+	prev, seen := sh.set.m[key]
+	if seen && !version.After(prev) {
+		return prev, false, 0
+	}
+	lost := sh.set.add(key, version, now.Add(f.Window), explicit, MaxKeyFences/keyFenceShards, MaxKeyFenceBytes/keyFenceShards, nil)
+	if lost > 0 {
+		dropped = f.droppedExplicit.Add(int64(lost))
+	}
+	return prev, true, dropped
+}
+
+// NoteBulk records a bulk invalidation of prefix at version (wall clock)
+// at now (the Cache's clock), and reports whether it is newer than the
+// last one of the same prefix, and how many bulk fences were ever dropped
+// early when this note dropped one (0 otherwise).
+func (f *Fences) NoteBulk(prefix string, version, now time.Time) (fresh bool, dropped int64) {
+	version = version.Truncate(time.Microsecond)
+	f.bulkMu.Lock()
+	defer f.bulkMu.Unlock()
+	f.bulk.expire(now, f.forgetLen)
+	if old, seen := f.bulk.m[prefix]; seen && !version.After(old) {
+		return false, 0
+	}
+	if _, seen := f.bulk.m[prefix]; !seen {
+		f.bulkCount.Add(1)
+		if f.lens == nil {
+			f.lens = make(map[int]int)
+		}
+		f.lens[len(prefix)]++
+	}
+	if lost := f.bulk.add(prefix, version, now.Add(f.Window), true, MaxBulkFences, MaxBulkBytes, f.forgetLen); lost > 0 {
+		dropped = f.droppedBulk.Add(int64(lost))
+	}
+	return true, dropped
+}
+
+// forgetLen is called, under bulkMu, for each bulk fence that goes.
+func (f *Fences) forgetLen(prefix string) {
+	f.bulkCount.Add(-1)
+	if f.lens[len(prefix)]--; f.lens[len(prefix)] == 0 {
+		delete(f.lens, len(prefix))
+	}
+}
+
+// Covered reports whether a shared entry of key whose data was read at
+// read (wall clock) must be treated as absent: read before its key's fence,
+// or before a bulk fence of a prefix of key plus skew (a bulk invalidation
+// announces no value of its own, so values read just after it by a host
+// whose clock is behind are reloaded once more). Key fences give no skew:
+// a Set's own entry is read exactly at its fence. An entry whose read time
+// is not known (known false: not kept, or ahead of this host's clock by
+// more than skew) is covered by bulk fences only. now is the Cache's clock.
+func (f *Fences) Covered(key string, read time.Time, known bool, now time.Time, skew time.Duration) bool {
+	read = read.Truncate(time.Microsecond)
+	if known {
+		sh := &f.keys[maphash.String(fenceSeed, key)&(keyFenceShards-1)]
+		sh.mu.Lock()
+		sh.set.expire(now, nil)
+		v, ok := sh.set.m[key]
+		sh.mu.Unlock()
+		if ok && read.Before(v) {
+			return true
+		}
+	}
+	if f.bulkCount.Load() == 0 {
+		return false
+	}
+	f.bulkMu.Lock()
+	defer f.bulkMu.Unlock()
+	f.bulk.expire(now, f.forgetLen)
+	for n := range f.lens {
+		if n > len(key) {
+			continue
+		}
+		if v, ok := f.bulk.m[key[:n]]; ok && (!known || read.Before(v.Add(skew))) {
+			return true
+		}
+	}
+	return false
+}
+
+// add records target at version, expiring at expires, dropping the oldest
+// records while the set is above maxN records or maxBytes; it returns how
+// many of the dropped ones were explicit. gone, when set, is called for
+// each target that leaves the set.
+func (s *fenceSet) add(target string, version, expires time.Time, explicit bool, maxN, maxBytes int, gone func(string)) (lost int) {
+	if s.m == nil {
+		s.m = make(map[string]time.Time)
+	}
+	s.m[target] = version
+	s.queue = append(s.queue, fenceRecord{target: target, version: version, expires: expires, explicit: explicit})
+	s.bytes += len(target) + fenceOverhead
+	for len(s.queue)-s.head > maxN || s.bytes > maxBytes {
+		if s.pop(gone) {
+			lost++
+		}
+	}
+	return lost
+}
+
+// expire drops the records whose time has passed.
+func (s *fenceSet) expire(now time.Time, gone func(string)) {
+	for s.head < len(s.queue) && !now.Before(s.queue[s.head].expires) {
+		s.pop(gone)
+	}
+	if s.head > 0 && s.head >= len(s.queue)/2 {
+		n := copy(s.queue, s.queue[s.head:])
+		clear(s.queue[n:])
+		s.queue, s.head = s.queue[:n], 0
+	}
+}
+
+// pop drops the oldest record, and its target's fence unless a newer
+// record of the same target replaced it. It reports whether the record
+// was an explicit one whose fence went with it.
+func (s *fenceSet) pop(gone func(string)) (explicitLost bool) {
+	r := s.queue[s.head]
+	s.queue[s.head] = fenceRecord{}
+	s.head++
+	s.bytes -= len(r.target) + fenceOverhead
+	if v, ok := s.m[r.target]; ok && v.Equal(r.version) {
+		delete(s.m, r.target)
+		if gone != nil {
+			gone(r.target)
+		}
+		return r.explicit
+	}
+	return false
+}
+
+// Len returns how many key and bulk fences live, for tests and stats.
+func (f *Fences) Len() (keys, bulk int) {
+	for i := range f.keys {
+		sh := &f.keys[i]
+		sh.mu.Lock()
+		keys += len(sh.set.m)
+		sh.mu.Unlock()
+	}
+	return keys, int(f.bulkCount.Load())
+}
