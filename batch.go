@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/flightcache/flightcache/internal/coherence"
 	"github.com/flightcache/flightcache/internal/flightgroup"
 	"github.com/flightcache/flightcache/singleflight"
 )
@@ -163,7 +164,7 @@ func (b *batch[V]) run() {
 	)
 	for i, k := range b.keys {
 		var stale *Item[V]
-		if c.local != nil && len(k) > 0 && len(k) <= c.maxKeyLen && !c.closed.Load() {
+		if c.local != nil && len(k) > 0 && len(k) <= c.maxKeyLen && !c.coh.Closed() {
 			if it, ok := c.local.Get(k); ok {
 				switch c.localState(it, b.now) {
 				case itemFresh:
@@ -265,15 +266,15 @@ func (b *batch[V]) readShared(miss []batchKey[V]) []batchKey[V] {
 		return miss
 	}
 	keys := make([]string, len(miss))
-	tickets := make([]ticket, len(miss))
+	tickets := make([]coherence.Ticket, len(miss))
 	for j := range miss {
 		keys[j] = miss[j].key
-		tickets[j] = c.guard.begin(keys[j]) // before the read, as in readShared
+		tickets[j] = c.coh.Begin(keys[j]) // before the read, as in readShared
 	}
 	items, err := c.readSharedMany(b.ctx, keys, tickets, b.now)
 	b.sharedDown = unavailable(b.ctx, err)
 	for j := range miss {
-		c.guard.end(keys[j], tickets[j])
+		c.coh.End(keys[j], tickets[j])
 	}
 	for j := range miss {
 		if it := items[j]; it != nil && !it.NotFound && b.now.Before(it.StaleUntil) && !b.now.Before(it.FreshUntil) &&
@@ -443,16 +444,16 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		}
 	}()
 	names := make([]string, len(keys))
-	tickets := make([]ticket, len(keys))
+	tickets := make([]coherence.Ticket, len(keys))
 	for j, bk := range keys {
 		names[j] = bk.key
 		// Before anything is read, as in a single flight: a Set or Delete
 		// that finishes after this point wins over this chunk's writes.
-		tickets[j] = c.guard.begin(bk.key)
+		tickets[j] = c.coh.Begin(bk.key)
 	}
 	defer func() {
 		for j := range keys {
-			c.guard.end(names[j], tickets[j])
+			c.coh.End(names[j], tickets[j])
 		}
 	}()
 
@@ -476,7 +477,7 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		todo = append(todo, j)
 	}
 	if c.shared != nil && sharedDown == sharedUsable && len(todo) > 0 {
-		ks, ts := make([]string, len(todo)), make([]ticket, len(todo))
+		ks, ts := make([]string, len(todo)), make([]coherence.Ticket, len(todo))
 		for n, j := range todo {
 			ks[n], ts[n] = names[j], tickets[j]
 		}
@@ -579,7 +580,7 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		flights[n] = fl
 	}
 	if !pol.noStore.Load() {
-		ts := make([]ticket, len(todo))
+		ts := make([]coherence.Ticket, len(todo))
 		for n, j := range todo {
 			ts[n] = tickets[j]
 		}
@@ -638,7 +639,7 @@ func (c *Cache[V]) reportUnrequested(ctx context.Context, found map[string]V, as
 // copied into the local tier under its key's ticket; read and decode
 // errors count as misses. err is the failure of the call itself (a
 // failing, hung or skipped tier), as readShared's storeErr.
-func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []ticket, now time.Time) (items []*Item[V], err error) {
+func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []coherence.Ticket, now time.Time) (items []*Item[V], err error) {
 	items = make([]*Item[V], len(keys))
 	var lookups []Lookup
 	err = c.sharedCall(ctx, true, func(ctx context.Context) error {
@@ -681,7 +682,7 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 		if !l.Found {
 			continue
 		}
-		if c.fences.covers(keys[j], &l.Entry.Meta, now, c.clockSkew) {
+		if c.covered(keys[j], &l.Entry.Meta, now) {
 			continue // older than an invalidation applied here (see readShared)
 		}
 		m := c.fromWall(l.Entry.Meta)
@@ -697,13 +698,15 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 			}
 			it.Value = v
 		}
-		if c.local != nil {
-			if _, newer := c.fill(tickets[j], keys[j], it, nil); newer != nil {
-				if c.untrusted(newer, now) {
-					continue // see readShared
-				}
-				it = newer
+		_, newer, older := c.fill(tickets[j], keys[j], it, c.wallRead(it, &l.Entry), nil)
+		switch { // see readShared
+		case older:
+			continue
+		case newer != nil:
+			if c.untrusted(newer, now) {
+				continue
 			}
+			it = newer
 		}
 		items[j] = it
 	}
@@ -720,7 +723,7 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 // In cluster mode a batch writes the local tier only (see sharedWritable).
 // The callers get their values all the same; other instances load those
 // keys themselves, under a lease, when they miss them.
-func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []ticket, flights []*flight[V], sharedDown sharedSkip) {
+func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []coherence.Ticket, flights []*flight[V], sharedDown sharedSkip) {
 	writeShared, skipErr := c.sharedWritable(sharedDown)
 	var entries []Entry
 	if writeShared {
@@ -756,10 +759,14 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []t
 			c.writeFailed(ctx, tier, err)
 		}
 	}()
-	writeIfAll(keys, tickets, func(current []bool) {
+	c.coh.FillAll(keys, tickets, func(current []bool) {
 		for n, fl := range flights {
 			tier = TierLocal
-			ok, _ := c.fillLocked(tickets[n], current[n], keys[n], &fl.item)
+			var enc *Entry
+			if writeShared {
+				enc = &entries[n]
+			}
+			ok, _, _ := c.fillLocked(current[n], keys[n], &fl.item, c.wallRead(&fl.item, enc))
 			tier = TierShared
 			if !ok {
 				continue // an explicit write or a newer read won, or the Cache closed

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/flightcache/flightcache/internal/coherence"
 	"github.com/flightcache/flightcache/internal/flightgroup"
 	"github.com/flightcache/flightcache/singleflight"
 )
@@ -75,8 +76,10 @@ type Cache[V any] struct {
 	// coarse clock, so load durations are measured with time.Now instead.
 	preciseLoadTime bool
 
-	group    *flightgroup.Group[string, *flight[V]]
-	guard    writeGuard
+	group *flightgroup.Group[string, *flight[V]]
+	// coh decides every write to a tier and whether a local item may be
+	// served (package coherence); the Cache asks it and does the I/O.
+	coh      coherence.Model
 	batch    batchConfig
 	throttle *throttle // nil unless Options.FailureThrottle is set
 	filter   Guard     // Options.Guard; nil: every key may exist
@@ -99,22 +102,14 @@ type Cache[V any] struct {
 
 	// Cross-instance invalidation (invalidate.go); bus nil: writes are
 	// not announced, and nothing arrives.
-	bus        Bus
-	busStop    func()        // ends the subscription; nil without a Bus
-	busState   atomic.Uint32 // the BusState; BusDown makes local items untrusted (see untrusted)
-	busDownTTL time.Duration
-	clockSkew  time.Duration
-	fences     fenceTable
-	busLog     logLimiter
-	// pending holds the writes waiting to be announced, by pendingKey;
-	// guarded by pendingMu. flushing is set while flushPending runs.
-	pendingMu sync.Mutex
-	pending   map[string]pendingInvalidation
-	flushing  atomic.Bool
-	redoKick  chan struct{} // buffered 1: wakes a flush from its backoff
-	closing   chan struct{} // closed by Close: ends a flush's wait
+	bus       Bus
+	busStop   func() // ends the subscription; nil without a Bus
+	clockSkew time.Duration
+	busLog    logLimiter
+	// redo keeps and redoes the writes the other instances may not have
+	// heard of (see announce).
+	redo coherence.Redo
 
-	closed atomic.Bool
 	// mu orders background work against Close: a refresh is registered in
 	// refreshing and counted in bg only under mu and only while !closed, so
 	// once Close has passed mu, bg.Wait sees every refresh there will be.
@@ -166,8 +161,6 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 		batch:           newBatchConfig(o),
 		filter:          o.Guard,
 		refreshing:      make(map[string]*miss[V]),
-		closing:         make(chan struct{}),
-		redoKick:        make(chan struct{}, 1),
 		maxRefreshes:    defaultMaxRefreshes,
 	}
 	if o.MaxInFlight > 0 {
@@ -209,15 +202,17 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 		c.onCoalesceTimeout, c.onCoordFailure = o.OnCoalesceTimeout, o.OnCoordinatorFailure
 		c.scope.Store(uint32(ScopeCluster))
 	}
-	c.busDownTTL, c.clockSkew = o.BusDownTTL, o.ClockSkew
+	c.clockSkew = o.ClockSkew
+	c.coh.DownTTL = o.BusDownTTL
 	// A write-back of a load that began before a fence can land after
 	// it and live TTL + StaleFor from then.
-	c.fences.window = o.TTL + o.StaleFor + o.LoaderTimeout + 2*o.SharedTimeout
+	c.coh.Window = o.TTL + o.StaleFor + o.LoaderTimeout + 2*o.SharedTimeout
+	c.redo.Do, c.redo.Min, c.redo.Max = c.redoOne, o.SharedTimeout, maxRedoBackoff
 	if o.Bus != nil {
 		// Down until the Bus says the subscription works: until then
 		// other instances' writes may be missed.
 		c.bus = o.Bus
-		c.busState.Store(uint32(BusDown))
+		c.coh.SetDown(true)
 		stop, err := o.Bus.Subscribe(c.name, busHandler[V]{c})
 		if err != nil {
 			c.group.Close()
@@ -314,7 +309,7 @@ func (c *Cache[V]) fetchInstrumented(ctx context.Context, key string, load LoadF
 // cheap checks (closed, length) stay, so a too-long key never reaches the
 // store.
 func (c *Cache[V]) hitLocal(ctx context.Context, key string, load LoadFunc[V]) (r Result[V], ok bool, err error) {
-	if c.local == nil || len(key) == 0 || len(key) > c.maxKeyLen || c.closed.Load() {
+	if c.local == nil || len(key) == 0 || len(key) > c.maxKeyLen || c.coh.Closed() {
 		return r, false, nil
 	}
 	it, found := c.local.Get(key)
@@ -411,8 +406,8 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 // readSharedGuarded is readShared under a write-guard ticket of its own,
 // for the read before the flight.
 func (c *Cache[V]) readSharedGuarded(ctx context.Context, key string, now time.Time) (*Item[V], error) {
-	t := c.guard.begin(key)
-	defer c.guard.end(key, t)
+	t := c.coh.Begin(key)
+	defer c.coh.End(key, t)
 	return c.readShared(ctx, key, now, t)
 }
 
@@ -558,7 +553,7 @@ func age(loadedAt time.Time, now int64) time.Duration {
 // admit refuses keys the Cache must not handle, every call after Close and
 // every call whose ctx has ended.
 func (c *Cache[V]) admit(ctx context.Context, key string) error {
-	if c.closed.Load() {
+	if c.coh.Closed() {
 		return ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
@@ -630,7 +625,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	}
 	if encErr == nil {
 		// Before the write: from now on this instance takes no shared
-		// entry read before it for newer (see fenceTable).
+		// entry read before it for newer (see coherence.Fences).
 		c.fenceKey(ctx, key, version)
 	}
 	it.filledAt = now
@@ -681,9 +676,9 @@ func joinPublished(err, perr error) error {
 func (c *Cache[V]) explicit(ctx context.Context, key string, write func() error) error {
 	defer c.group.Forget(key)
 	if c.coord == nil {
-		return c.guard.explicit(key, write)
+		return c.coh.Explicit(key, write)
 	}
-	return c.guard.explicit(key, func() error {
+	return c.coh.Explicit(key, func() error {
 		ferr := c.coord.Invalidate(ctx, key)
 		if ferr != nil {
 			ferr = fmt.Errorf("%w: fence the key: %w", ErrCoordinatorUnavailable, ferr)
@@ -730,7 +725,7 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 // the background refreshes to return. Later calls fail with ErrClosed.
 // Close does not close the stores, which the caller owns. It is idempotent.
 func (c *Cache[V]) Close() error {
-	if !c.closed.CompareAndSwap(false, true) {
+	if !c.coh.Close() {
 		return nil
 	}
 	// Wait out any startRefresh that saw the Cache open: after this, bg's
@@ -741,7 +736,7 @@ func (c *Cache[V]) Close() error {
 	if c.busStop != nil {
 		c.busStop()
 	}
-	close(c.closing)
+	c.redo.Close()
 	err := c.group.Close()
 	c.bg.Wait()
 	return err
@@ -750,74 +745,69 @@ func (c *Cache[V]) Close() error {
 // fill is the read path's write of it to the local tier (a copy of a
 // shared hit, a load's result) under ticket t, and then, if it was
 // written, shared (nil: none; the write-back's shared write) under the
-// key's lock but not the bulk lock (it is network I/O, and a bulk
-// invalidation waiting for the bulk lock would hold up every other fill).
-// It reports whether it wrote, and the fresh copy held that is newer than
-// it when there is one: the caller serves that instead (see fillLocked).
-func (c *Cache[V]) fill(t ticket, key string, it *Item[V], shared func()) (stored bool, newer *Item[V]) {
-	t.e.mu.Lock()
-	defer t.e.mu.Unlock()
-	func() {
-		t.w.bulk.RLock()
-		defer t.w.bulk.RUnlock()
-		stored, newer = c.fillLocked(t, t.current(key), key, it)
-	}()
-	if stored && shared != nil {
-		shared()
-	}
-	return stored, newer
+// key's lock but not the bulk lock (coherence.Tickets.Fill). wall is the
+// item's read time as the shared tier has it (see coherence.Read). It
+// reports whether it wrote, and the fresh copy held that is newer than it
+// when there is one: a shared read serves that instead, or, if the copy is
+// untrusted (the Bus is down), treats the entry as absent and loads (the
+// load paths serve their own value: their callers asked before the held
+// copy arrived). older reports an item read before something this
+// instance already filled, served, wrote or was told of: a shared read
+// treats it as absent.
+func (c *Cache[V]) fill(t coherence.Ticket, key string, it *Item[V], wall time.Time, shared func()) (stored bool, newer *Item[V], older bool) {
+	c.coh.Fill(t, key, func(current bool) bool {
+		stored, newer, older = c.fillLocked(current, key, it, wall)
+		return stored
+	}, shared)
+	return stored, newer, older
 }
 
-// fillLocked decides a read-path write of it under key's lock (t.e.mu)
-// and the bulk lock (shared), current telling whether t is still current,
-// and makes the local one. Per key, this instance never goes back to older
-// data:
-//
-//   - a ticket outdated by an explicit write or an invalidation writes
-//     nothing, but still drops a held copy read earlier than it (the
-//     caller serves it: the held copy is older than what was served);
-//   - an item read earlier than one another read-path write of the key
-//     brought meanwhile (newest) is not written;
-//   - nor is one read earlier than the fresh copy held, which is returned
-//     as newer, for a shared read to serve instead, or, if the copy is
-//     untrusted (the Bus is down), to treat the entry as absent and load
-//     (the load paths serve their own value: their callers asked before
-//     the held copy arrived).
-//
-// It reports whether the write may go on (false once the Cache is closed:
-// a load that outlives Close must not fill the stores).
-func (c *Cache[V]) fillLocked(t ticket, current bool, key string, it *Item[V]) (ok bool, newer *Item[V]) {
-	read := readAt(&it.Meta)
-	newest := t.e.newest
-	if read.After(newest) {
-		t.e.newest = read
-	}
-	if c.closed.Load() {
-		return false, nil
-	}
+// fillLocked is fill's decision (coherence.Model.DecideFill) and its local
+// write, under the key's lock and the bulk lock.
+func (c *Cache[V]) fillLocked(current bool, key string, it *Item[V], wall time.Time) (stored bool, newer *Item[V], older bool) {
 	var held *Item[V]
 	if c.local != nil {
 		held, _ = c.local.Get(key)
 	}
-	if !current {
-		if held != nil && readAt(&held.Meta).Before(read) {
-			c.local.Delete(key)
-		}
-		return false, nil
-	}
 	now := c.now()
-	if held != nil && now.Before(held.FreshUntil) && readAt(&held.Meta).After(read) {
-		return false, held
+	h := coherence.Held{}
+	if held != nil {
+		h = coherence.Held{Present: true, Fresh: now.Before(held.FreshUntil), Read: readAt(&held.Meta)}
 	}
-	if read.Before(newest) {
-		return false, nil
+	switch c.coh.DecideFill(key, current, coherence.Read{Local: readAt(&it.Meta), Wall: wall}, h, now) {
+	case coherence.FillWrite:
+		if c.local != nil {
+			cp := *it
+			cp.filledAt = now
+			c.local.Set(key, cp)
+		}
+		return true, nil, false
+	case coherence.FillDropHeld:
+		c.local.Delete(key)
+	case coherence.FillServeHeld:
+		return false, held, false
+	case coherence.FillOlder:
+		return false, nil, true
 	}
-	if c.local != nil {
-		cp := *it
-		cp.filledAt = now
-		c.local.Set(key, cp)
+	return false, nil, false
+}
+
+// wallRead is the read time of it as the shared tier has it: e's, when it
+// is the entry it was encoded to or decoded from (nil: none), else its own
+// converted to the wall clock; zero when unknown (a store that does not
+// keep LoadedAt).
+func (c *Cache[V]) wallRead(it *Item[V], e *Entry) time.Time {
+	m := &it.Meta
+	if e != nil {
+		m = &e.Meta
+	} else {
+		w := c.toWall(it.Meta)
+		m = &w
 	}
-	return true, nil
+	if m.LoadedAt.IsZero() {
+		return time.Time{}
+	}
+	return readAt(m)
 }
 
 // jittered shortens d by a random fraction of at most c.jitter, so values

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/flightcache/flightcache/internal/coherence"
 )
 
 // Coordinator extends single-flight across the instances of a service
@@ -213,7 +215,7 @@ func (c *Cache[V]) setScope(ctx context.Context, s Scope, why error) {
 //     that already found the shared tier unavailable (timeout, open
 //     breaker) does not ask the Coordinator, which lives on the same
 //     Redis: it pays at most one shared timeout, as without cluster mode.
-func (m *miss[V]) coordinated(ctx context.Context, t ticket) (*flight[V], error) {
+func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[V], error) {
 	c := m.c
 	if m.sharedDown != sharedUsable {
 		return m.coordinatorFailed(ctx, t, fmt.Errorf("flightcache: coordinator not asked, the shared tier is unavailable: %w", m.sharedDown.err()))
@@ -280,7 +282,7 @@ func (c *Cache[V]) emitWoken(ctx context.Context, waited time.Duration, err erro
 // failed load fails it, a panicking loader or codec too (the engine turns
 // the panic into the callers' error afterwards); completeLease sets ended
 // just before it hands the lease its result.
-func (m *miss[V]) lead(ctx context.Context, t ticket, lease Lease) (*flight[V], error) {
+func (m *miss[V]) lead(ctx context.Context, t coherence.Ticket, lease Lease) (*flight[V], error) {
 	ended := false
 	defer func() {
 		if !ended {
@@ -302,7 +304,7 @@ func (m *miss[V]) lead(ctx context.Context, t ticket, lease Lease) (*flight[V], 
 
 // loadWithoutLease is the flight without the cluster layer: the load, and
 // the write-back when store is set (and the loader did not say NoStore).
-func (m *miss[V]) loadWithoutLease(ctx context.Context, t ticket, store bool) (*flight[V], error) {
+func (m *miss[V]) loadWithoutLease(ctx context.Context, t coherence.Ticket, store bool) (*flight[V], error) {
 	fl, pol, err := m.loadOrigin(ctx)
 	if err != nil {
 		return fl, err
@@ -320,7 +322,7 @@ func (m *miss[V]) loadWithoutLease(ctx context.Context, t ticket, store bool) (*
 // caller (settle) on the error; loading here, with nothing to serve, skips
 // the lease and the write: the leader is still at work, and its fenced
 // write is the one that should land.
-func (m *miss[V]) waitTimedOut(ctx context.Context, t ticket, err error) (*flight[V], error) {
+func (m *miss[V]) waitTimedOut(ctx context.Context, t coherence.Ticket, err error) (*flight[V], error) {
 	if m.c.onCoalesceTimeout == WaitFail || m.hasStale {
 		return nil, err
 	}
@@ -328,7 +330,7 @@ func (m *miss[V]) waitTimedOut(ctx context.Context, t ticket, err error) (*fligh
 }
 
 // coordinatorFailed applies OnCoordinatorFailure to a Claim that failed.
-func (m *miss[V]) coordinatorFailed(ctx context.Context, t ticket, err error) (*flight[V], error) {
+func (m *miss[V]) coordinatorFailed(ctx context.Context, t coherence.Ticket, err error) (*flight[V], error) {
 	c := m.c
 	if c.onCoordFailure == FailOnCoordinatorError {
 		return nil, fmt.Errorf("%w: %w", ErrCoordinatorUnavailable, err)
@@ -350,10 +352,10 @@ func (m *miss[V]) coordinatorFailed(ctx context.Context, t ticket, err error) (*
 // completed, so the followers lead at once), and neither does one whose
 // value the codec cannot encode, even by panicking. It sets *ended just
 // before Complete.
-func (m *miss[V]) completeLease(ctx context.Context, t ticket, lease Lease, fl *flight[V], noStore bool, ended *bool) *flight[V] {
+func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease Lease, fl *flight[V], noStore bool, ended *bool) *flight[V] {
 	c := m.c
 	var e *Entry
-	if !noStore && !c.closed.Load() {
+	if !noStore && !c.coh.Closed() {
 		if enc, err := c.encodeSafely(&fl.item); err != nil {
 			fl.writeErr = err
 			c.writeFailed(ctx, TierShared, err)
@@ -386,8 +388,8 @@ func (m *miss[V]) completeLease(ctx context.Context, t ticket, lease Lease, fl *
 		}
 		return fl
 	}
-	if c.local != nil && e != nil {
-		c.fill(t, m.key, &fl.item, nil)
+	if e != nil {
+		c.fill(t, m.key, &fl.item, c.wallRead(&fl.item, e), nil)
 	}
 	return fl
 }

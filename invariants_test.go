@@ -291,3 +291,47 @@ func TestFailedPublishIsRedoneWhileTheBusStaysUp(t *testing.T) {
 		t.Fatal("B still holds its copy after the redo")
 	}
 }
+
+// Without a Coordinator, an instance that served a value never serves an
+// older one afterwards, even once its own copy expired and a slow load of
+// another instance put older data in the shared tier: reads are monotonic
+// per instance, as docs/ARCHITECTURE.md promises.
+func TestReadsNeverGoBackAfterTheLocalCopyExpires(t *testing.T) {
+	clock := newFakeClock()
+	shared := newMapShared(clock.Now)
+	opts := func() flightcache.Options[*product] {
+		return flightcache.Options[*product]{Local: newLocal[*product](t, clock), Shared: shared, Now: clock.Now,
+			TTL: time.Minute, Jitter: flightcache.DisableJitter}
+	}
+	a, b := newCache(t, opts()), newCache(t, opts())
+
+	// B's load reads price 1, then stalls.
+	reading, release := make(chan struct{}), make(chan struct{})
+	bDone := make(chan struct{})
+	go func() {
+		defer close(bDone)
+		_, err := b.Get(context.Background(), "p:1", func(ctx context.Context) (*product, error) {
+			close(reading)
+			<-release
+			return &product{ID: "1", Price: 1}, nil
+		})
+		if err != nil {
+			t.Errorf("B: %v", err)
+		}
+	}()
+	<-reading
+	clock.Advance(time.Second)
+	// The price changes; A loads and serves price 2.
+	if r := mustGet(t, a, "p:1", func(ctx context.Context) (*product, error) { return &product{ID: "1", Price: 2}, nil }); r.Value.Price != 2 {
+		t.Fatalf("A served %d, want 2", r.Value.Price)
+	}
+	clock.Advance(10 * time.Second)
+	close(release) // B's late write-back of price 1 reaches the shared tier
+	<-bDone
+	clock.Advance(55 * time.Second) // A's copy expired; B's entry is fresh for 5s more
+
+	r := mustGet(t, a, "p:1", func(ctx context.Context) (*product, error) { return &product{ID: "1", Price: 2}, nil })
+	if r.Value.Price != 2 {
+		t.Fatalf("A served price %d (%v) after it had served price 2: reads went back in time", r.Value.Price, r.Outcome)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flightcache/flightcache/internal/coherence"
 	"github.com/flightcache/flightcache/internal/flightgroup"
 )
 
@@ -83,8 +84,8 @@ type flight[V any] struct {
 func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 	m.led.Store(true)
 	c := m.c
-	t := c.guard.begin(m.key)
-	defer c.guard.end(m.key, t)
+	t := c.coh.Begin(m.key)
+	defer c.coh.End(m.key, t)
 
 	now := c.now()
 	if it, ok := m.recheck(ctx, now, t); ok {
@@ -117,7 +118,7 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 // recheck looks for a usable fresh item in the tiers again, inside the
 // flight: another instance may have filled the shared tier, or an earlier
 // flight the local one, since this caller missed.
-func (m *miss[V]) recheck(ctx context.Context, now time.Time, t ticket) (Item[V], bool) {
+func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket) (Item[V], bool) {
 	c := m.c
 	usable := func(it *Item[V]) bool {
 		return now.Before(it.FreshUntil) && it.FreshUntil.UnixNano() > m.newerThan
@@ -220,7 +221,7 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 // skipped when this Get already found the tier unavailable (sharedDown). A
 // panic in a store or the codec becomes the returned error: the value was
 // loaded and is still returned, and the key stays usable.
-func (m *miss[V]) writeBack(ctx context.Context, t ticket, it *Item[V]) (err error) {
+func (m *miss[V]) writeBack(ctx context.Context, t coherence.Ticket, it *Item[V]) (err error) {
 	c := m.c
 	// tier is the tier a failure is reported for: the shared tier's but
 	// while the local tier's Set (a Cost function) runs.
@@ -243,7 +244,11 @@ func (m *miss[V]) writeBack(ctx context.Context, t ticket, it *Item[V]) (err err
 		e, encErr = c.encode(it)
 	}
 	tier = TierLocal
-	c.fill(t, m.key, it, func() {
+	var enc *Entry
+	if writeShared && encErr == nil {
+		enc = &e
+	}
+	c.fill(t, m.key, it, c.wallRead(it, enc), func() {
 		tier = TierShared
 		switch {
 		case !writeShared:

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/flightcache/flightcache/internal/coherence"
 )
 
 // This file is every call the Cache makes to the shared tier. Each one
@@ -162,7 +164,7 @@ func (c *Cache[V]) noteBreaker(ctx context.Context) {
 // under ticket t. Every failure is a miss: storeErr is the error of the
 // call itself (a failing, hung or skipped tier), nil for an entry that was
 // missing, expired or undecodable.
-func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t ticket) (it *Item[V], storeErr error) {
+func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t coherence.Ticket) (it *Item[V], storeErr error) {
 	var (
 		e  Entry
 		ok bool
@@ -180,9 +182,9 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 	if !ok {
 		return nil, nil
 	}
-	if c.fences.covers(key, &e.Meta, now, c.clockSkew) {
-		// Older than an invalidation this instance applied: absent, so
-		// that the next load overwrites it.
+	if c.covered(key, &e.Meta, now) {
+		// Older than something this instance wrote, applied or served:
+		// absent, so that the next load overwrites it.
 		return nil, nil
 	}
 	m := c.fromWall(e.Meta)
@@ -198,19 +200,34 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 		}
 		it.Value = v
 	}
-	if c.local != nil {
-		if _, newer := c.fill(t, key, it, nil); newer != nil {
-			// This instance holds a fresh copy read later than the
-			// entry (a slow peer's write-back): serving the entry would
-			// go back in time. If the copy is not to be trusted either
-			// (the Bus is down), the entry is absent and the key loads.
-			if c.untrusted(newer, now) {
-				return nil, nil
-			}
-			return newer, nil
+	_, newer, older := c.fill(t, key, it, c.wallRead(it, &e), nil)
+	switch {
+	case older:
+		// Read before something this instance served since the check
+		// above: absent, as if covered.
+		return nil, nil
+	case newer != nil:
+		// This instance holds a fresh copy read later than the entry (a
+		// slow peer's write-back): serving the entry would go back in
+		// time. If the copy is not to be trusted either (the Bus is
+		// down), the entry is absent and the key loads.
+		if c.untrusted(newer, now) {
+			return nil, nil
 		}
+		return newer, nil
 	}
 	return it, nil
+}
+
+// covered reports whether a shared entry of key with Meta m (wall clock)
+// must be treated as absent (coherence.Fences.Covered): its read time is
+// unknown when not kept, or when it is ahead of this host's clock by more
+// than ClockSkew (written by a host with a wrong clock, it must not pass
+// for newer than every fence).
+func (c *Cache[V]) covered(key string, m *Meta, now time.Time) bool {
+	read := readAt(m)
+	known := !m.LoadedAt.IsZero() && !read.After(time.Now().Add(c.clockSkew))
+	return c.coh.Covered(key, read, known, now, c.clockSkew)
 }
 
 // encode turns it into the entry the shared tier stores: its value through

@@ -17,8 +17,8 @@ type Model struct {
 }
 
 // Close makes every later write decision a refusal: a load that finishes
-// after Close writes no tier.
-func (m *Model) Close() { m.closed.Store(true) }
+// after Close writes no tier. It reports whether this call closed m.
+func (m *Model) Close() bool { return m.closed.CompareAndSwap(false, true) }
 
 // Closed reports whether Close was called.
 func (m *Model) Closed() bool { return m.closed.Load() }
@@ -81,9 +81,14 @@ const (
 //
 // It raises the key's fence to read.Wall, written or not: the caller
 // serves the item, and a later shared read of anything older must not be
-// served after it (Covered).
+// served after it (Covered). A zero read.Wall is unknown (a store that
+// does not keep read times): it is neither noted nor compared with the
+// fence.
 func (m *Model) DecideFill(key string, current bool, read Read, held Held, now time.Time) FillVerdict {
-	prev, _, _ := m.NoteKey(key, read.Wall, now, false)
+	var prev time.Time
+	if !read.Wall.IsZero() {
+		prev, _, _ = m.NoteKey(key, read.Wall, now, false)
+	}
 	switch {
 	case m.closed.Load():
 		return FillSkip
@@ -94,7 +99,7 @@ func (m *Model) DecideFill(key string, current bool, read Read, held Held, now t
 		return FillSkip
 	case held.Present && held.Fresh && held.Read.After(read.Local):
 		return FillServeHeld
-	case read.Wall.Truncate(time.Microsecond).Before(prev):
+	case !read.Wall.IsZero() && read.Wall.Truncate(time.Microsecond).Before(prev):
 		return FillOlder
 	}
 	return FillWrite
