@@ -679,7 +679,11 @@ func (c *Cache[V]) explicit(ctx context.Context, key string, write func() error)
 		return c.coh.Explicit(key, write)
 	}
 	return c.coh.Explicit(key, func() error {
-		ferr := c.coord.Invalidate(ctx, key)
+		// Not the caller's cancellation: the write below ignores it too
+		// (a write once started completes or times out), and an unfenced
+		// write would lose to an older load of another instance. The
+		// Coordinator bounds its own calls.
+		ferr := c.coord.Invalidate(context.WithoutCancel(ctx), key)
 		if ferr != nil {
 			ferr = fmt.Errorf("%w: fence the key: %w", ErrCoordinatorUnavailable, ferr)
 		}

@@ -227,7 +227,11 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 		if wait <= 0 {
 			return m.waitTimedOut(ctx, t, ErrCoalesceTimeout)
 		}
-		cl, err := c.coord.Claim(ctx, m.key, ClaimRequest{After: after, Wait: wait})
+		// Bounded as the flight's hard timeout budgets it (see New): the
+		// wait, and one shared call's time to answer.
+		cctx, cancel := context.WithTimeout(ctx, wait+c.sharedTimeout)
+		cl, err := c.coord.Claim(cctx, m.key, ClaimRequest{After: after, Wait: wait})
+		cancel()
 		switch {
 		case err == nil:
 			c.setScope(ctx, ScopeCluster, nil)
@@ -321,9 +325,11 @@ func (m *miss[V]) loadWithoutLease(ctx context.Context, t coherence.Ticket, stor
 // waitTimedOut applies OnCoalesceTimeout. A stale value is served by the
 // caller (settle) on the error; loading here, with nothing to serve, skips
 // the lease and the write: the leader is still at work, and its fenced
-// write is the one that should land.
+// write is the one that should land. An early refresh never loads here:
+// the value it refreshes is still fresh, and the lease holder stores the
+// new one; a load it could not store would be an origin call for nothing.
 func (m *miss[V]) waitTimedOut(ctx context.Context, t coherence.Ticket, err error) (*flight[V], error) {
-	if m.c.onCoalesceTimeout == WaitFail || m.hasStale {
+	if m.c.onCoalesceTimeout == WaitFail || m.hasStale || m.newerThan != 0 {
 		return nil, err
 	}
 	return m.loadWithoutLease(ctx, t, false)

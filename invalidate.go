@@ -380,6 +380,14 @@ const maxRedoBackoff = 5 * time.Second
 // SharedTimeout, is cheap even when Redis is still down.
 func (c *Cache[V]) redoOne(p coherence.Pending) error {
 	ctx := context.Background()
+	if p.DeleteShared && c.coord != nil {
+		// The write's fence may have failed with its shared update: fence
+		// again first, so that no load in flight elsewhere writes after
+		// the removal.
+		if err := c.coord.Invalidate(ctx, p.Target); err != nil {
+			return err
+		}
+	}
 	if p.DeleteShared {
 		dctx, cancel := context.WithTimeout(ctx, c.sharedTimeout)
 		err := c.shared.Delete(dctx, p.Target)

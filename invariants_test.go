@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
-	"github.com/flightcache/flightcache/memstore"
 )
 
 // recordingCoordinator hands out recordingLeases and remembers them.
@@ -238,27 +237,6 @@ func TestLoadFinishingAfterCloseWritesNoTierWithACoordinator(t *testing.T) {
 	}
 	if _, ok := local.Get("p:1"); ok {
 		t.Fatal("the local tier holds the value of a load that finished after Close")
-	}
-}
-
-// A typed nil store (a nil *memstore.Store in the interface) is a
-// configuration error, not a panic on the first Get.
-func TestTypedNilStoreIsAConfigError(t *testing.T) {
-	var local *memstore.Store[int]
-	var shared *mapShared
-	for _, opts := range []flightcache.Options[int]{
-		{Local: local},
-		{Shared: shared},
-		{Local: newLocal[int](t, nil), Shared: shared},
-	} {
-		c, err := flightcache.New(opts)
-		var ce *flightcache.ConfigError
-		if !errors.As(err, &ce) {
-			if c != nil {
-				c.Close()
-			}
-			t.Errorf("New with a typed nil store = %v, want a *ConfigError", err)
-		}
 	}
 }
 

@@ -1,0 +1,385 @@
+package flightcache_test
+
+// Tests that settle suspicions about the coherence of the read and write
+// paths: each is named for the invariant it pins. Coordinators and buses
+// here are hand-made test doubles of their contracts (package redislease
+// tests the real ones on Redis): what is under test is what the Cache asks
+// of them and when.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/memstore"
+	"github.com/flightcache/flightcache/redisstore"
+)
+
+// fencingCoord is an in-memory Coordinator with the fencing semantics of
+// redislease: every Claim that leads and every Invalidate issues a new
+// token for the key, and a lease's Complete writes its entry to the shared
+// tier only if its token is still the newest for the key. Claim always
+// leads unless claim is set.
+type fencingCoord struct {
+	shared *mapShared
+
+	mu     sync.Mutex
+	tokens map[string]uint64 // guarded by mu
+
+	// claim, when set, answers Claim instead (a slow or busy coordinator).
+	claim func(ctx context.Context, key string, req flightcache.ClaimRequest) (flightcache.Claim, error)
+	// invalidate, when set, runs before Invalidate fences: it may return
+	// an error (the call failed, nothing was fenced) or wait.
+	invalidate func(ctx context.Context) error
+	// ended, when set, receives the end of every lease: the entry its
+	// Complete was asked to store (nil for none, or for a Fail).
+	ended chan *flightcache.Entry
+}
+
+func newFencingCoord(shared *mapShared) *fencingCoord {
+	return &fencingCoord{shared: shared, tokens: make(map[string]uint64)}
+}
+
+func (f *fencingCoord) next(key string) uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tokens[key]++
+	return f.tokens[key]
+}
+
+func (f *fencingCoord) newest(key string, token uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.tokens[key] == token
+}
+
+func (f *fencingCoord) Claim(ctx context.Context, key string, req flightcache.ClaimRequest) (flightcache.Claim, error) {
+	if f.claim != nil {
+		return f.claim(ctx, key, req)
+	}
+	return flightcache.Claim{Lease: f.lease(key)}, nil
+}
+
+// lease hands out the key's lease with a new token: what Claim returns to
+// the instance that leads, here or, called by a test, on another instance.
+func (f *fencingCoord) lease(key string) *fencedLease {
+	return &fencedLease{f: f, key: key, token: f.next(key)}
+}
+
+func (f *fencingCoord) Invalidate(ctx context.Context, key string) error {
+	if f.invalidate != nil {
+		if err := f.invalidate(ctx); err != nil {
+			return err
+		}
+	}
+	f.next(key)
+	return nil
+}
+
+type fencedLease struct {
+	f     *fencingCoord
+	key   string
+	token uint64
+}
+
+func (l *fencedLease) Token() uint64         { return l.token }
+func (l *fencedLease) TakenOver() bool       { return false }
+func (l *fencedLease) Lost() <-chan struct{} { return nil }
+
+func (l *fencedLease) Complete(ctx context.Context, e *flightcache.Entry) (bool, error) {
+	if l.f.ended != nil {
+		defer func() { l.f.ended <- e }()
+	}
+	if e == nil {
+		return false, nil
+	}
+	if !l.f.newest(l.key, l.token) {
+		return false, nil
+	}
+	return true, l.f.shared.Set(ctx, l.key, *e)
+}
+
+func (l *fencedLease) Fail(ctx context.Context, err error) error {
+	if l.f.ended != nil {
+		l.f.ended <- nil
+	}
+	return nil
+}
+
+// sharedPrice decodes the price of key's entry in s, 0 when there is none.
+func sharedPrice(t *testing.T, s *mapShared, key string) int {
+	t.Helper()
+	e, ok, err := s.Get(context.Background(), key)
+	if err != nil || !ok {
+		return 0
+	}
+	var p product
+	if err := json.Unmarshal(e.Value, &p); err != nil {
+		t.Fatalf("shared entry of %q: %v", key, err)
+	}
+	return p.Price
+}
+
+// entryOf is the shared-tier entry of p as a load that read its origin at
+// readAt would write it.
+func entryOf(t *testing.T, p *product, readAt time.Time) *flightcache.Entry {
+	t.Helper()
+	data, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &flightcache.Entry{Value: data, Meta: flightcache.Meta{
+		LoadedAt: readAt, FreshUntil: readAt.Add(time.Hour), StaleUntil: readAt.Add(time.Hour),
+	}}
+}
+
+// A Set is an explicit write: once it has started, its caller leaving must
+// not undo half of it. The fence through the Coordinator is what makes an
+// older load on another instance lose its write-back; if the caller's
+// context cuts the fence short while the write itself goes on (it runs on
+// its own SharedTimeout), that older load overwrites the Set's value in
+// the shared tier for its whole TTL.
+func TestSetFencesTheKeyEvenWhenItsCallerLeaves(t *testing.T) {
+	shared := newMapShared(time.Now)
+	coord := newFencingCoord(shared)
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	coord.invalidate = func(ctx context.Context) error {
+		// A slow coordination service: the caller leaves while the fence
+		// is on its way, and a client gives up on a call whose context
+		// has ended (redislease's does: its calls run on ctx).
+		entered <- struct{}{}
+		<-proceed
+		return ctx.Err()
+	}
+	c := newCache(t, flightcache.Options[*product]{Shared: shared, Coordinator: coord})
+
+	// Another instance leads a load of k and read its origin before the Set.
+	readAt := time.Now()
+	older := coord.lease("k")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-entered
+		cancel() // the caller of Set leaves while the fence is under way
+		close(proceed)
+	}()
+	setErr := c.Set(ctx, "k", &product{ID: "k", Price: 2})
+	t.Logf("Set with its caller leaving during the fence: %v", setErr)
+	if got := sharedPrice(t, shared, "k"); got != 2 {
+		t.Fatalf("after Set the shared tier holds price %d, want 2", got)
+	}
+
+	written, err := older.Complete(context.Background(), entryOf(t, &product{ID: "k", Price: 1}, readAt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if written || sharedPrice(t, shared, "k") != 2 {
+		t.Fatalf("the older load's fenced write landed after the Set (written %v, shared price %d): "+
+			"the Set wrote the shared tier but its fence was cut short by the caller's context", written, sharedPrice(t, shared, "k"))
+	}
+}
+
+// The engine's hard timeout exists only to release the callers of a
+// loader or store that ignores its context. A flight in which every step
+// stays inside its own bound (the Coordinator's calls inside the
+// Coordinator's own timeout, the loader inside LoaderTimeout) must never
+// be cut short by it.
+//
+// Here the Coordinator answers Claim in 700ms, inside its own per-call
+// timeout (think redislease.Options.Timeout = 1s, while SharedTimeout is
+// 5ms), and the loader returns after 500ms of its 1s LoaderTimeout.
+func TestFlightWithinItsCoordinatorsOwnTimeoutIsNotCutShort(t *testing.T) {
+	const (
+		claimTakes    = 700 * time.Millisecond
+		loadTakes     = 500 * time.Millisecond
+		loaderTimeout = time.Second
+	)
+	shared := newMapShared(time.Now)
+	coord := newFencingCoord(shared)
+	coord.claim = func(ctx context.Context, key string, req flightcache.ClaimRequest) (flightcache.Claim, error) {
+		select {
+		case <-ctx.Done():
+			return flightcache.Claim{}, ctx.Err()
+		case <-time.After(claimTakes): // slow, but inside the coordinator's own bound
+		}
+		return flightcache.Claim{Lease: coord.lease(key)}, nil
+	}
+	c := newCache(t, flightcache.Options[*product]{
+		Shared: shared, Coordinator: coord,
+		SharedTimeout: 5 * time.Millisecond, CoalesceWait: 10 * time.Millisecond, LoaderTimeout: loaderTimeout,
+	})
+	load := func(ctx context.Context) (*product, error) {
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-time.After(loadTakes):
+			return &product{ID: "k", Price: 1}, nil
+		}
+	}
+	r, err := c.Fetch(context.Background(), "k", load)
+	if err != nil || r.Value == nil || r.Value.Price != 1 {
+		t.Fatalf("Fetch = %+v, %v; want the loaded value: the Claim (%v) stayed within the coordinator's bound and "+
+			"the load (%v) within LoaderTimeout (%v), yet the engine's hard timeout "+
+			"(LoaderTimeout+SharedTimeout+CoalesceWait+2×SharedTimeout+10ms = 1.035s) fired first",
+			r, err, claimTakes, loadTakes, loaderTimeout)
+	}
+}
+
+// An early refresh runs while the current value is still fresh: nobody
+// waits for it. In cluster mode, when another instance holds the key's
+// lease past CoalesceWait, that instance will store the new value; a
+// refresh that then loads the origin anyway and stores nothing is an
+// origin call for nothing (and the key is not refreshed by it). A refresh
+// either stores what it loads or does not load.
+func TestClusterEarlyRefreshNeverLoadsWithoutStoring(t *testing.T) {
+	clock := newFakeClock()
+	local := newLocal[*product](t, clock)
+	shared := newMapShared(clock.Now)
+	coord := newFencingCoord(shared)
+	var claims atomic.Int64
+	coord.claim = func(ctx context.Context, key string, req flightcache.ClaimRequest) (flightcache.Claim, error) {
+		claims.Add(1)
+		// Another instance holds the lease for longer than the wait.
+		select {
+		case <-ctx.Done():
+			return flightcache.Claim{}, ctx.Err()
+		case <-time.After(req.Wait):
+		}
+		return flightcache.Claim{Waited: req.Wait}, flightcache.ErrCoalesceTimeout
+	}
+	idle := flightsEnded{ch: make(chan struct{}, 64)}
+	c := clocked(t, clock, flightcache.Options[*product]{
+		Local: local, Shared: shared, Coordinator: coord, Observer: idle,
+		TTL: time.Minute, Jitter: flightcache.DisableJitter, EarlyRefresh: true,
+		CoalesceWait: 20 * time.Millisecond,
+	})
+	// The current value: loaded in 30s (XFetch's Δ), 1ns before expiry,
+	// so a hit all but certainly starts a refresh.
+	now := clock.Now()
+	local.Set("k", flightcache.Item[*product]{Value: &product{ID: "k", Price: 1}, Meta: flightcache.Meta{
+		LoadedAt: now, LoadDuration: 30 * time.Second, FreshUntil: now.Add(time.Minute), StaleUntil: now.Add(time.Minute),
+	}})
+	clock.Advance(time.Minute - time.Nanosecond)
+
+	var loads atomic.Int64
+	load := func(ctx context.Context) (*product, error) {
+		loads.Add(1)
+		return &product{ID: "k", Price: 2}, nil
+	}
+	wantOutcome(t, mustFetch(t, c, "k", load).Outcome, flightcache.OutcomeRefreshed)
+	select {
+	case <-idle.ch: // the refresh's flight is over
+	case <-time.After(10 * time.Second):
+		t.Fatal("the refresh's flight did not end")
+	}
+	if claims.Load() == 0 {
+		t.Fatal("the refresh never asked the coordinator")
+	}
+	stored := sharedPrice(t, shared, "k") == 2
+	if it, ok := local.Get("k"); ok && it.Value.Price == 2 {
+		stored = true
+	}
+	if loads.Load() > 0 && !stored {
+		t.Fatalf("the refresh called the origin %d time(s) after waiting CoalesceWait for another instance's lease, "+
+			"and stored nothing", loads.Load())
+	}
+}
+
+// New validates its stores: a typed nil (a nil *memstore.Store in the
+// Local interface) is as absent as an untyped one, and it is refused with
+// a *ConfigError naming the field, not accepted to panic on the first Get,
+// nor a panic in New itself.
+func TestTypedNilStoreIsAConfigError(t *testing.T) {
+	var (
+		nilMem   *memstore.Store[*product]
+		nilRedis *redisstore.Store
+		nilMap   *mapShared
+	)
+	for _, tc := range []struct {
+		name, field string
+		opts        flightcache.Options[*product]
+	}{
+		{"nil memstore as Local", "Local", flightcache.Options[*product]{Local: nilMem}},
+		{"nil memstore as Local beside a Shared", "Local", flightcache.Options[*product]{Local: nilMem, Shared: newMapShared(time.Now)}},
+		{"nil redisstore as Shared", "Shared", flightcache.Options[*product]{Shared: nilRedis}},
+		{"nil test store as Shared", "Shared", flightcache.Options[*product]{Shared: nilMap}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("New panicked: %v; want a *ConfigError on %s", p, tc.field)
+				}
+			}()
+			tc.opts.Logger = quietLogger
+			c, err := flightcache.New(tc.opts)
+			if c != nil {
+				c.Close()
+			}
+			var ce *flightcache.ConfigError
+			if !errors.As(err, &ce) || ce.Field != tc.field || !errors.Is(err, flightcache.ErrInvalidConfig) {
+				t.Fatalf("New = %v, want a *ConfigError on %s", err, tc.field)
+			}
+		})
+	}
+}
+
+// A bulk invalidation replayed while the bus is down (before BusUp) only
+// notes its fence; the resynchronisation that comes with BusUp outdates
+// every ticket taken before it and forgets every flight. So a load that
+// read its origin before the invalidation is never served once the bus is
+// up, whether it finished before BusUp (its local copy is emptied, its
+// shared write-back is covered by the fence) or after (it writes nothing).
+func TestLoadOlderThanABulkInvalidationReplayedWhileTheBusIsDownIsNotServedAfterBusUp(t *testing.T) {
+	for _, finish := range []string{"before BusUp", "after BusUp"} {
+		t.Run("load finishes "+finish, func(t *testing.T) {
+			shared := newMapShared(time.Now)
+			b := newInstance(t, &busNet{}, shared, nil, nil)
+			b.bus.setState(flightcache.BusDown)
+
+			started, release := make(chan struct{}), make(chan struct{})
+			old := func(ctx context.Context) (*product, error) {
+				close(started)
+				<-release
+				return &product{ID: "1", Price: 1}, nil
+			}
+			done := make(chan flightcache.Result[*product])
+			go func() {
+				r, _ := b.c.Fetch(context.Background(), "item:1", old)
+				done <- r
+			}()
+			<-started
+			// Replayed before BusUp: received while the state is BusDown.
+			b.bus.inject(flightcache.Invalidation{Kind: flightcache.InvalidationPrefix, Target: "item:", Version: time.Now()})
+			if finish == "before BusUp" {
+				close(release)
+				if r := <-done; r.Value.Price != 1 {
+					t.Fatalf("the load's own caller got %d, want its value 1", r.Value.Price)
+				}
+				b.bus.setState(flightcache.BusUp)
+			} else {
+				b.bus.setState(flightcache.BusUp)
+				close(release)
+				if r := <-done; r.Value.Price != 1 {
+					t.Fatalf("the load's own caller got %d, want its value 1", r.Value.Price)
+				}
+			}
+			if b.c.BusState() != flightcache.BusUp {
+				t.Fatalf("bus state %v, want up", b.c.BusState())
+			}
+			if b.local.has("item:1") {
+				t.Fatal("the local tier holds a value read before the invalidation after BusUp")
+			}
+			var price, calls atomic.Int64
+			price.Store(2)
+			r := mustGet(t, b.c, "item:1", valueLoader(&price, &calls))
+			if r.Value.Price != 2 || calls.Load() != 1 {
+				t.Fatalf("after BusUp: price %d (%v, %d loads), want a new load of 2", r.Value.Price, r.Outcome, calls.Load())
+			}
+		})
+	}
+}
