@@ -440,6 +440,8 @@ func (c *Cache[V]) answerFlight(fl *flight[V], led bool, now time.Time) (Result[
 		o = OutcomeNegativeHit
 	case fl.found || !led:
 		o = OutcomeCoalesced
+	case fl.uncached:
+		o = OutcomeLoadedUncached
 	case fl.writeErr != nil:
 		o = OutcomeLoadedWriteFailed
 	default:

@@ -313,3 +313,66 @@ func TestReadsNeverGoBackAfterTheLocalCopyExpires(t *testing.T) {
 		t.Fatalf("A served price %d (%v) after it had served price 2: reads went back in time", r.Value.Price, r.Outcome)
 	}
 }
+
+// Defaults are coherent: with a Coordinator that tells its lease TTL, the
+// default CoalesceWait covers that lease plus a load (so a follower that
+// arrives while a crashed leader's lease has long to run is still waiting
+// when it can take it over), and a shorter explicit wait is refused.
+func TestCoalesceWaitCoversTheLeaseTTLOrIsRefused(t *testing.T) {
+	coord := &leaseTTLCoordinator{ttl: 3 * time.Second}
+	if _, err := flightcache.New(flightcache.Options[int]{Shared: newMapShared(time.Now), Coordinator: coord, LoaderTimeout: 5 * time.Second, CoalesceWait: 2500 * time.Millisecond}); !errors.Is(err, flightcache.ErrInvalidConfig) {
+		t.Fatalf("CoalesceWait 2.5s with a 3s lease: New = %v, want a ConfigError", err)
+	}
+	c, err := flightcache.New(flightcache.Options[int]{Shared: newMapShared(time.Now), Coordinator: coord, LoaderTimeout: 5 * time.Second, Logger: quietLogger})
+	if err != nil {
+		t.Fatalf("defaults with a 3s lease: %v", err)
+	}
+	c.Close()
+	if got := coord.lastWait.Load(); got != 0 {
+		t.Fatalf("claimed before any Get: %v", got)
+	}
+	c = newCache(t, flightcache.Options[int]{Shared: newMapShared(time.Now), Coordinator: coord, LoaderTimeout: 5 * time.Second})
+	if _, err := c.Get(context.Background(), "k", func(ctx context.Context) (int, error) { return 1, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := time.Duration(coord.lastWait.Load()), 8*time.Second; got > want || got < want-time.Second {
+		t.Fatalf("the default wait was %v, want about the lease TTL plus LoaderTimeout (%v)", got, want)
+	}
+}
+
+// leaseTTLCoordinator tells its lease TTL and records the wait it was
+// asked for; it always leads.
+type leaseTTLCoordinator struct {
+	recordingCoordinator
+	ttl      time.Duration
+	lastWait atomic.Int64
+}
+
+func (l *leaseTTLCoordinator) LeaseTTL() time.Duration { return l.ttl }
+
+func (l *leaseTTLCoordinator) Claim(ctx context.Context, key string, req flightcache.ClaimRequest) (flightcache.Claim, error) {
+	l.lastWait.Store(int64(req.Wait))
+	return l.recordingCoordinator.Claim(ctx, key, req)
+}
+
+// A follower that gives up waiting and loads without storing says so: the
+// value is returned, and the outcome is not "loaded" (stored).
+func TestLoadAfterTheCoalesceWaitReportsItStoredNothing(t *testing.T) {
+	c := newCache(t, flightcache.Options[*product]{Shared: newMapShared(time.Now), Coordinator: busyCoordinator{}, CoalesceWait: time.Millisecond})
+	var o origin
+	r, err := c.Fetch(context.Background(), "p:1", o.load("1"))
+	if err != nil || r.Value == nil || r.Outcome != flightcache.OutcomeLoadedUncached {
+		t.Fatalf("Fetch = %+v, %v; want the value with OutcomeLoadedUncached", r, err)
+	}
+	if r2, err := c.Fetch(context.Background(), "p:1", nil); err == nil || r2.Outcome.Hit() {
+		t.Fatalf("a later Fetch found %+v: the uncached load was stored", r2)
+	}
+}
+
+// busyCoordinator: another instance always holds the lease.
+type busyCoordinator struct{}
+
+func (busyCoordinator) Claim(ctx context.Context, key string, req flightcache.ClaimRequest) (flightcache.Claim, error) {
+	return flightcache.Claim{Waited: req.Wait}, flightcache.ErrCoalesceTimeout
+}
+func (busyCoordinator) Invalidate(ctx context.Context, key string) error { return nil }

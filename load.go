@@ -67,6 +67,8 @@ type flight[V any] struct {
 	// remote: with found, the item is another instance's load, handed
 	// over through the Coordinator (Result.Scope ScopeCluster).
 	remote bool
+	// uncached: the load stored nothing by design (OutcomeLoadedUncached).
+	uncached bool
 }
 
 // run is the flight, executed by the leader:

@@ -98,8 +98,13 @@ type Options[V any] struct {
 	Coordinator Coordinator
 	// CoalesceWait bounds how long a flight waits for another instance's
 	// load before OnCoalesceTimeout applies (the flight's own load, if it
-	// comes to that, then runs under LoaderTimeout). Must be in [1ms,
-	// LoaderTimeout]. Default half of LoaderTimeout.
+	// comes to that, then runs under LoaderTimeout). It must cover a
+	// crashed leader's lease and the load of the instance that takes it
+	// over: when the Coordinator has a method LeaseTTL() time.Duration
+	// (redislease's has), New refuses a CoalesceWait shorter than the
+	// lease TTL, and the default is the lease TTL plus LoaderTimeout.
+	// Must be in [1ms, lease TTL + LoaderTimeout]. Default lease TTL +
+	// LoaderTimeout (LoaderTimeout when the lease TTL is not known).
 	CoalesceWait time.Duration
 	// OnCoalesceTimeout is what a follower does when CoalesceWait passes.
 	// Default WaitStaleOrLoad.
@@ -199,6 +204,12 @@ type Options[V any] struct {
 	// default, load durations are still measured on the precise real clock,
 	// so that sub-millisecond loads keep a non-zero Δ.
 	Now func() time.Time
+}
+
+// leaseTimer is a Coordinator that tells its lease TTL (redislease's
+// does); see Options.CoalesceWait.
+type leaseTimer interface {
+	LeaseTTL() time.Duration
 }
 
 // storeClock is a LocalStore that keeps its own clock; see Options.Now.
@@ -383,11 +394,24 @@ func (o Options[V]) withDefaults() (Options[V], error) {
 		if o.Shared == nil {
 			return bad("Coordinator", "needs a Shared tier: followers read the leader's value from it")
 		}
-		if o.CoalesceWait == 0 {
-			o.CoalesceWait = o.LoaderTimeout / 2
+		// A follower must still be waiting when a dead leader's lease
+		// expires, to take it over, and then for the new leader's load:
+		// a shorter wait gives up and loads again for nothing.
+		var lease time.Duration
+		if lt, ok := o.Coordinator.(leaseTimer); ok {
+			lease = lt.LeaseTTL()
 		}
-		if o.CoalesceWait < time.Millisecond || o.CoalesceWait > o.LoaderTimeout {
-			return bad("CoalesceWait", "must be between 1ms and LoaderTimeout, got "+o.CoalesceWait.String())
+		if o.CoalesceWait == 0 {
+			o.CoalesceWait = o.LoaderTimeout
+			if lease > 0 {
+				o.CoalesceWait = lease + o.LoaderTimeout
+			}
+		}
+		if o.CoalesceWait < time.Millisecond || o.CoalesceWait > lease+o.LoaderTimeout {
+			return bad("CoalesceWait", "must be between 1ms and the lease TTL plus LoaderTimeout, got "+o.CoalesceWait.String())
+		}
+		if o.CoalesceWait < lease {
+			return bad("CoalesceWait", fmt.Sprintf("%v is shorter than the Coordinator's lease TTL %v: a follower would give up before a crashed leader's lease expires, and load again instead of taking the lease over", o.CoalesceWait, lease))
 		}
 		if o.OnCoalesceTimeout > WaitFail {
 			return bad("OnCoalesceTimeout", "unknown policy")

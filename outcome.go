@@ -34,6 +34,11 @@ const (
 	// OutcomeFiltered: the Guard said the key cannot exist; Get returns
 	// ErrNotFound without reading the shared tier or calling the origin.
 	OutcomeFiltered
+	// OutcomeLoadedUncached: this caller ran the loader and the value is
+	// returned, but it was stored in no tier, by design: in cluster mode
+	// another instance held the key's lease past CoalesceWait, and its
+	// fenced write is the one that should land.
+	OutcomeLoadedUncached
 
 	// numOutcomes counts the outcomes; keep it last.
 	numOutcomes
@@ -55,6 +60,7 @@ var outcomeNames = [...]string{
 	OutcomeStale:             "stale",
 	OutcomeRefreshed:         "refreshed",
 	OutcomeFiltered:          "filtered",
+	OutcomeLoadedUncached:    "loaded_uncached",
 }
 
 // String returns a short, stable, lower-case name, usable as a metric label.

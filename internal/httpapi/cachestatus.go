@@ -55,6 +55,7 @@ import (
 //	flightcache; fwd=stale; ttl=-4; detail=origin-error
 //	flightcache; hit; ttl=-4; detail=origin-throttled
 //	flightcache; fwd=miss; detail=origin-timeout
+//	flightcache; fwd=miss; detail=uncached
 //	flightcache; detail=overloaded
 //	flightcache; detail=leader-failed
 func CacheStatus(cache string, sv product.Served, err error) string {
@@ -106,6 +107,12 @@ func CacheStatus(cache string, sv product.Served, err error) string {
 		case flightcache.ScopeCluster:
 			detail = "coalesced-cluster"
 		}
+	case flightcache.OutcomeLoadedUncached:
+		// Forwarded, and stored nowhere: another instance held the
+		// product's lease past the coalesce wait, and its write is the
+		// one that lands.
+		param("fwd=miss")
+		detail, ttl = "uncached", false
 	case flightcache.OutcomeLoadedWriteFailed:
 		// Only the shared write failed: the memory tier, part of this
 		// cache, holds the value for its TTL (§2.5 stored). The one case

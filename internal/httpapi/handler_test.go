@@ -585,6 +585,7 @@ func TestCacheStatusFollowsRFC9211ForEveryOutcome(t *testing.T) {
 		{"§2.2 fwd=stale: forwarded, the origin was too slow for the soft timeout", stale(flightcache.ErrSoftTimeout), nil, "flightcache; fwd=stale; ttl=-4; detail=soft-timeout"},
 		{"§2.1 hit: the failure throttle served the stale value without forwarding; §2.4 negative ttl", stale(throttled), nil, "flightcache; hit; ttl=-4; detail=origin-throttled"},
 		{"§2.2 fwd=miss; §2.5 stored: the memory tier of this cache holds it, only the shared write failed (§2.8 detail); §2.4 ttl of the stored value", sv(flightcache.OutcomeLoadedWriteFailed, time.Minute), nil, "flightcache; fwd=miss; stored; ttl=60; detail=shared-write-failed"},
+		{"§2.2 fwd=miss; no §2.5 stored and no ttl: another instance held the lease past the coalesce wait", sv(flightcache.OutcomeLoadedUncached, 300*time.Second), nil, "flightcache; fwd=miss; detail=uncached"},
 		{"§2.2 fwd=miss that failed; §2.3 fwd-status omitted, the origin is not HTTP", failed, originDown, "flightcache; fwd=miss; detail=origin-error"},
 		{"§2.2 fwd=miss that timed out", failed, fmt.Errorf("load: %w", context.DeadlineExceeded), "flightcache; fwd=miss; detail=origin-timeout"},
 		{"§2.2 fwd=miss for an uncached not-found (naive mode)", failed, product.ErrNotFoundCached, "flightcache; fwd=miss; detail=not-found"},
