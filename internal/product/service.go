@@ -361,19 +361,21 @@ func (s *QueryService) getNaive(ctx context.Context, ref Ref, k string) (Served,
 // what makes other processes see the update, in two steps (flightcache
 // mode):
 //
-//  1. Delete, in every tier, the keys superseded floors may have filled:
-//     floor 0, the one every process that never updated the row reads,
-//     and the previous revision's floor, the one the process that wrote
-//     it reads. This empties the shared tier for a process that hears of
-//     nothing, such as one that restarts now (it has no fences and reads
-//     floor 0).
-//  2. Then invalidate every key of the product (every locale, currency and
+//  1. Invalidate every key of the product (every locale, currency and
 //     floor: key.Builder's Prefix of tenant and id) with one
 //     Cache.InvalidatePrefix: this process's memory at once, every other
-//     instance's through the Cache's Bus. They reload the product, from a
-//     shared tier that no longer holds the old row under the keys of
-//     step 1 and whose older entries under the prefix they now ignore.
-//     Variants the update did not touch are reloaded once too.
+//     instance's through the Cache's Bus, which also retains it for the
+//     instances that are down and replays it before they trust their
+//     memory again. Every instance then ignores the shared tier's older
+//     entries under the prefix and reloads the product. Variants the
+//     update did not touch are reloaded once too. It comes first: it is
+//     the fence, and it must not wait behind the deletes when Redis is
+//     slow.
+//  2. Delete, in every tier, the keys superseded floors may have filled:
+//     floor 0, the one every process that never updated the row reads,
+//     and the previous revision's floor, the one the process that wrote
+//     it reads, so that the shared tier no longer holds the old row even
+//     for a process that keeps no fences.
 //
 // A failed step is logged and counted (OnInvalidateFailed), never
 // returned: the update is committed and must be reported as such. Naive
@@ -391,6 +393,25 @@ func (s *QueryService) Update(ctx context.Context, ref Ref, p Patch) (Product, e
 	if prev := out.Revision - 1; prev > 0 && prev != old {
 		stale = append(stale, prev)
 	}
+	if s.opts.Mode == ModeNaive {
+		for _, f := range stale {
+			if k, err := s.key(ref, f); err == nil { // f is a number and ref was validated
+				s.opts.Naive.Delete(k)
+			}
+		}
+		return out, nil
+	}
+	// First the step that reaches the other instances: it fences every
+	// variant everywhere (and the Bus retains it for instances that are
+	// down), so nothing older can be trusted again, even while Redis is
+	// too slow for the deletes below. Its local part is immediate; the
+	// Cache bounds its publish by its SharedTimeout, and redoes it when
+	// Redis is back.
+	if prefix, err := s.prefix(ref); err == nil { // ref was validated
+		if err := s.opts.Cache.InvalidatePrefix(context.WithoutCancel(ctx), prefix); err != nil {
+			s.invalidateFailed(ctx, "product: invalidating the product on every instance failed; other instances may serve the old value longer (see the bus state in /readyz)", err)
+		}
+	}
 	// The request may end as soon as the update is committed; the cleanup
 	// runs on its own deadline.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.InvalidateTimeout)
@@ -400,26 +421,9 @@ func (s *QueryService) Update(ctx context.Context, ref Ref, p Patch) (Product, e
 		if err != nil {
 			continue // unreachable: ref was validated and f is a number
 		}
-		if s.opts.Mode == ModeNaive {
-			s.opts.Naive.Delete(k)
-			continue
-		}
 		if err := s.opts.Cache.Delete(dctx, k); err != nil {
 			s.invalidateFailed(ctx, "product: invalidating a superseded cache entry failed; other instances may serve the old value until it expires", err)
 		}
-	}
-	if s.opts.Mode == ModeNaive {
-		return out, nil
-	}
-	prefix, err := s.prefix(ref)
-	if err != nil {
-		return out, nil // unreachable: ref was validated
-	}
-	// Not dctx: the deletes may have used it up, and this is the step that
-	// reaches the other instances. Its local part is immediate; the Cache
-	// bounds its publish by its SharedTimeout.
-	if err := s.opts.Cache.InvalidatePrefix(context.WithoutCancel(ctx), prefix); err != nil {
-		s.invalidateFailed(ctx, "product: invalidating the product on every instance failed; other instances may serve the old value longer (see the bus state in /readyz)", err)
 	}
 	return out, nil
 }
