@@ -298,6 +298,34 @@ func without(ps []*process, i int) []*process {
 	return append(append([]*process(nil), ps[:i]...), ps[i+1:]...)
 }
 
+// killLeaderMidLoad sends n GETs of herdPath spread over ps, and SIGKILLs
+// the instance whose origin query starts first while it loads. It returns
+// that instance's index, when it was killed, and the herd's answers on the
+// other instances once all are in.
+func killLeaderMidLoad(t *testing.T, c *http.Client, ps []*process, n int) (leader int, killed time.Time, survivors <-chan []answer) {
+	t.Helper()
+	for _, p := range ps {
+		warmConnections(t, c, p.url, n/len(ps))
+	}
+	done := herdInBackground(c, ps, n, herdPath)
+	leader = waitForLeader(t, c, ps, 10*time.Second)
+	if err := ps[leader].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed = time.Now()
+	out := make(chan []answer, 1)
+	go func() {
+		var rest []answer
+		for i, a := range <-done {
+			if i%len(ps) != leader {
+				rest = append(rest, a)
+			}
+		}
+		out <- rest
+	}()
+	return leader, killed, out
+}
+
 func TestClusterLeaderKilledMidLoadIsReplacedWithinTheLeaseTTL(t *testing.T) {
 	t.Parallel()
 	// Long enough that the instance that took over keeps its lease while
@@ -308,15 +336,7 @@ func TestClusterLeaderKilledMidLoadIsReplacedWithinTheLeaseTTL(t *testing.T) {
 		"-lease-ttl", leaseTTL.String(), "-coalesce-wait", "8s", "-loader-timeout", "10s")...)
 	c := herdClient(400)
 	defer c.CloseIdleConnections()
-	for _, p := range ps {
-		warmConnections(t, c, p.url, 100)
-	}
-	done := herdInBackground(c, ps, 400, herdPath)
-	leader := waitForLeader(t, c, ps, 10*time.Second)
-	if err := ps[leader].cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	killed := time.Now()
+	leader, killed, done := killLeaderMidLoad(t, c, ps, 400)
 	rest := without(ps, leader)
 	// The takeover: a surviving instance starts the second origin query.
 	deadline := killed.Add(leaseTTL + 2*time.Second)
@@ -327,13 +347,7 @@ func TestClusterLeaderKilledMidLoadIsReplacedWithinTheLeaseTTL(t *testing.T) {
 		time.Sleep(2 * time.Millisecond) // polling other processes' metrics
 	}
 	takeover := time.Since(killed)
-	as := <-done
-	var survivors []answer
-	for i, a := range as {
-		if i%len(ps) != leader {
-			survivors = append(survivors, a)
-		}
-	}
+	survivors := <-done
 	requireOneBody(t, survivors)
 	if q := 1 + sumMetric(t, c, rest, OriginQueriesMetric); q != 2 {
 		t.Fatalf("origin queries %v, want 2 (the killed leader's and the takeover's)", q)
@@ -342,6 +356,44 @@ func TestClusterLeaderKilledMidLoadIsReplacedWithinTheLeaseTTL(t *testing.T) {
 		t.Fatalf("leases taken over: %v, want 1", n)
 	}
 	t.Logf("leader killed; takeover after %v (lease TTL %v); %d requests on the survivors all 200", takeover, leaseTTL, len(survivors))
+}
+
+// Under the default -coalesce-wait, a leader killed mid-load costs one
+// origin query more (the takeover's) and no more: the requests waiting on
+// the other instances outlast its lease and the new leader's load, and
+// get that load's value. A wait that ends before the takeover's load does
+// makes every surviving instance query the origin itself, uncached (4
+// queries here).
+func TestClusterLeaderKilledMidLoadUnderTheDefaultWaitCostsOneTakeoverQuery(t *testing.T) {
+	t.Parallel()
+	// The lease plus the origin's latency (3s) is past half the default
+	// -loader-timeout (5s), and the default wait leaves 2s for a busy
+	// machine after it. The lease lets a takeover leader starved of CPU
+	// for a second keep it (heartbeats every 500ms).
+	const leaseTTL, originLatency = 1500 * time.Millisecond, 1500 * time.Millisecond
+	ps := startInstances(t, 4, clusterArgs(t, sharedRedisURL(t), "-origin-latency", originLatency.String(),
+		"-lease-ttl", leaseTTL.String())...)
+	c := herdClient(200)
+	defer c.CloseIdleConnections()
+	leader, _, done := killLeaderMidLoad(t, c, ps, 200)
+	rest := without(ps, leader)
+	survivors := <-done
+	body := requireOneBody(t, survivors)
+	q := 1 + sumMetric(t, c, rest, OriginQueriesMetric)
+	kinds := cacheKinds(survivors)
+	if q != 2 {
+		t.Fatalf("origin queries %v, want 2 (the killed leader's and the takeover's); Cache-Status on the survivors: %v", q, kinds)
+	}
+	if n := sumMetric(t, c, rest, takenOverMetric); n != 1 {
+		t.Fatalf("leases taken over: %v, want 1", n)
+	}
+	// Every survivor now serves the takeover's value from a tier.
+	for _, p := range rest {
+		if a := get(c, p.url+herdPath); fmt.Sprintf("%d %s", a.status, a.body) != body || !strings.Contains(a.cache, "hit") {
+			t.Fatalf("after the takeover %s answers %d %q (%s), want a hit of %s", p.url, a.status, a.body, a.cache, body)
+		}
+	}
+	t.Logf("leader killed under the default wait: %v origin queries; Cache-Status on the survivors: %v", q, kinds)
 }
 
 // A leader frozen (SIGSTOP) past its lease, holding the row as it was
