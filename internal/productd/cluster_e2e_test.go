@@ -338,11 +338,16 @@ func TestClusterLeaderKilledMidLoadIsReplacedWithinTheLeaseTTL(t *testing.T) {
 	defer c.CloseIdleConnections()
 	leader, killed, done := killLeaderMidLoad(t, c, ps, 400)
 	rest := without(ps, leader)
-	// The takeover: a surviving instance starts the second origin query.
-	deadline := killed.Add(leaseTTL + 2*time.Second)
+	// The takeover: a surviving instance starts the second origin query,
+	// within about the lease TTL (measured figures: docs/RELIABILITY.md).
+	// The bound leaves a loaded machine 4s more, and stays under the
+	// -coalesce-wait (8s) at which the followers would give up and query
+	// the origin themselves.
+	const takeoverBound = leaseTTL + 4*time.Second
+	deadline := killed.Add(takeoverBound)
 	for sumMetric(t, c, rest, OriginQueriesMetric) == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("no instance took over within the lease TTL (%v) plus 2s", leaseTTL)
+			t.Fatalf("no instance took over within %v of the kill (lease TTL %v)", takeoverBound, leaseTTL)
 		}
 		time.Sleep(2 * time.Millisecond) // polling other processes' metrics
 	}
@@ -489,11 +494,14 @@ func TestClusterPausedLeaderWriteIsFenced(t *testing.T) {
 // failure window loads again.
 func TestClusterLeaderFailureReachesEveryInstanceBeforeTheLeaseTTL(t *testing.T) {
 	t.Parallel()
-	const leaseTTL = 10 * time.Second
+	// A lease far longer than a failure takes to spread (measured 0.35s,
+	// docs/RELIABILITY.md), so that half of it is room for a loaded
+	// machine and still tells a broadcast failure from an expired lease.
+	const leaseTTL = 20 * time.Second
 	dsn := testenv.PostgresDB(t)
 	args := []string{"-db", dsn, "-redis", sharedRedisURL(t), "-redis-prefix", testenv.UniqueName("productd-cluster-") + ":",
 		"-seed-products", "20", "-failure-throttle", "0", "-redis-timeout", redisTimeoutUnderLoad, steadyBus[0], steadyBus[1], "-origin-latency", "300ms",
-		"-lease-ttl", leaseTTL.String(), "-coalesce-wait", "15s", "-loader-timeout", "20s"}
+		"-lease-ttl", leaseTTL.String(), "-coalesce-wait", "25s", "-loader-timeout", "30s"}
 	ps := startInstances(t, 4, args...)
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
