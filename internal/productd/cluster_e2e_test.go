@@ -67,10 +67,11 @@ func clusterArgs(t *testing.T, redisURL string, extra ...string) []string {
 
 // redisTimeoutUnderLoad is the instances' -redis-timeout: these tests are
 // about coalescing, and on a busy 2-core machine running every end-to-end
-// test at once a Redis round trip can take longer than the 250ms default.
+// test at once (twice, with a second test suite beside it) a Redis round
+// trip can take longer than the 250ms default, and has taken over 2s.
 // A Get whose shared read timed out rightly skips the coordinator (on the
 // same Redis), which would turn a herd test into a timeout test.
-const redisTimeoutUnderLoad = "2s"
+const redisTimeoutUnderLoad = "5s"
 
 func sharedRedisURL(t *testing.T) string {
 	return "redis://" + testenv.RequireRedis(t) + "/0"
@@ -410,7 +411,11 @@ func TestClusterPausedLeaderWriteIsFenced(t *testing.T) {
 	const leaseTTL = 300 * time.Millisecond
 	dsn := testenv.PostgresDB(t)
 	args := []string{"-db", dsn, "-redis", sharedRedisURL(t), "-redis-prefix", testenv.UniqueName("productd-cluster-") + ":",
-		"-seed-products", "20", "-failure-throttle", "0", "-redis-timeout", redisTimeoutUnderLoad, steadyBus[0], steadyBus[1], "-origin-latency", "1s",
+		"-seed-products", "20", "-failure-throttle", "0", "-redis-timeout", redisTimeoutUnderLoad, steadyBus[0], steadyBus[1],
+		// A's SIGSTOP must land after its query and before its write: a
+		// window this long even on a machine loaded enough to make the
+		// polling below slow.
+		"-origin-latency", "3s",
 		"-lease-ttl", leaseTTL.String(), "-coalesce-wait", "8s", "-loader-timeout", "10s"}
 	ps := startInstances(t, 2, args...)
 	a, b := ps[0], ps[1]
