@@ -39,8 +39,14 @@ var (
 const (
 	busRounds = 20
 	// busUpBound is what a round may take with the bus up, from the PUT's
-	// response to B's first answer with the new row.
-	busUpBound = 500 * time.Millisecond
+	// response to B's first answer with the new row: a pub/sub delivery
+	// and a reload, measured in milliseconds (docs/productd.md), with
+	// room for a machine loaded enough to stall a process for a second.
+	// Only the bus can make B drop its copy that soon: its TTL is 5m and
+	// its bus stays up throughout (the test checks both).
+	busUpBound = 2 * time.Second
+	// busDisconnectsMetric counts an instance's bus going down.
+	busDisconnectsMetric = `flightcache_bus_disconnects_total{operation="product"}`
 )
 
 // busArgs are the flags of both instances: the database dsn, the private
@@ -165,9 +171,11 @@ func quantiles(ds []time.Duration) (p50, p99, maxd time.Duration) {
 }
 
 // With the bus up, in both coalescing modes: every round's PUT on A shows
-// on B within 500ms of the PUT's response (B's copy, in memory, and every
-// other variant of the product are dropped), and B never goes back.
-func TestEndToEndBusPutOnOneInstanceShowsOnAnotherWithin500ms(t *testing.T) {
+// on B at once, through the bus (within busUpBound of the PUT's response,
+// while B's copy would live 5m in memory and B's bus never goes down), B's
+// memory loses every other variant of the product too, and B never goes
+// back.
+func TestEndToEndBusPutOnOneInstanceShowsOnAnotherThroughTheBus(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{CoalesceCluster, CoalesceLocal} {
 		t.Run(mode, func(t *testing.T) {
@@ -176,7 +184,10 @@ func TestEndToEndBusPutOnOneInstanceShowsOnAnotherWithin500ms(t *testing.T) {
 			// A generous -redis-timeout: on a busy machine a publish that
 			// timed out would leave B serving the old value for the TTL,
 			// which is not what this test measures.
-			ps := startInstances(t, 2, busArgs(testenv.PostgresDB(t), srv.Addr, "-coalesce", mode, "-redis-timeout", redisTimeoutUnderLoad)...)
+			// A steady bus: one that went down and up would empty B's
+			// memory, and B would then show the update without the bus.
+			ps := startInstances(t, 2, busArgs(testenv.PostgresDB(t), srv.Addr, "-coalesce", mode, "-redis-timeout", redisTimeoutUnderLoad,
+				steadyBus[0], steadyBus[1])...)
 			a, b := ps[0], ps[1]
 			logsOnFailure(t, a, b)
 			awaitBus(t, a, b)
@@ -245,6 +256,9 @@ func TestEndToEndBusPutOnOneInstanceShowsOnAnotherWithin500ms(t *testing.T) {
 					t.Fatalf("/readyz after the rounds: %d %+v, want bus up", code, rb)
 				}
 			}
+			if n := metric(t, c, b.url, busDisconnectsMetric); n != 0 {
+				t.Fatalf("B's bus went down %v times during the rounds: the updates may have shown by a resynchronisation, not the bus", n)
+			}
 		})
 	}
 }
@@ -254,14 +268,16 @@ const (
 	// redoBound bounds how long after both buses are up again B may still
 	// serve an entry Redis kept from before a PUT whose invalidation could
 	// not be published: until the writer, its bus up, redoes the write.
-	redoBound         = 2 * time.Second
+	redoBound         = 5 * time.Second
 	faultHeartbeat    = 100 * time.Millisecond
 	faultDownAfter    = 400 * time.Millisecond
 	faultBusDownTTL   = 500 * time.Millisecond
 	faultRedisTimeout = 200 * time.Millisecond
-	// faultSlack absorbs a loaded machine (the tests run with -race on
-	// two shared cores) and the GET that first sees the new row.
-	faultSlack = 1500 * time.Millisecond
+	// faultSlack absorbs a loaded machine (two test suites with -race on
+	// two shared cores: timers fire late, a process can stall for a
+	// second) and the GET that first sees the new row. Without the
+	// bus-down bound B would serve its copy for the 5m TTL.
+	faultSlack = 2500 * time.Millisecond
 )
 
 // busDownBound is docs/productd.md's bound on how long after a PUT

@@ -43,8 +43,14 @@ type Config struct {
 	// loader is replaced within about this long.
 	LeaseTTL time.Duration
 	// CoalesceWait bounds how long a request waits for another instance's
-	// load (0: half the loader timeout); past it the request is served
-	// stale, or loads on its own without caching the result.
+	// load; past it the request is served stale, or loads on its own
+	// without caching the result. 0 picks EffectiveCoalesceWait's default,
+	// LeaseTTL + LoaderTimeout: a crashed leader's lease expires within
+	// LeaseTTL, and the instance that takes it over loads within
+	// LoaderTimeout, so a waiting request gets that load's value instead
+	// of querying the origin itself (capped at what flightcache accepts;
+	// see maxCoalesceWait). An explicit value shorter than LeaseTTL
+	// contradicts the lease and is refused (Validate).
 	CoalesceWait  time.Duration
 	OriginLatency time.Duration // artificial delay per origin lookup
 
@@ -170,8 +176,14 @@ func (c Config) Validate() error {
 		return bad("-coalesce cluster does not apply to -mode naive, which coalesces nothing")
 	case c.LeaseTTL < 100*time.Millisecond || c.LeaseTTL > time.Minute:
 		return bad("-lease-ttl must be between 100ms and 1m")
-	case c.CoalesceWait < 0 || c.CoalesceWait > c.LoaderTimeout:
-		return bad("-coalesce-wait must be between 0 and -loader-timeout")
+	case c.CoalesceWait < 0:
+		return bad("-coalesce-wait must not be negative")
+	case c.CoalesceWait > c.maxCoalesceWait():
+		return bad("-coalesce-wait %v is longer than %s (%v)", c.CoalesceWait, maxCoalesceWaitFlags, c.maxCoalesceWait())
+	case c.CoalesceWait != 0 && c.CoalesceWait < c.LeaseTTL:
+		return bad("-coalesce-wait %v is shorter than -lease-ttl %v: a request would stop waiting for a crashed instance's load "+
+			"before its lease expires and another instance can take it over, then query the origin itself without caching the result; "+
+			"set -coalesce-wait to at least -lease-ttl, or leave it 0 for -lease-ttl + -loader-timeout", c.CoalesceWait, c.LeaseTTL)
 	case c.BusDownTTL < time.Millisecond || c.BusDownTTL > c.TTL:
 		return bad("-bus-down-ttl must be between 1ms and -cache-ttl")
 	case c.BusHeartbeat < 10*time.Millisecond || c.BusHeartbeat > 10*time.Second:
@@ -219,6 +231,26 @@ func (c Config) Coalescing() string {
 	}
 	return CoalesceLocal
 }
+
+// EffectiveCoalesceWait is CoalesceWait, or the default it stands for
+// when 0: LeaseTTL + LoaderTimeout, the longest a takeover can take (the
+// dead leader's lease runs out, then the new leader loads), capped at
+// what flightcache.Options accepts.
+func (c Config) EffectiveCoalesceWait() time.Duration {
+	if c.CoalesceWait != 0 {
+		return c.CoalesceWait
+	}
+	return min(c.LeaseTTL+c.LoaderTimeout, c.maxCoalesceWait())
+}
+
+// maxCoalesceWait is the longest CoalesceWait flightcache.Options accepts
+// (Options.CoalesceWait is at most LoaderTimeout there), and
+// maxCoalesceWaitFlags names it in flag terms. Until the library accepts
+// LeaseTTL + LoaderTimeout, the default wait is LoaderTimeout: it covers
+// a takeover whenever LeaseTTL plus the origin's latency stays under it.
+func (c Config) maxCoalesceWait() time.Duration { return c.LoaderTimeout }
+
+const maxCoalesceWaitFlags = "-loader-timeout"
 
 // EffectiveBusDownAfter is BusDownAfter, or the default it stands for
 // when 0: redislease.DefaultDownAfter, or 4 BusHeartbeats if longer.
@@ -354,7 +386,7 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	dur(&c.RedisTimeout, "redis-timeout", "bound of each Redis call on the request path (1ms to 10s); a hung Redis costs a request at most this per call")
 	str(&c.Coalesce, "coalesce", "how far loads are coalesced: cluster (one origin load per key across every instance sharing -redis; the default with -redis) or local (one per key per process; the default without -redis, and the only way to get it with -redis)")
 	dur(&c.LeaseTTL, "lease-ttl", "cluster mode: life of a key's load lease without a heartbeat (100ms to 1m; extended every third of it while the load runs); a crashed loader is replaced within about this long")
-	dur(&c.CoalesceWait, "coalesce-wait", "cluster mode: how long a request waits for another instance's load before it serves a stale value, or loads without caching (0: half -loader-timeout)")
+	dur(&c.CoalesceWait, "coalesce-wait", "cluster mode: how long a request waits for another instance's load before it serves a stale value, or queries the origin itself without caching the result; at least -lease-ttl, so that a crashed instance's lease can run out and another instance take it over (0: -lease-ttl + -loader-timeout, which also covers the new leader's load)")
 	dur(&c.BusDownTTL, "bus-down-ttl", "with -redis: while the invalidation bus is down, how long a value stays servable from memory after it entered it (1ms to -cache-ttl); another instance's PUT then shows here within about this long")
 	dur(&c.BusHeartbeat, "bus-heartbeat", "with -redis: how often each instance sends itself a heartbeat through the invalidation bus (10ms to 10s)")
 	dur(&c.BusDownAfter, "bus-down-after", "with -redis: how long the invalidation bus may go without a heartbeat coming back before it counts as down (0: 1s, or 4 x -bus-heartbeat if longer; otherwise twice -bus-heartbeat to 1m)")

@@ -123,6 +123,47 @@ func TestBusFlagsDefaultsAndTheDownAfterTheyImply(t *testing.T) {
 	}
 }
 
+// A request waiting on another instance's load must outlast a crashed
+// leader's lease, or it gives up before anyone can take the load over and
+// queries the origin itself (uncached). The default wait covers the lease
+// and, as far as flightcache allows, the new leader's load; an explicit
+// wait shorter than the lease is refused with a message naming both flags.
+func TestCoalesceWaitOutlastsTheLeaseByDefaultAndAContradictoryPairIsRefused(t *testing.T) {
+	for _, args := range [][]string{
+		nil,
+		{"-lease-ttl", "2s"},
+		{"-lease-ttl", "2s", "-loader-timeout", "30s"},
+		{"-lease-ttl", "10s", "-loader-timeout", "10s"},
+	} {
+		c, err := ParseFlags(args, env(nil), &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		w := c.EffectiveCoalesceWait()
+		if w < c.LeaseTTL || w > c.LeaseTTL+c.LoaderTimeout {
+			t.Errorf("%q: default -coalesce-wait %v, want between -lease-ttl %v and -lease-ttl + -loader-timeout %v",
+				args, w, c.LeaseTTL, c.LeaseTTL+c.LoaderTimeout)
+		}
+	}
+	c, err := ParseFlags([]string{"-lease-ttl", "2s", "-coalesce-wait", "2s"}, env(nil), &bytes.Buffer{})
+	if err != nil || c.EffectiveCoalesceWait() != 2*time.Second {
+		t.Fatalf("-coalesce-wait equal to -lease-ttl: %v, wait %v", err, c.EffectiveCoalesceWait())
+	}
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+	}{
+		{args: []string{"-coalesce-wait", "2500ms"}}, // under the default 3s lease
+		{args: []string{"-lease-ttl", "4s", "-coalesce-wait", "3s"}},
+		{args: []string{"-lease-ttl", "4s"}, env: map[string]string{"PRODUCTD_COALESCE_WAIT": "1s"}},
+	} {
+		_, err := ParseFlags(tc.args, env(tc.env), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), "-coalesce-wait") || !strings.Contains(err.Error(), "shorter than -lease-ttl") {
+			t.Errorf("ParseFlags(%q, %v): %v, want a refusal naming -coalesce-wait and -lease-ttl", tc.args, tc.env, err)
+		}
+	}
+}
+
 // -redis alone means cluster coalescing; process-local coalescing with
 // Redis must be asked for, by flag or variable.
 func TestRedisImpliesClusterCoalescingUnlessLocalIsAskedFor(t *testing.T) {

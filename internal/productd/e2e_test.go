@@ -109,13 +109,28 @@ func startProductd(t *testing.T, args ...string) *process {
 			cmd.Process.Kill()
 			cmd.Wait()
 		}
+		if t.Failed() {
+			// What went wrong inside the process (a timeout, a degraded
+			// scope, a bus that went down) explains most failures.
+			all, _ := p.logLines()
+			var warned []string
+			for _, l := range all {
+				if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+					warned = append(warned, l)
+				}
+			}
+			if len(warned) > 0 {
+				t.Logf("productd %s: %d warnings, the first ones:\n%s", p.url, len(warned), strings.Join(warned[:min(len(warned), 10)], "\n"))
+			}
+		}
 	})
 	select {
 	case a := <-addr:
 		p.url = "http://" + a
 	case <-p.done:
 		cmd.Wait()
-		t.Fatalf("productd exited before listening: %v", cmd.ProcessState)
+		all, _ := p.logLines()
+		t.Fatalf("productd exited before listening: %v; its last log lines:\n%s", cmd.ProcessState, strings.Join(all[max(0, len(all)-10):], "\n"))
 	case <-time.After(60 * time.Second):
 		t.Fatal("productd did not start listening within 60s")
 	}

@@ -201,7 +201,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 			jitter = flightcache.DisableJitter
 		}
 		s.cache, err = flightcache.New(flightcache.Options[product.Entry]{
-			Name: "product", Local: s.local, Shared: shared, Coordinator: coord, CoalesceWait: cfg.CoalesceWait,
+			Name: "product", Local: s.local, Shared: shared, Coordinator: coord, CoalesceWait: cfg.EffectiveCoalesceWait(),
 			Bus: bus, BusDownTTL: cfg.BusDownTTL,
 			TTL: cfg.TTL, NegativeTTL: cfg.NegativeTTL, Jitter: jitter, StaleFor: cfg.StaleFor,
 			EarlyRefresh: cfg.EarlyRefresh, LoaderTimeout: cfg.LoaderTimeout, FailureThrottle: cfg.FailureThrottle,
@@ -562,11 +562,14 @@ func (s *Server) Tiers() string {
 // flight, closes the cache (stopping background refreshes), and closes the
 // Redis and database connections. It returns nil after a clean shutdown.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	// In cluster mode a request may wait for another instance's load,
+	// then run its own.
+	longestRequest := s.cfg.EffectiveCoalesceWait() + s.cfg.LoaderTimeout
 	srv := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      s.cfg.LoaderTimeout + 10*time.Second,
+		WriteTimeout:      longestRequest + 10*time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },

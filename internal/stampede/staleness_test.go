@@ -380,7 +380,7 @@ func TestStalenessModeShowsEveryInstanceConvergingAfterEveryWrite(t *testing.T) 
 	report := filepath.Join(t.TempDir(), "report.html")
 	// A generous timeout: a slow convergence on a loaded machine under
 	// -race is still one; a missing invalidation never converges.
-	const rounds, timeout = 3, 5 * time.Second
+	const rounds, timeout = 3, 10 * time.Second
 	var stdout, stderr bytes.Buffer
 	code := mainWith(context.Background(), Config{Catalog: &smallCatalog},
 		[]string{"-instances", "2", "-redis", "redis://" + srv.Addr + "/0", "-mode", "staleness", "-rounds", fmt.Sprint(rounds),
