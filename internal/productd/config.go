@@ -234,23 +234,21 @@ func (c Config) Coalescing() string {
 
 // EffectiveCoalesceWait is CoalesceWait, or the default it stands for
 // when 0: LeaseTTL + LoaderTimeout, the longest a takeover can take (the
-// dead leader's lease runs out, then the new leader loads), capped at
-// what flightcache.Options accepts.
+// dead leader's lease runs out, then the new leader loads), which is also
+// flightcache's own default and bound for a Coordinator with that lease.
 func (c Config) EffectiveCoalesceWait() time.Duration {
 	if c.CoalesceWait != 0 {
 		return c.CoalesceWait
 	}
-	return min(c.LeaseTTL+c.LoaderTimeout, c.maxCoalesceWait())
+	return c.maxCoalesceWait()
 }
 
 // maxCoalesceWait is the longest CoalesceWait flightcache.Options accepts
-// (Options.CoalesceWait is at most LoaderTimeout there), and
-// maxCoalesceWaitFlags names it in flag terms. Until the library accepts
-// LeaseTTL + LoaderTimeout, the default wait is LoaderTimeout: it covers
-// a takeover whenever LeaseTTL plus the origin's latency stays under it.
-func (c Config) maxCoalesceWait() time.Duration { return c.LoaderTimeout }
+// with a Coordinator whose lease lasts LeaseTTL, and maxCoalesceWaitFlags
+// names it in flag terms.
+func (c Config) maxCoalesceWait() time.Duration { return c.LeaseTTL + c.LoaderTimeout }
 
-const maxCoalesceWaitFlags = "-loader-timeout"
+const maxCoalesceWaitFlags = "-lease-ttl + -loader-timeout"
 
 // EffectiveBusDownAfter is BusDownAfter, or the default it stands for
 // when 0: redislease.DefaultDownAfter, or 4 BusHeartbeats if longer.
