@@ -24,9 +24,10 @@ const (
 	BoundedStaleness
 	// NoOldWriteLands: the entry Redis holds, read raw, is never older than
 	// a Set or Delete acknowledged before the raw read started, outside the
-	// write's allowance: no write with an old fencing token lands. Checked
-	// in cluster mode only (without a Coordinator a late write-back may
-	// land, and the instances' fences make it absent instead).
+	// write's allowance: no write with an old fencing token lands, and no
+	// acknowledged write is left undone in Redis. Checked in cluster mode
+	// only (without a Coordinator a late write-back may land, and the
+	// instances' fences make it absent instead).
 	NoOldWriteLands
 	// NoCrossTenantBody: the body a read returns embeds the key it asked for.
 	NoCrossTenantBody
@@ -89,12 +90,15 @@ func (v Violation) String() string {
 	if c := v.Cause; c != nil {
 		s += fmt.Sprintf("; after %s %s on instance %d ended at %v with version %d (started %v later)",
 			c.Kind, c.Write, c.Instance, c.End.Round(time.Millisecond), c.Version, v.Late.Round(time.Millisecond))
+		if c.Err != "" {
+			s += " which returned " + c.Err
+		}
 	}
 	return s
 }
 
-// Row is the outcome for the ops that started under one fault (or under
-// none).
+// Row is the outcome for the ops that started after a fault's injections
+// and before the next fault's (or before any fault, for "none").
 type Row struct {
 	Fault string `json:"fault"`
 	// Ops counts the ops; Errors those that returned an error.
@@ -143,8 +147,9 @@ const noFault = "none"
 type span struct{ from, to time.Duration }
 
 // Check verifies the invariants over ops and faults. It is a pure function
-// of its arguments. An op is counted in the row of the latest fault whose
-// effect (from its start to its end plus b.Recovery) covers the op's start.
+// of its arguments. An op (and its violations) is counted in the row of
+// the latest fault injected before it started; row "none" holds what
+// started before the first fault.
 func Check(mode string, ops []Op, faults []Fault, b Bounds) Report {
 	c := &checker{b: b, faults: slices.Clone(faults), rows: map[string]*Row{}}
 	sort.SliceStable(c.faults, func(i, j int) bool { return c.faults[i].Start < c.faults[j].Start })
@@ -225,16 +230,16 @@ func (c *checker) row(name string) *Row {
 	return r
 }
 
-// faultAt names the latest fault whose effect covers t.
+// faultAt names the latest fault injected at or before t: a fault's row
+// holds what happened from its injection to the next one's, its
+// after-effects included.
 func (c *checker) faultAt(t time.Duration) string {
 	name := noFault
 	for _, f := range c.faults {
 		if f.Start > t {
 			break
 		}
-		if t <= f.End+c.b.Recovery {
-			name = f.Name
-		}
+		name = f.Name
 	}
 	return name
 }

@@ -19,6 +19,9 @@ const (
 	RawRead
 )
 
+// MarshalText writes k by name.
+func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
 func (k Kind) String() string {
 	switch k {
 	case Write:
