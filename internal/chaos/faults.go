@@ -2,6 +2,8 @@ package chaos
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"encoding/json"
 	"fmt"
 	"sync/atomic"
@@ -23,8 +25,12 @@ const (
 	FaultSlowWrites   = "slow-write-backs" // every shared-tier Set waits slowWriteDelay first
 )
 
-// allFaults is the schedule's cycle, shuffled per run by its seed.
-var allFaults = []string{FaultPause, FaultRestart, FaultPubSubKilled, FaultScripts, FaultPublish, FaultCodecPanic, FaultSlowWrites}
+// allFaults is the schedule's cycle, shuffled per run by its seed. A
+// name joined with "+" is several faults at once: an instance whose
+// leases fail while write-backs are slow is where an unfenced write-back
+// can land after another instance's Set.
+var allFaults = []string{FaultPause, FaultRestart, FaultPubSubKilled, FaultScripts, FaultPublish, FaultCodecPanic, FaultSlowWrites,
+	FaultScripts + "+" + FaultSlowWrites}
 
 const (
 	// faultHold is how long a fault lasts; the pause is longer than the
@@ -122,6 +128,29 @@ func (p *phase) inject(ctx context.Context, fault string, n int) (lift func() er
 	return nil, 0, fmt.Errorf("chaos: unknown fault %q", fault)
 }
 
+// injectAll injects each of the faults joined with "+" in fault.
+func (p *phase) injectAll(ctx context.Context, fault string, n int) (lift func() error, hold time.Duration, err error) {
+	var lifts []func() error
+	lift = func() error {
+		var errs []error
+		for _, l := range lifts {
+			errs = append(errs, l())
+		}
+		return errors.Join(errs...)
+	}
+	for f := range strings.SplitSeq(fault, "+") {
+		l, h, err := p.inject(ctx, f, n)
+		if l != nil {
+			lifts = append(lifts, l)
+		}
+		if err != nil {
+			return lift, 0, err
+		}
+		hold = max(hold, h)
+	}
+	return lift, hold, nil
+}
+
 // runFaults injects the faults in order, cycling, with calmGap between
 // them, until stop closes. A fault in progress is always lifted.
 func (p *phase) runFaults(stop <-chan struct{}, order []string) error {
@@ -142,7 +171,7 @@ func (p *phase) runFaults(stop <-chan struct{}, order []string) error {
 		fault := order[i%len(order)]
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		ended := p.h.FaultBegan(fault)
-		lift, hold, err := p.inject(ctx, fault, i)
+		lift, hold, err := p.injectAll(ctx, fault, i)
 		if err != nil {
 			cancel()
 			ended()

@@ -290,8 +290,12 @@ func (p *phase) run(ctx context.Context, d time.Duration, seed uint64) (rep Repo
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, in := range p.insts {
+		if p.pureReader(in) {
+			wg.Go(func() { p.reader(stop, in, pureReaderPace, rand.New(rand.NewPCG(seed, uint64(100+in.id*10)))) })
+			continue
+		}
 		for r := range readersPerInstance {
-			wg.Go(func() { p.reader(stop, in, rand.New(rand.NewPCG(seed, uint64(100+in.id*10+r)))) })
+			wg.Go(func() { p.reader(stop, in, readerPace, rand.New(rand.NewPCG(seed, uint64(100+in.id*10+r)))) })
 		}
 		wg.Go(func() { p.writer(stop, in, rand.New(rand.NewPCG(seed, uint64(200+in.id)))) })
 	}
@@ -365,9 +369,16 @@ func (p *phase) newInstance(ctx context.Context, id int) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	in.coord, err = redislease.New(cctx, in.client, store, redislease.Options{
-		LeaseTTL: leaseTTL, Timeout: redisTimeout, HeartbeatInterval: heartbeat, DownAfter: downAfter,
-	})
+	// New PINGs within redisTimeout: a busy machine may miss that once
+	// while the new client dials.
+	for {
+		in.coord, err = redislease.New(cctx, in.client, store, redislease.Options{
+			LeaseTTL: leaseTTL, Timeout: redisTimeout, HeartbeatInterval: heartbeat, DownAfter: downAfter,
+		})
+		if err == nil || !errors.Is(err, redislease.ErrUnreachable) || cctx.Err() != nil {
+			break
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -463,17 +474,32 @@ func (p *phase) read(in *instance, key string) {
 	p.h.Record(op)
 }
 
-// reader Gets random keys, a few milliseconds apart, until stop closes.
-func (p *phase) reader(stop <-chan struct{}, in *instance, rng *rand.Rand) {
-	for pause(stop, time.Duration(2+rng.IntN(4))*time.Millisecond) {
+// pureReader says whether in only reads: the last instance, when there
+// are several. It reads slowly, so that a short Redis outage does not open
+// its breaker: it then trusts what Redis holds as soon as it answers
+// again, as a quiet instance does.
+func (p *phase) pureReader(in *instance) bool { return len(p.insts) > 1 && in.id == len(p.insts)-1 }
+
+// A reader waits between its reads a random time up to its pace.
+const (
+	readerPace     = 5 * time.Millisecond
+	pureReaderPace = 60 * time.Millisecond
+	writerPace     = 400 * time.Millisecond
+)
+
+// reader Gets random keys, at most pace apart, until stop closes.
+func (p *phase) reader(stop <-chan struct{}, in *instance, pace time.Duration, rng *rand.Rand) {
+	for pause(stop, 1+time.Duration(rng.Int64N(int64(pace)))) {
 		p.read(in, p.keys[rng.IntN(len(p.keys))])
 	}
 }
 
 // writer changes a random key (Set 7 times in 10, Delete 2, the tenant's
-// prefix 1) every 40-120 ms, then reads it back, until stop closes.
+// prefix 1) every writerPace/4 to writerPace, then reads it back, until
+// stop closes. Writes are rarer than reads, so that a write left undone
+// is not soon redone by the writer's next one.
 func (p *phase) writer(stop <-chan struct{}, in *instance, rng *rand.Rand) {
-	for pause(stop, time.Duration(40+rng.IntN(80))*time.Millisecond) {
+	for pause(stop, writerPace/4+time.Duration(rng.Int64N(int64(writerPace*3/4)))) {
 		key := p.keys[rng.IntN(len(p.keys))]
 		how := WriteSet
 		switch n := rng.IntN(10); {
