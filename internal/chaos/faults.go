@@ -2,10 +2,10 @@ package chaos
 
 import (
 	"context"
-	"errors"
-	"strings"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
