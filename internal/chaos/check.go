@@ -52,10 +52,11 @@ type Bounds struct {
 	// may still serve the older value while the bus is up: one pub/sub
 	// delivery, plus slack for a busy machine.
 	Delivery time.Duration `json:"delivery"`
-	// BusDown replaces Delivery for a write acknowledged while a fault is
-	// active (or just before one began, or while the cluster recovers from
-	// one): max(HeartbeatInterval + DownAfter, BusDownTTL) plus slack. The
-	// same allowance starts again when a fault begins.
+	// BusDown replaces Delivery for a write acknowledged while a fault
+	// that may take a bus down (Fault.BusDown) is active (or just before
+	// one began, or while the cluster recovers from one):
+	// max(HeartbeatInterval + DownAfter, BusDownTTL) plus slack. The same
+	// allowance starts again when such a fault begins.
 	BusDown time.Duration `json:"bus_down"`
 	// Recovery is how long after a fault ended older values may still be
 	// served: the buses come back, the instances resynchronise, the writers
@@ -260,13 +261,15 @@ func (c *checker) violate(at time.Duration, v Violation) {
 
 // allowance is the set of times at which a read may start and still return
 // a version older than w's: w's own window (Delivery, or BusDown when a
-// fault has effect around the acknowledgement), and, for every fault that
-// has effect from then on (chained: a fault that begins while an earlier
-// one's allowance runs), BusDown from its start and Recovery from its end.
+// fault that may take a bus down has effect around the acknowledgement),
+// and, for every such fault that has effect from then on (chained: a fault
+// that begins while an earlier one's allowance runs), BusDown from its
+// start and Recovery from its end. Faults that leave the buses up allow
+// nothing more than Delivery.
 func (c *checker) allowance(w Op) []span {
 	own := c.b.Delivery
 	for _, f := range c.faults {
-		if f.Start <= w.End+c.b.Delivery && w.End <= f.End+c.b.Recovery {
+		if f.BusDown && f.Start <= w.End+c.b.Delivery && w.End <= f.End+c.b.Recovery {
 			own = max(own, c.b.BusDown)
 		}
 	}
@@ -276,7 +279,7 @@ func (c *checker) allowance(w Op) []span {
 		if f.Start > horizon {
 			break
 		}
-		if f.End+c.b.Recovery < w.End {
+		if !f.BusDown || f.End+c.b.Recovery < w.End {
 			continue
 		}
 		out = append(out, span{f.Start, f.Start + c.b.BusDown}, span{f.End, f.End + c.b.Recovery})

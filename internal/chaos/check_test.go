@@ -29,7 +29,8 @@ func raw(key string, version int64, start int) Op {
 // not: Check must tell them apart, and count the violation in the right
 // row.
 func TestCheckFindsEachInvariantsViolationAndOnlyThat(t *testing.T) {
-	pause := []Fault{{Name: "pause", Start: ms(1000), End: ms(4000)}}
+	pause := []Fault{{Name: "pause", Start: ms(1000), End: ms(4000), BusDown: true}}
+	slow := []Fault{{Name: "slow", Start: ms(1000), End: ms(4000)}}
 	cases := []struct {
 		name   string
 		ops    []Op
@@ -53,6 +54,9 @@ func TestCheckFindsEachInvariantsViolationAndOnlyThat(t *testing.T) {
 		{name: "nor beyond the recovery after it", faults: pause,
 			ops:  []Op{write(0, "k", 2, 1100, 1200), read(1, "k", 1, 4400, 4401), read(1, "k", 1, 4600, 4601)},
 			want: map[Invariant]int{BoundedStaleness: 1}, row: "pause"},
+		{name: "a fault that leaves the buses up allows nothing more", faults: slow,
+			ops:  []Op{write(0, "k", 2, 1100, 1200), read(1, "k", 1, 1700, 1701)},
+			want: map[Invariant]int{BoundedStaleness: 1}, row: "slow"},
 		{name: "a write just before a fault is allowed the bus-down bound", faults: pause,
 			ops: []Op{write(0, "k", 2, 900, 950), read(1, "k", 1, 1400, 1401)}},
 		{name: "a write long before a fault is not", faults: pause,
@@ -104,7 +108,7 @@ func TestCheckFindsEachInvariantsViolationAndOnlyThat(t *testing.T) {
 }
 
 func TestCheckReportsTheWorstStalenessPerFault(t *testing.T) {
-	faults := []Fault{{Name: "pause", Start: ms(1000), End: ms(2000)}}
+	faults := []Fault{{Name: "pause", Start: ms(1000), End: ms(2000), BusDown: true}}
 	ops := []Op{
 		write(0, "k", 2, 0, 10), read(1, "k", 1, 60, 61), // 50 ms stale, allowed
 		write(0, "k", 3, 1100, 1200), read(1, "k", 2, 1500, 1501), // 300 ms stale, allowed

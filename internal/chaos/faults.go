@@ -22,7 +22,7 @@ const (
 	FaultScripts      = "scripts-refused"  // ACL -@scripting for one instance: its leases fail, its GET and SET work
 	FaultPublish      = "publish-refused"  // ACL -publish -spublish for one instance, briefly (publishHold)
 	FaultCodecPanic   = "codec-panics"     // every other Marshal panics
-	FaultSlowWrites   = "slow-write-backs" // every shared-tier Set waits slowWriteDelay first
+	FaultSlowWrites   = "slow-write-backs" // one instance's shared-tier Sets wait slowWriteDelay first
 )
 
 // allFaults is the schedule's cycle, shuffled per run by its seed. A
@@ -53,8 +53,7 @@ const (
 
 // switches are the faults that live in the instances' wrappers.
 type switches struct {
-	codecPanic atomic.Bool
-	slowWrites atomic.Bool
+	codecPanic atomic.Bool // every instance's codec
 }
 
 // panicCodec is the JSON codec, except that while its switch is on every
@@ -78,8 +77,9 @@ func (c *panicCodec) Unmarshal(data []byte) (Value, error) {
 	return v, err
 }
 
-// slowStore delays every Set while its switch is on, as a shared tier
-// whose writes (write-backs and explicit Sets alike) are slow.
+// slowStore delays every Set while its switch is on, as an instance whose
+// writes to the shared tier (write-backs and explicit Sets alike) are
+// slow while the others' are not.
 type slowStore struct {
 	flightcache.SharedStore
 	on *atomic.Bool
@@ -122,10 +122,23 @@ func (p *phase) inject(ctx context.Context, fault string, n int) (lift func() er
 		p.sw.codecPanic.Store(true)
 		return func() error { p.sw.codecPanic.Store(false); return nil }, faultHold, nil
 	case FaultSlowWrites:
-		p.sw.slowWrites.Store(true)
-		return func() error { p.sw.slowWrites.Store(false); return nil }, faultHold, nil
+		slow := &p.insts[n%len(p.insts)].slowWrites
+		slow.Store(true)
+		return func() error { slow.Store(false); return nil }, faultHold, nil
 	}
 	return nil, 0, fmt.Errorf("chaos: unknown fault %q", fault)
+}
+
+// takesBusDown says whether fault (or one of those joined with "+") may
+// take an instance's bus down: see Fault.BusDown.
+func takesBusDown(fault string) bool {
+	for f := range strings.SplitSeq(fault, "+") {
+		switch f {
+		case FaultPause, FaultRestart, FaultPubSubKilled, FaultPublish:
+			return true
+		}
+	}
+	return false
 }
 
 // injectAll injects each of the faults joined with "+" in fault.
@@ -170,7 +183,7 @@ func (p *phase) runFaults(stop <-chan struct{}, order []string) error {
 		}
 		fault := order[i%len(order)]
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		ended := p.h.FaultBegan(fault)
+		ended := p.h.FaultBegan(fault, takesBusDown(fault))
 		lift, hold, err := p.injectAll(ctx, fault, i)
 		if err != nil {
 			cancel()

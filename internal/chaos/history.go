@@ -77,6 +77,12 @@ type Fault struct {
 	Name  string        `json:"name"`
 	Start time.Duration `json:"start"`
 	End   time.Duration `json:"end"`
+	// BusDown says the fault may take an instance's bus down (Redis
+	// paused or killed, pub/sub connections or PUBLISH refused), which is
+	// when the promises allow more than one delivery of staleness. A fault
+	// that leaves every bus up (scripts refused, slow writes, a panicking
+	// codec) allows nothing more.
+	BusDown bool `json:"bus_down"`
 }
 
 // History records the ops and faults of one run. It is safe for concurrent
@@ -103,11 +109,11 @@ func (h *History) Record(op Op) {
 }
 
 // FaultBegan records that the fault name was injected now, and returns a
-// function that records its end.
-func (h *History) FaultBegan(name string) (ended func()) {
+// function that records its end. busDown is Fault.BusDown.
+func (h *History) FaultBegan(name string, busDown bool) (ended func()) {
 	h.mu.Lock()
 	i := len(h.faults)
-	h.faults = append(h.faults, Fault{Name: name, Start: h.Now(), End: -1})
+	h.faults = append(h.faults, Fault{Name: name, Start: h.Now(), End: -1, BusDown: busDown})
 	h.mu.Unlock()
 	return func() {
 		h.mu.Lock()

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flightcache/flightcache"
@@ -198,6 +199,8 @@ type instance struct {
 	local  *memstore.Store[Value]
 	coord  *redislease.Coordinator
 	cache  *flightcache.Cache[Value]
+	// slowWrites is FaultSlowWrites' switch for this instance.
+	slowWrites atomic.Bool
 }
 
 // phase is one mode's part of a run.
@@ -358,7 +361,7 @@ func (p *phase) newInstance(ctx context.Context, id int) error {
 		return err
 	}
 	opts := flightcache.Options[Value]{
-		Name: "chaos", Local: in.local, Shared: slowStore{SharedStore: store, on: &p.sw.slowWrites},
+		Name: "chaos", Local: in.local, Shared: slowStore{SharedStore: store, on: &in.slowWrites},
 		Codec: &panicCodec{on: &p.sw.codecPanic}, TTL: cacheTTL,
 		LoaderTimeout: loaderTimeout, SharedTimeout: sharedTimeout, SharedBreaker: brk,
 		Logger: discard,
