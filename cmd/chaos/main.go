@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,12 +32,13 @@ func main() {
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "orders the faults and drives the workload (printed, to repeat a run)")
 	asJSON := fs.Bool("json", false, "print the reports as JSON instead of tables")
 	quiet := fs.Bool("q", false, "do not print the faults as they are injected")
+	modes := fs.String("modes", strings.Join(chaos.Modes, ","), "the modes to run, comma-separated, each on a fresh Redis")
 	history := fs.String("history", "", "write every mode's recorded operations and faults to this file, as JSON")
 	_ = fs.Parse(os.Args[1:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg := chaos.Config{Duration: *duration, Instances: *instances, Seed: *seed}
+	cfg := chaos.Config{Duration: *duration, Instances: *instances, Seed: *seed, Modes: strings.Split(*modes, ",")}
 	if !*quiet {
 		cfg.Progress = os.Stderr
 	}

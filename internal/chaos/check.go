@@ -85,6 +85,9 @@ func (v Violation) String() string {
 	if v.Op.BodyKey != "" && v.Op.BodyKey != v.Op.Key {
 		s += " body of " + v.Op.BodyKey
 	}
+	if v.Op.Detail != "" {
+		s += " (" + v.Op.Detail + ")"
+	}
 	if v.Op.Err != "" {
 		s += " err " + v.Op.Err
 	}

@@ -63,6 +63,9 @@ type Op struct {
 	// BodyKey is the tenant and key embedded in the body a read returned,
 	// which must be Key.
 	BodyKey string `json:"body_key,omitempty"`
+	// Detail says how a read was served (the Cache's outcome and scope),
+	// for diagnosis only.
+	Detail string `json:"detail,omitempty"`
 	// Err is the call's error, if any. A write with an error was still
 	// committed to the origin and is acknowledged (as a service answers
 	// its PUT once the database committed) unless Unacked is set.

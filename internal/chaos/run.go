@@ -458,21 +458,22 @@ func pause(stop <-chan struct{}, d time.Duration) bool {
 	}
 }
 
-// read Gets key on in and records it.
+// read Fetches key on in and records it.
 func (p *phase) read(in *instance, key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	op := Op{Instance: in.id, Key: key, Kind: Read, Start: p.h.Now()}
-	var v Value
+	var res flightcache.Result[Value]
 	err, _ := call(func() (err error) {
-		v, err = in.cache.Get(ctx, key, p.org.load(key))
+		res, err = in.cache.Fetch(ctx, key, p.org.load(key))
 		return err
 	})
 	op.End = p.h.Now()
+	op.Detail = res.Outcome.String() + "/" + res.Scope.String()
 	if err != nil {
 		op.Err = errText(err)
 	} else {
-		op.Found, op.Version, op.BodyKey = true, v.Version, v.Key()
+		op.Found, op.Version, op.BodyKey = true, res.Value.Version, res.Value.Key()
 	}
 	p.h.Record(op)
 }
@@ -497,8 +498,8 @@ func (p *phase) reader(stop <-chan struct{}, in *instance, pace time.Duration, r
 	}
 }
 
-// writer changes a random key (Set 7 times in 10, Delete 2, the tenant's
-// prefix 1) every writerPace/4 to writerPace, then reads it back, until
+// writer changes a random key (Set 5 times in 10, Delete 4, the tenant's
+// prefix 1: a Delete makes every instance load the key again) every writerPace/4 to writerPace, then reads it back, until
 // stop closes. Writes are rarer than reads, so that a write left undone
 // is not soon redone by the writer's next one.
 func (p *phase) writer(stop <-chan struct{}, in *instance, rng *rand.Rand) {
@@ -508,7 +509,7 @@ func (p *phase) writer(stop <-chan struct{}, in *instance, rng *rand.Rand) {
 		switch n := rng.IntN(10); {
 		case n == 0:
 			how = WritePrefix
-		case n < 3:
+		case n < 5:
 			how = WriteDelete
 		}
 		p.write(in, key, how)
