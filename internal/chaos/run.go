@@ -499,7 +499,8 @@ func (p *phase) reader(stop <-chan struct{}, in *instance, pace time.Duration, r
 }
 
 // writer changes a random key (Set 5 times in 10, Delete 4, the tenant's
-// prefix 1: a Delete makes every instance load the key again) every writerPace/4 to writerPace, then reads it back, until
+// prefix 1: a Delete makes every instance load the key again, and half of
+// them are followed by a Set 20-150 ms later) every writerPace/4 to writerPace, then reads it back, until
 // stop closes. Writes are rarer than reads, so that a write left undone
 // is not soon redone by the writer's next one.
 func (p *phase) writer(stop <-chan struct{}, in *instance, rng *rand.Rand) {
@@ -514,6 +515,13 @@ func (p *phase) writer(stop <-chan struct{}, in *instance, rng *rand.Rand) {
 		}
 		p.write(in, key, how)
 		p.read(in, key)
+		// A second change soon after a Delete (a user saving twice), while
+		// the other instances load the key again: their write-backs race
+		// this Set.
+		if how == WriteDelete && rng.IntN(2) == 0 && pause(stop, time.Duration(20+rng.IntN(130))*time.Millisecond) {
+			p.write(in, key, WriteSet)
+			p.read(in, key)
+		}
 	}
 }
 
