@@ -6,7 +6,7 @@ COUNT     ?= 10
 BENCHTIME ?= 1s
 BENCHOUT  ?= bench.txt
 
-.PHONY: test fmt-check vet race lint bench stress demo
+.PHONY: test fmt-check vet race lint bench stress demo chaos
 
 ## test: gofmt check, go vet, and the race-enabled test suite (needs Redis and PostgreSQL; see README)
 test: fmt-check vet race
@@ -37,3 +37,8 @@ bench:
 ## demo: the herd and its cure, in numbers
 demo:
 	$(GO) run ./cmd/stampede
+
+## chaos: K instances on a private redis-server under faults, the recorded history checked against the promises (about 2 minutes; needs redis-server)
+CHAOS_DURATION ?= 2m
+chaos:
+	$(GO) run ./cmd/chaos -duration $(CHAOS_DURATION)

@@ -1,0 +1,19 @@
+// Package chaos tries to break flightcache's cross-instance consistency
+// promises under faults, and checks them over a recorded history.
+//
+// A run (Run) starts a private redis-server and K instances, each a
+// flightcache.Cache with a memstore local tier, a redisstore shared tier
+// and a redislease Bus (and Coordinator, in cluster mode), over one
+// in-memory origin whose keys carry a version that each write bumps.
+// Readers Get, writers bump the origin and then Set, Delete or
+// InvalidatePrefix, as a service answers a PUT, and a raw reader reads
+// the shared tier's entries straight from Redis. Meanwhile faults are
+// injected on a schedule: Redis paused, killed and restarted empty, its
+// pub/sub connections killed, scripts or PUBLISH refused, the codec
+// panicking, write-backs slowed down. Every operation goes into a History
+// on one monotonic clock, and Check holds it to the invariants
+// (read-your-writes, monotonic reads, bounded staleness after an
+// acknowledged write, no old write landing in Redis, no body of another
+// tenant, no call beyond its time bound) within Bounds derived from the
+// options. WriteText prints the verdict as a table per fault.
+package chaos

@@ -1,0 +1,214 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/redis/go-redis/v9"
+)
+
+// The faults a run injects, each for faultHold unless said otherwise.
+const (
+	FaultPause        = "redis-paused"     // SIGSTOP, then SIGCONT: Redis comes back with its data
+	FaultRestart      = "redis-restarted"  // SIGKILL, then started again empty
+	FaultPubSubKilled = "pubsub-killed"    // CLIENT KILL TYPE pubsub: go-redis re-subscribes
+	FaultScripts      = "scripts-refused"  // ACL -@scripting for one instance: its leases fail, its GET and SET work
+	FaultPublish      = "publish-refused"  // ACL -publish -spublish for one instance, briefly (publishHold)
+	FaultCodecPanic   = "codec-panics"     // every other Marshal panics
+	FaultSlowWrites   = "slow-write-backs" // one instance's shared-tier Sets wait slowWriteDelay first
+)
+
+// allFaults is the schedule's cycle, shuffled per run by its seed. A
+// name joined with "+" is several faults at once: an instance whose
+// leases fail while write-backs are slow is where an unfenced write-back
+// can land after another instance's Set.
+var allFaults = []string{FaultPause, FaultRestart, FaultPubSubKilled, FaultScripts, FaultPublish, FaultCodecPanic, FaultSlowWrites,
+	FaultScripts + "+" + FaultSlowWrites}
+
+const (
+	// faultHold is how long a fault lasts; the pause is longer than the
+	// bus's DownAfter so that the buses go down, and much shorter than the
+	// TTL so that what Redis held is still fresh when it comes back.
+	faultHold = time.Second
+	// publishHold is the brief PUBLISH outage: shorter than DownAfter, so
+	// that the buses may stay up while some writes go unannounced.
+	publishHold = 300 * time.Millisecond
+	// restartDown is how long a killed Redis stays away.
+	restartDown = time.Second
+	// slowWriteDelay delays each shared Set under FaultSlowWrites: below
+	// SharedTimeout, so the write lands, late.
+	slowWriteDelay = 150 * time.Millisecond
+	// calmGap separates two faults: longer than the breaker's cool-down
+	// and the recovery bound, so that most of a fault's after-effects are
+	// over before the next one.
+	calmGap = 1500 * time.Millisecond
+)
+
+// switches are the faults that live in the instances' wrappers.
+type switches struct {
+	codecPanic atomic.Bool // every instance's codec
+}
+
+// panicCodec is the JSON codec, except that while its switch is on every
+// other Marshal panics: a codec bug met in a write-back, a lease's
+// completion or a Set.
+type panicCodec struct {
+	on *atomic.Bool
+	n  atomic.Uint64
+}
+
+func (c *panicCodec) Marshal(v Value) ([]byte, error) {
+	if c.on.Load() && c.n.Add(1)%2 == 0 {
+		panic("chaos: codec panic injected")
+	}
+	return json.Marshal(v)
+}
+
+func (c *panicCodec) Unmarshal(data []byte) (Value, error) {
+	var v Value
+	err := json.Unmarshal(data, &v)
+	return v, err
+}
+
+// slowStore delays every Set while its switch is on, as an instance whose
+// writes to the shared tier (write-backs and explicit Sets alike) are
+// slow while the others' are not.
+type slowStore struct {
+	flightcache.SharedStore
+	on *atomic.Bool
+}
+
+func (s slowStore) Set(ctx context.Context, key string, e flightcache.Entry) error {
+	if s.on.Load() {
+		t := time.NewTimer(slowWriteDelay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+	return s.SharedStore.Set(ctx, key, e)
+}
+
+// inject applies fault (the n-th injected) and returns the function that
+// lifts it. A fault of one instance hits instance n mod K.
+func (p *phase) inject(ctx context.Context, fault string, n int) (lift func() error, hold time.Duration, err error) {
+	user := redisUser(n % len(p.insts))
+	acl := func(rules ...any) error {
+		return p.admin.Do(ctx, append([]any{"ACL", "SETUSER", user}, rules...)...).Err()
+	}
+	restore := func() error { return acl("+@all") }
+	switch fault {
+	case FaultPause:
+		return func() error { return p.redis.signal(syscall.SIGCONT) }, faultHold, p.redis.signal(syscall.SIGSTOP)
+	case FaultRestart:
+		p.redis.kill()
+		return p.redis.start, restartDown, nil
+	case FaultPubSubKilled:
+		return func() error { return nil }, 0, p.admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err()
+	case FaultScripts:
+		return restore, faultHold, acl("-@scripting")
+	case FaultPublish:
+		return restore, publishHold, acl("-publish", "-spublish")
+	case FaultCodecPanic:
+		p.sw.codecPanic.Store(true)
+		return func() error { p.sw.codecPanic.Store(false); return nil }, faultHold, nil
+	case FaultSlowWrites:
+		slow := &p.insts[n%len(p.insts)].slowWrites
+		slow.Store(true)
+		return func() error { slow.Store(false); return nil }, faultHold, nil
+	}
+	return nil, 0, fmt.Errorf("chaos: unknown fault %q", fault)
+}
+
+// takesBusDown says whether fault (or one of those joined with "+") may
+// take an instance's bus down: see Fault.BusDown.
+func takesBusDown(fault string) bool {
+	for f := range strings.SplitSeq(fault, "+") {
+		switch f {
+		case FaultPause, FaultRestart, FaultPubSubKilled, FaultPublish:
+			return true
+		}
+	}
+	return false
+}
+
+// injectAll injects each of the faults joined with "+" in fault.
+func (p *phase) injectAll(ctx context.Context, fault string, n int) (lift func() error, hold time.Duration, err error) {
+	var lifts []func() error
+	lift = func() error {
+		var errs []error
+		for _, l := range lifts {
+			errs = append(errs, l())
+		}
+		return errors.Join(errs...)
+	}
+	for f := range strings.SplitSeq(fault, "+") {
+		l, h, err := p.inject(ctx, f, n)
+		if l != nil {
+			lifts = append(lifts, l)
+		}
+		if err != nil {
+			return lift, 0, err
+		}
+		hold = max(hold, h)
+	}
+	return lift, hold, nil
+}
+
+// runFaults injects the faults in order, cycling, with calmGap between
+// them, until stop closes. A fault in progress is always lifted.
+func (p *phase) runFaults(stop <-chan struct{}, order []string) error {
+	wait := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return true
+		case <-stop:
+			return false
+		}
+	}
+	for i := 0; ; i++ {
+		if !wait(calmGap) {
+			return nil
+		}
+		fault := order[i%len(order)]
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ended := p.h.FaultBegan(fault, takesBusDown(fault))
+		lift, hold, err := p.injectAll(ctx, fault, i)
+		if err != nil {
+			cancel()
+			ended()
+			if lift != nil {
+				_ = lift()
+			}
+			return fmt.Errorf("chaos: inject %s: %w", fault, err)
+		}
+		wait(hold) // lifted early when the run stops
+		err = lift()
+		ended()
+		cancel()
+		p.logf("%v %s", p.h.Now().Round(time.Millisecond), fault)
+		if err != nil {
+			return fmt.Errorf("chaos: lift %s: %w", fault, err)
+		}
+	}
+}
+
+// redisUser is the Redis user instance i connects as, so that an ACL
+// fault can hit one instance.
+func redisUser(i int) string { return fmt.Sprintf("instance%d", i) }
+
+// adminClient is the fault injector's own connection, as the default user.
+func adminClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, MaxRetries: 3, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
+}

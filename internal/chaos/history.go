@@ -1,0 +1,147 @@
+package chaos
+
+import (
+	"sync"
+	"time"
+)
+
+// Kind tells what an Op did.
+type Kind uint8
+
+const (
+	// Write is a change committed to the origin and then told to the
+	// Cache (Set, Delete or InvalidatePrefix, see Op.Write).
+	Write Kind = iota + 1
+	// Read is a Cache Get.
+	Read
+	// RawRead is a read of the shared tier's entry straight from Redis,
+	// past every Cache: what the fencing tokens let land there.
+	RawRead
+)
+
+// MarshalText writes k by name.
+func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+func (k Kind) String() string {
+	switch k {
+	case Write:
+		return "write"
+	case Read:
+		return "read"
+	case RawRead:
+		return "raw-read"
+	}
+	return "unknown"
+}
+
+// How a write told the Cache about its change.
+const (
+	WriteSet    = "set"    // Cache.Set of the new value
+	WriteDelete = "delete" // Cache.Delete; the next read loads the new value
+	WritePrefix = "prefix" // Cache.InvalidatePrefix of the key's tenant
+)
+
+// Op is one recorded operation. Times are offsets on the History's single
+// monotonic clock, so that ops of every instance compare.
+type Op struct {
+	// Instance is the index of the instance that ran the op; -1 for a
+	// RawRead, which goes through none.
+	Instance int    `json:"instance"`
+	Key      string `json:"key"`
+	Kind     Kind   `json:"kind"`
+	// Write is WriteSet, WriteDelete or WritePrefix for a Write.
+	Write string `json:"write,omitempty"`
+	// Start is when the call began; End when it returned. For a Write,
+	// End is its acknowledgement.
+	Start time.Duration `json:"start"`
+	End   time.Duration `json:"end"`
+	// Version is, for a Write, the version it committed to the origin; for
+	// a read, the version it returned (meaningful only when Found).
+	Version int64 `json:"version"`
+	// Found says a read returned a value (not an error, not a miss).
+	Found bool `json:"found,omitempty"`
+	// BodyKey is the tenant and key embedded in the body a read returned,
+	// which must be Key.
+	BodyKey string `json:"body_key,omitempty"`
+	// Detail says how a read was served (the Cache's outcome and scope),
+	// for diagnosis only.
+	Detail string `json:"detail,omitempty"`
+	// Err is the call's error, if any. A write with an error was still
+	// committed to the origin and is acknowledged (as a service answers
+	// its PUT once the database committed) unless Unacked is set.
+	Err string `json:"err,omitempty"`
+	// Unacked marks a write whose call panicked: its caller would have
+	// answered with an error, so nothing was promised about it.
+	Unacked bool `json:"unacked,omitempty"`
+}
+
+// Fault is a window during which a fault was injected.
+type Fault struct {
+	Name  string        `json:"name"`
+	Start time.Duration `json:"start"`
+	End   time.Duration `json:"end"`
+	// BusDown says the fault may take an instance's bus down (Redis
+	// paused or killed, pub/sub connections or PUBLISH refused), which is
+	// when the promises allow more than one delivery of staleness. A fault
+	// that leaves every bus up (scripts refused, slow writes, a panicking
+	// codec) allows nothing more.
+	BusDown bool `json:"bus_down"`
+}
+
+// History records the ops and faults of one run. It is safe for concurrent
+// use.
+type History struct {
+	start time.Time // the origin of every offset; read-only
+
+	mu     sync.Mutex // guards ops and faults
+	ops    []Op
+	faults []Fault
+}
+
+// NewHistory starts a History whose clock reads zero now.
+func NewHistory() *History { return &History{start: time.Now()} }
+
+// Now is the time since the History began, on the monotonic clock.
+func (h *History) Now() time.Duration { return time.Since(h.start) }
+
+// Record adds op.
+func (h *History) Record(op Op) {
+	h.mu.Lock()
+	h.ops = append(h.ops, op)
+	h.mu.Unlock()
+}
+
+// FaultBegan records that the fault name was injected now, and returns a
+// function that records its end. busDown is Fault.BusDown.
+func (h *History) FaultBegan(name string, busDown bool) (ended func()) {
+	h.mu.Lock()
+	i := len(h.faults)
+	h.faults = append(h.faults, Fault{Name: name, Start: h.Now(), End: -1, BusDown: busDown})
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		h.faults[i].End = h.Now()
+		h.mu.Unlock()
+	}
+}
+
+// Ops returns a copy of the recorded ops.
+func (h *History) Ops() []Op {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Op(nil), h.ops...)
+}
+
+// Faults returns a copy of the recorded faults; one that has not ended
+// ends now.
+func (h *History) Faults() []Fault {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := append([]Fault(nil), h.faults...)
+	for i := range out {
+		if out[i].End < 0 {
+			out[i].End = h.Now()
+		}
+	}
+	return out
+}

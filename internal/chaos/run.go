@@ -1,0 +1,599 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/breaker"
+	"github.com/flightcache/flightcache/clock"
+	"github.com/flightcache/flightcache/memstore"
+	"github.com/flightcache/flightcache/redislease"
+	"github.com/flightcache/flightcache/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// Modes a run tests, each in a phase of its own on a fresh Redis.
+const (
+	// ModeCluster: every instance has a Coordinator (cluster-wide
+	// coalescing, fenced writes) and the Bus.
+	ModeCluster = "cluster"
+	// ModeLocal: the Bus, but no Coordinator: loads are coalesced within
+	// each instance and write back unfenced.
+	ModeLocal = "local"
+	// ModeNoBus: neither: each instance learns of another's write only
+	// when its copy expires. Other instances' reads are bounded by the TTL
+	// only, but monotonic reads and read-your-writes still hold.
+	ModeNoBus = "nobus"
+)
+
+// Modes lists the modes a run tests by default, in order.
+var Modes = []string{ModeCluster, ModeLocal, ModeNoBus}
+
+// The options every instance runs with. The Bounds follow from them
+// (BoundsFor); they are short so that a fault's effects, and their end,
+// fit in a run of a minute.
+const (
+	heartbeat     = 100 * time.Millisecond // redislease HeartbeatInterval
+	downAfter     = 400 * time.Millisecond // redislease DownAfter
+	busDownTTL    = 500 * time.Millisecond // Options.BusDownTTL
+	sharedTimeout = 200 * time.Millisecond // Options.SharedTimeout, and redisstore's Timeout
+	redisTimeout  = 200 * time.Millisecond // redislease Timeout
+	leaseTTL      = 600 * time.Millisecond // redislease LeaseTTL
+	loaderTimeout = time.Second            // Options.LoaderTimeout
+	coalesceWait  = time.Second            // Options.CoalesceWait (cluster mode)
+	cacheTTL      = 2 * time.Second        // Options.TTL: long next to the bounds, short enough for copies to expire
+	// breakerCoolDown is the shared tier's breaker's CoolDown, shortened
+	// from the default 5s so that a fault's after-effects end before the
+	// next fault, a few seconds later. It is not part of any bound: a
+	// write is promised to reach the others whatever the breaker does.
+	breakerCoolDown = time.Second
+	// deliveryBound is one pub/sub delivery on loopback.
+	deliveryBound = 50 * time.Millisecond
+	// Slack is added to every bound: a busy 2-core machine (under -race)
+	// delays goroutines, timers and Redis by this much at times.
+	Slack = 250 * time.Millisecond
+)
+
+// BoundsFor derives the Bounds of mode from the options above.
+func BoundsFor(mode string) Bounds {
+	busDown := max(heartbeat+downAfter, busDownTTL)
+	if mode == ModeNoBus {
+		// Nothing tells the others: a copy read just before the write
+		// lives for the TTL, after a load of up to LoaderTimeout.
+		busDown = cacheTTL + loaderTimeout
+	}
+	b := Bounds{
+		Delivery: deliveryBound + Slack,
+		BusDown:  busDown + Slack,
+		// The bus comes back at the first heartbeat echoed after the
+		// fault: one interval after the bus-down bound.
+		Recovery: busDown + heartbeat + Slack,
+		// A Get: its shared read, then the flight's hard timeout
+		// (LoaderTimeout + SharedTimeout + 10ms, plus CoalesceWait +
+		// 2×SharedTimeout with a Coordinator).
+		Read: sharedTimeout + loaderTimeout + sharedTimeout + 10*time.Millisecond + Slack,
+		// A write: the local write may wait for a write-back's shared write
+		// of the key (SharedTimeout), then its own shared write and its
+		// publish (SharedTimeout each), and with a Coordinator a new
+		// fencing token first.
+		Write:   3*sharedTimeout + Slack,
+		Fencing: mode == ModeCluster,
+	}
+	if mode == ModeNoBus {
+		b.Delivery = b.BusDown
+	}
+	if mode == ModeCluster {
+		b.Read += coalesceWait + 2*sharedTimeout
+		b.Write += redisTimeout
+	}
+	return b
+}
+
+// Config is a run's configuration.
+type Config struct {
+	// Duration is the whole run, shared equally by the Modes.
+	Duration time.Duration
+	// Instances per mode. Default 3.
+	Instances int
+	// Seed orders the faults and drives the workload's choices.
+	Seed uint64
+	// Modes to run, in order. Default Modes.
+	Modes []string
+	// Progress, when set, receives a line per phase and per fault.
+	Progress io.Writer
+	// Recorded, when set, receives each mode's history before it is
+	// checked, for a closer look at a violation.
+	Recorded func(mode string, ops []Op, faults []Fault)
+}
+
+// The workload's shape.
+const (
+	tenants            = 2
+	productsPerTenant  = 3
+	readersPerInstance = 2
+	// opTimeout is the context of every call: far above the Bounds, so
+	// that a call over its bound is seen rather than cut short.
+	opTimeout = 10 * time.Second
+	// keyPrefix is the shared tier's prefix (on a private server).
+	keyPrefix = "chaos:"
+)
+
+// Value is what the origin holds and the Caches cache: it embeds its own
+// tenant and key, so that a body served under another key is seen.
+type Value struct {
+	Tenant  string `json:"tenant"`
+	Product string `json:"product"`
+	Version int64  `json:"version"`
+}
+
+// Key is the cache key of v's product.
+func (v Value) Key() string { return v.Tenant + ":" + v.Product }
+
+// origin is the shared "database": a version per key, which every write
+// bumps. The writes of a key are serialised (a row lock, in a database),
+// so the versions a key's writes acknowledge grow.
+type origin struct {
+	mu       sync.Mutex // guards versions and rng
+	versions map[string]int64
+	rng      *rand.Rand
+	locks    map[string]*sync.Mutex // per key, held from the bump to the Cache call's return; read-only map
+}
+
+func newOrigin(keys []string, seed uint64) *origin {
+	o := &origin{versions: map[string]int64{}, locks: map[string]*sync.Mutex{}, rng: rand.New(rand.NewPCG(seed, 1))}
+	for _, k := range keys {
+		o.versions[k] = 1
+		o.locks[k] = new(sync.Mutex)
+	}
+	return o
+}
+
+func (o *origin) bump(key string) int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.versions[key]++
+	return o.versions[key]
+}
+
+// load reads key's version, then takes the origin's latency (a few
+// milliseconds, a fifth of the time up to 150): the value is as of the
+// start of the load, as the Cache assumes, and slow loads write back late.
+func (o *origin) load(key string) flightcache.LoadFunc[Value] {
+	return func(ctx context.Context) (Value, error) {
+		o.mu.Lock()
+		version := o.versions[key]
+		latency := time.Duration(1+o.rng.IntN(5)) * time.Millisecond
+		if o.rng.IntN(5) == 0 {
+			latency = time.Duration(50+o.rng.IntN(100)) * time.Millisecond
+		}
+		o.mu.Unlock()
+		t := time.NewTimer(latency)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return Value{}, ctx.Err()
+		}
+		tenant, product, _ := strings.Cut(key, ":")
+		return Value{Tenant: tenant, Product: product, Version: version}, nil
+	}
+}
+
+// instance is one simulated service instance: its own Redis client,
+// tiers, coordinator (nil in local mode) and Cache.
+type instance struct {
+	id     int
+	client *redis.Client
+	local  *memstore.Store[Value]
+	coord  *redislease.Coordinator
+	cache  *flightcache.Cache[Value]
+	// slowWrites is FaultSlowWrites' switch for this instance.
+	slowWrites atomic.Bool
+}
+
+// phase is one mode's part of a run.
+type phase struct {
+	cfg   Config
+	mode  string
+	h     *History
+	redis *redisServer
+	admin *redis.Client
+	sw    switches
+	org   *origin
+	keys  []string
+	insts []*instance
+}
+
+var discard = slog.New(slog.DiscardHandler)
+
+// Run runs cfg and returns one Report per mode. It starts a private
+// redis-server (ErrNoRedisServer without one) and stops it, and everything
+// else it started, before it returns. It silences go-redis' own logger
+// (a process-wide setting), which would report every failed connection.
+// Ending ctx ends the run early; what was recorded is still checked.
+func Run(ctx context.Context, cfg Config) ([]Report, error) {
+	if cfg.Instances == 0 {
+		cfg.Instances = 3
+	}
+	if len(cfg.Modes) == 0 {
+		cfg.Modes = Modes
+	}
+	if cfg.Duration <= 0 || cfg.Instances < 1 {
+		return nil, errors.New("chaos: Duration and Instances must be positive")
+	}
+	redis.SetLogger(quietRedis{})
+	var reports []Report
+	for i, mode := range cfg.Modes {
+		if !slices.Contains(Modes, mode) {
+			return nil, fmt.Errorf("chaos: unknown mode %q", mode)
+		}
+		p := &phase{cfg: cfg, mode: mode}
+		rep, err := p.run(ctx, cfg.Duration/time.Duration(len(cfg.Modes)), cfg.Seed+uint64(i))
+		if err != nil {
+			return reports, err
+		}
+		reports = append(reports, rep)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return reports, nil
+}
+
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
+func (p *phase) logf(format string, args ...any) {
+	if p.cfg.Progress != nil {
+		fmt.Fprintf(p.cfg.Progress, "%s: "+format+"\n", append([]any{p.mode}, args...)...)
+	}
+}
+
+func (p *phase) run(ctx context.Context, d time.Duration, seed uint64) (rep Report, err error) {
+	p.redis, err = startRedis(p.cfg.Instances)
+	if err != nil {
+		return Report{}, err
+	}
+	defer p.redis.kill()
+	p.admin = adminClient(p.redis.addr)
+	defer p.admin.Close()
+	for t := range tenants {
+		for n := range productsPerTenant {
+			p.keys = append(p.keys, fmt.Sprintf("t%d:p%d", t, n))
+		}
+	}
+	p.org = newOrigin(p.keys, seed)
+	defer p.closeInstances()
+	for i := range p.cfg.Instances {
+		if err := p.newInstance(ctx, i); err != nil {
+			return Report{}, err
+		}
+	}
+	p.waitBusesUp(ctx)
+	p.h = NewHistory()
+	p.logf("%d instances, %v, seed %d, redis-server at %s", len(p.insts), d, seed, p.redis.addr)
+
+	rng := rand.New(rand.NewPCG(seed, 0))
+	order := slices.Clone(allFaults)
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, in := range p.insts {
+		if p.pureReader(in) {
+			wg.Go(func() { p.reader(stop, in, pureReaderPace, rand.New(rand.NewPCG(seed, uint64(100+in.id*10)))) })
+			continue
+		}
+		for r := range readersPerInstance {
+			wg.Go(func() { p.reader(stop, in, readerPace, rand.New(rand.NewPCG(seed, uint64(100+in.id*10+r)))) })
+		}
+		wg.Go(func() { p.writer(stop, in, rand.New(rand.NewPCG(seed, uint64(200+in.id)))) })
+	}
+	raw, err := redisstore.New(p.insts[0].client, redisstore.Options{Prefix: keyPrefix, Timeout: sharedTimeout, HashTag: true})
+	if err != nil {
+		return Report{}, err
+	}
+	wg.Go(func() { p.rawReader(stop, raw, rand.New(rand.NewPCG(seed, 300))) })
+	faultErr := make(chan error, 1)
+	go func() { faultErr <- p.runFaults(stop, order) }()
+
+	t := time.NewTimer(d)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	case err = <-faultErr:
+		faultErr <- err
+	}
+	t.Stop()
+	close(stop)
+	err = <-faultErr
+	wg.Wait()
+	if err != nil {
+		return Report{}, err
+	}
+	ops, faults := p.h.Ops(), p.h.Faults()
+	if p.cfg.Recorded != nil {
+		p.cfg.Recorded(p.mode, ops, faults)
+	}
+	return Check(p.mode, ops, faults, BoundsFor(p.mode)), nil
+}
+
+// clientOptions are productd's request-path settings: a dead or hung
+// Redis fails a call within its deadline, never after go-redis' retries.
+func clientOptions(addr string) *redis.Options {
+	return &redis.Options{
+		Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1,
+		DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond,
+		PoolTimeout: 500 * time.Millisecond, DialerRetries: 1,
+	}
+}
+
+// newInstance adds instance id to p.insts, where closeInstances finds
+// what it opened even when it fails.
+func (p *phase) newInstance(ctx context.Context, id int) error {
+	opt := clientOptions(p.redis.addr)
+	opt.Username = redisUser(id)
+	in := &instance{id: id, client: redis.NewClient(opt)}
+	p.insts = append(p.insts, in)
+	store, err := redisstore.New(in.client, redisstore.Options{Prefix: keyPrefix, Timeout: sharedTimeout, HashTag: true})
+	if err != nil {
+		return err
+	}
+	in.local, err = memstore.New(memstore.Options[Value]{ClockResolution: clock.DefaultResolution})
+	if err != nil {
+		return err
+	}
+	brk, err := breaker.New(breaker.Options{CoolDown: breakerCoolDown})
+	if err != nil {
+		return err
+	}
+	opts := flightcache.Options[Value]{
+		Name: "chaos", Local: in.local, Shared: slowStore{SharedStore: store, on: &in.slowWrites},
+		Codec: &panicCodec{on: &p.sw.codecPanic}, TTL: cacheTTL,
+		LoaderTimeout: loaderTimeout, SharedTimeout: sharedTimeout, SharedBreaker: brk,
+		Logger: discard,
+	}
+	if p.mode == ModeNoBus {
+		in.cache, err = flightcache.New(opts)
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	// New PINGs within redisTimeout: a busy machine may miss that once
+	// while the new client dials.
+	for {
+		in.coord, err = redislease.New(cctx, in.client, store, redislease.Options{
+			LeaseTTL: leaseTTL, Timeout: redisTimeout, HeartbeatInterval: heartbeat, DownAfter: downAfter,
+		})
+		if err == nil || !errors.Is(err, redislease.ErrUnreachable) || cctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	opts.Bus, opts.BusDownTTL = in.coord, busDownTTL
+	if p.mode == ModeCluster {
+		opts.Coordinator, opts.CoalesceWait = in.coord, coalesceWait
+	}
+	in.cache, err = flightcache.New(opts)
+	return err
+}
+
+// closeInstances closes every Cache, then its coordinator, tiers and
+// client.
+func (p *phase) closeInstances() {
+	for _, in := range p.insts {
+		if in.cache != nil {
+			in.cache.Close()
+		}
+		if in.coord != nil {
+			in.coord.Close()
+		}
+		if in.local != nil {
+			in.local.Close()
+		}
+		in.client.Close()
+	}
+}
+
+// waitBusesUp waits (up to 10s) until every instance's bus is up, so that
+// the run starts from a cluster that hears itself.
+func (p *phase) waitBusesUp(ctx context.Context) {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		up := 0
+		for _, in := range p.insts {
+			// A Get subscribes the Bus; the first ones also warm the tiers.
+			_, _ = in.cache.Get(ctx, p.keys[0], p.org.load(p.keys[0]))
+			if in.cache.BusState() == flightcache.BusUp {
+				up++
+			}
+		}
+		if up == len(p.insts) || p.mode == ModeNoBus {
+			return
+		}
+		time.Sleep(20 * time.Millisecond) // polling the buses coming up
+	}
+}
+
+// errText is err's message on one line, without a panic's stack.
+func errText(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n\ngoroutine ")
+	return strings.ReplaceAll(s, "\n", " | ")
+}
+
+// call runs f, turning a panic into an error.
+func call(f func() error) (err error, panicked bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			err, panicked = fmt.Errorf("panic: %v", r), true
+		}
+	}()
+	return f(), false
+}
+
+// pause waits d, or until stop closes; it reports whether to go on.
+func pause(stop <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-stop:
+		return false
+	}
+}
+
+// read Fetches key on in and records it.
+func (p *phase) read(in *instance, key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	op := Op{Instance: in.id, Key: key, Kind: Read, Start: p.h.Now()}
+	var res flightcache.Result[Value]
+	err, _ := call(func() (err error) {
+		res, err = in.cache.Fetch(ctx, key, p.org.load(key))
+		return err
+	})
+	op.End = p.h.Now()
+	op.Detail = res.Outcome.String() + "/" + res.Scope.String()
+	if err != nil {
+		op.Err = errText(err)
+	} else {
+		op.Found, op.Version, op.BodyKey = true, res.Value.Version, res.Value.Key()
+	}
+	p.h.Record(op)
+}
+
+// pureReader says whether in only reads: the last instance, when there
+// are several. It reads slowly, so that a short Redis outage does not open
+// its breaker: it then trusts what Redis holds as soon as it answers
+// again, as a quiet instance does.
+func (p *phase) pureReader(in *instance) bool { return len(p.insts) > 1 && in.id == len(p.insts)-1 }
+
+// A reader waits between its reads a random time up to its pace.
+const (
+	readerPace     = 5 * time.Millisecond
+	pureReaderPace = 60 * time.Millisecond
+	writerPace     = 400 * time.Millisecond
+)
+
+// reader Gets random keys, at most pace apart, until stop closes.
+func (p *phase) reader(stop <-chan struct{}, in *instance, pace time.Duration, rng *rand.Rand) {
+	for pause(stop, 1+time.Duration(rng.Int64N(int64(pace)))) {
+		p.read(in, p.keys[rng.IntN(len(p.keys))])
+	}
+}
+
+// writer changes a random key (Set 5 times in 10, Delete 4, the tenant's
+// prefix 1: a Delete makes every instance load the key again, and half of
+// them are followed by a Set 20-150 ms later) every writerPace/4 to writerPace, then reads it back, until
+// stop closes. Writes are rarer than reads, so that a write left undone
+// is not soon redone by the writer's next one.
+func (p *phase) writer(stop <-chan struct{}, in *instance, rng *rand.Rand) {
+	for pause(stop, writerPace/4+time.Duration(rng.Int64N(int64(writerPace*3/4)))) {
+		key := p.keys[rng.IntN(len(p.keys))]
+		how := WriteSet
+		switch n := rng.IntN(10); {
+		case n == 0:
+			how = WritePrefix
+		case n < 5:
+			how = WriteDelete
+		}
+		p.write(in, key, how)
+		p.read(in, key)
+		// A second change soon after a Delete (a user saving twice), while
+		// the other instances load the key again: their write-backs race
+		// this Set.
+		if how == WriteDelete && rng.IntN(2) == 0 && pause(stop, time.Duration(20+rng.IntN(130))*time.Millisecond) {
+			p.write(in, key, WriteSet)
+			p.read(in, key)
+		}
+	}
+}
+
+// write commits a change of key to the origin and tells in's Cache, as a
+// service's PUT does, holding the key's (or for WritePrefix, the tenant's
+// keys') write lock throughout.
+func (p *phase) write(in *instance, key, how string) {
+	keys := []string{key}
+	tenant, _, _ := strings.Cut(key, ":")
+	if how == WritePrefix {
+		keys = keys[:0]
+		for _, k := range p.keys {
+			if strings.HasPrefix(k, tenant+":") {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+	}
+	for _, k := range keys {
+		p.org.locks[k].Lock()
+		defer p.org.locks[k].Unlock()
+	}
+	versions := make([]int64, len(keys))
+	for i, k := range keys {
+		versions[i] = p.org.bump(k)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	start := p.h.Now()
+	err, panicked := call(func() error {
+		switch how {
+		case WriteSet:
+			v := Value{Version: versions[0]}
+			v.Tenant, v.Product, _ = strings.Cut(key, ":")
+			return in.cache.Set(ctx, key, v)
+		case WriteDelete:
+			return in.cache.Delete(ctx, key)
+		default:
+			return in.cache.InvalidatePrefix(ctx, tenant+":")
+		}
+	})
+	end := p.h.Now()
+	for i, k := range keys {
+		op := Op{Instance: in.id, Key: k, Kind: Write, Write: how, Start: start, End: end, Version: versions[i], Unacked: panicked}
+		if err != nil {
+			op.Err = errText(err)
+		}
+		p.h.Record(op)
+	}
+}
+
+// rawReader reads random keys' entries straight from Redis, every 10 ms,
+// until stop closes.
+func (p *phase) rawReader(stop <-chan struct{}, raw *redisstore.Store, rng *rand.Rand) {
+	for pause(stop, 10*time.Millisecond) {
+		key := p.keys[rng.IntN(len(p.keys))]
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		op := Op{Instance: -1, Key: key, Kind: RawRead, Start: p.h.Now()}
+		e, ok, err := raw.Get(ctx, key)
+		op.End = p.h.Now()
+		cancel()
+		switch {
+		case err != nil:
+			op.Err = errText(err)
+		case ok:
+			var v Value
+			if err := json.Unmarshal(e.Value, &v); err != nil {
+				op.Err = err.Error()
+				break
+			}
+			op.Found, op.Version, op.BodyKey = true, v.Version, v.Key()
+		}
+		p.h.Record(op)
+	}
+}
