@@ -655,8 +655,11 @@ func TestHungSharedTierCostsABatchAtMostOneSharedTimeout(t *testing.T) {
 			t.Fatalf("key = %+v, %v; want the value, loaded_write_failed with the shared timeout", r.Result, r.Err)
 		}
 	}
-	if limit := sharedTimeout + sharedTimeout/2; took >= limit {
-		t.Fatalf("the batch took %v, want under %v (one shared timeout)", took, limit)
+	// The call count below proves one timeout was paid (each call to the
+	// hung tier waits out its own); the time is a sanity bound with room
+	// for a busy machine.
+	if limit := 10 * sharedTimeout; took >= limit {
+		t.Fatalf("the batch took %v, want about one shared timeout (%v)", took, sharedTimeout)
 	}
 	if n := shared.calls.Load(); n != 1 {
 		t.Fatalf("%d shared calls, want 1: after a timeout the batch must leave the tier alone", n)

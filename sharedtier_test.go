@@ -188,9 +188,11 @@ func testHungSharedTierCostsOneTimeout(t *testing.T, netTimeouts bool) {
 	if !errors.Is(r.WriteErr, context.DeadlineExceeded) {
 		t.Fatalf("WriteErr = %v, want the shared timeout", r.WriteErr)
 	}
-	// Less than a second shared timeout of slack: one was paid, not two.
-	if limit := sharedTimeout + loadTime + sharedTimeout/2; took >= limit {
-		t.Fatalf("the miss took %v, want under %v (one shared timeout plus the load)", took, limit)
+	// The call count below proves one timeout was paid, not two (each
+	// call to the hung tier waits out its own); the time is a sanity bound
+	// with room for a busy machine.
+	if limit := 10 * (sharedTimeout + loadTime); took >= limit {
+		t.Fatalf("the miss took %v, want about one shared timeout plus the load (%v)", took, sharedTimeout+loadTime)
 	}
 	if n := shared.calls.Load(); n != 1 {
 		t.Fatalf("%d shared calls, want 1: after a timeout the Get must leave the tier alone", n)

@@ -516,11 +516,21 @@ func (p *phase) writer(stop <-chan struct{}, in *instance, rng *rand.Rand) {
 		p.write(in, key, how)
 		p.read(in, key)
 		// A second change soon after a Delete (a user saving twice), while
-		// the other instances load the key again: their write-backs race
+		// the other instances load the key again, as they do for a hot
+		// key: their write-backs, degraded or slowed by a fault, race
 		// this Set.
-		if how == WriteDelete && rng.IntN(2) == 0 && pause(stop, time.Duration(20+rng.IntN(130))*time.Millisecond) {
-			p.write(in, key, WriteSet)
-			p.read(in, key)
+		if how == WriteDelete && rng.IntN(2) == 0 {
+			var reloads sync.WaitGroup
+			for _, o := range p.insts {
+				if o != in && !p.pureReader(o) {
+					reloads.Go(func() { p.read(o, key) })
+				}
+			}
+			if pause(stop, time.Duration(20+rng.IntN(130))*time.Millisecond) {
+				p.write(in, key, WriteSet)
+				p.read(in, key)
+			}
+			reloads.Wait()
 		}
 	}
 }
