@@ -6,10 +6,10 @@ COUNT     ?= 10
 BENCHTIME ?= 1s
 BENCHOUT  ?= bench.txt
 
-.PHONY: test fmt-check vet race lint bench stress demo chaos
+.PHONY: test fmt-check vet race chaos-short lint bench stress demo chaos
 
-## test: gofmt check, go vet, and the race-enabled test suite (needs Redis and PostgreSQL; see README)
-test: fmt-check vet race
+## test: gofmt check, go vet, the race-enabled test suite and a one-minute chaos run (needs Redis, PostgreSQL and redis-server; see README)
+test: fmt-check vet race chaos-short
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -37,6 +37,10 @@ bench:
 ## demo: the herd and its cure, in numbers
 demo:
 	$(GO) run ./cmd/stampede
+
+## chaos-short: the history checker for one minute with a fixed seed (part of make test; exits 1 on any violation)
+chaos-short:
+	$(GO) run ./cmd/chaos -duration 60s -seed 1 -q
 
 ## chaos: K instances on a private redis-server under faults, the recorded history checked against the promises (about 2 minutes; needs redis-server)
 CHAOS_DURATION ?= 2m
