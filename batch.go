@@ -258,7 +258,7 @@ func (b *batch[V]) filter(miss []batchKey[V]) []batchKey[V] {
 
 // readShared reads the keys the local tier missed from the shared tier in
 // one round trip, answers the fresh ones (copying them into the local tier
-// under a write-guard ticket, as Get does), remembers stale ones as the
+// under a ticket, as Get does), remembers stale ones as the
 // fallback, and returns the keys left.
 func (b *batch[V]) readShared(miss []batchKey[V]) []batchKey[V] {
 	c := b.c
@@ -309,7 +309,7 @@ func (b *batch[V]) readShared(miss []batchKey[V]) []batchKey[V] {
 //     other.)
 //  2. The led keys are split into chunks of at most MaxBatchSize, and each
 //     chunk is loaded by its own goroutine (loadChunk), detached from the
-//     caller's context like a single load. It takes the write-guard
+//     caller's context like a single load. It takes the
 //     tickets, double-checks the tiers, calls the loader once for the keys
 //     still missing, writes them back, and completes every key's flight
 //     exactly once (deferred, so a panicking or exiting loader completes

@@ -403,7 +403,7 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	return c.settle(ctx, m, fl, err, stale, now)
 }
 
-// readSharedGuarded is readShared under a write-guard ticket of its own,
+// readSharedGuarded is readShared under a ticket of its own,
 // for the read before the flight.
 func (c *Cache[V]) readSharedGuarded(ctx context.Context, key string, now time.Time) (*Item[V], error) {
 	t := c.coh.Begin(key)
@@ -668,7 +668,7 @@ func joinPublished(err, perr error) error {
 }
 
 // explicit runs an explicit write (Set, Delete) of key so that it wins over
-// the read path: loads in flight skip their write-back (writeGuard), and a
+// the read path: loads in flight skip their write-back (coherence.Tickets), and a
 // Get that starts after the write returns does not join a load that started
 // before it, since that load read the origin before the caller's change.
 //

@@ -183,7 +183,7 @@ func (c *Cache[V]) publishVia(ctx context.Context, kind InvalidationKind, target
 
 // applyKey drops the local copy of key if it was read before version
 // (this Cache's clock) plus ClockSkew, makes the read-path writes of key
-// in progress write nothing (an explicit write in the write guard) and
+// in progress write nothing (an explicit write, coherence.Tickets) and
 // the next Get start a new flight. It reports whether a copy was held and
 // whether it was dropped.
 func (c *Cache[V]) applyKey(key string, version time.Time) (held, dropped bool) {

@@ -73,7 +73,7 @@ type flight[V any] struct {
 
 // run is the flight, executed by the leader:
 //
-//  1. take a write-guard ticket, before reading anything, so that a Set or
+//  1. take a ticket (coherence.Tickets), before reading anything, so that a Set or
 //     Delete that finishes after this point wins over whatever is written;
 //  2. double-check both tiers;
 //  3. respect the failure throttle;
