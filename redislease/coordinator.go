@@ -42,9 +42,6 @@ const (
 	// expiryGrace is added to a lease's remaining TTL before a follower
 	// tries to take it over, so that it looks just after the expiry.
 	expiryGrace = 2 * time.Millisecond
-	// maxFailureMessage bounds the failed load's message carried to the
-	// other instances.
-	maxFailureMessage = 256
 )
 
 // ErrUnreachable is matched by New's error when Redis does not answer.
@@ -234,7 +231,7 @@ type acquireReply struct {
 	kind  int64 // 0 leader, 1 held by another, 2 done, 3 failed
 	token uint64
 	pttl  time.Duration
-	msg   string
+	msg   string // a failure marker's class (see failureClass)
 }
 
 func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64) (acquireReply, error) {
@@ -304,7 +301,7 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req flightcache.Cla
 		case 2:
 			return flightcache.Claim{Done: r.token, Waited: time.Since(start)}, nil
 		case 3:
-			return flightcache.Claim{Waited: time.Since(start)}, fmt.Errorf("%w: %s", flightcache.ErrLeaderFailed, r.msg)
+			return flightcache.Claim{Waited: time.Since(start)}, leaderFailed(r.msg)
 		}
 		if w == nil {
 			if w, err = c.subscribe(ctx, k.channel); err != nil {

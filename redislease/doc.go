@@ -30,7 +30,7 @@
 //	V|lease     the lease: the holder's token, PX LeaseTTL
 //	V|token     the key's newest fencing token, PX 1h
 //	V|done      the token of the last completed load, PX LeaseTTL
-//	V|fail      "<token> <message>" of the last failed load, PX FailureWindow
+//	V|fail      "<token> <class>" of the last failed load, PX FailureWindow
 //	V|ch        the pub/sub channel of the key's completions
 //
 // Every name begins with V's hash tag, so on Redis Cluster all of them are in
@@ -55,7 +55,12 @@
 // value only if the leader's token is still the key's newest), the done
 // marker, and the release (compare-and-delete of the lease); then a PUBLISH
 // (SPUBLISH on a Cluster) on the key's channel. Fail records the failure
-// marker and releases the lease the same way, then publishes.
+// marker and releases the lease the same way, then publishes. The marker
+// carries only the failure's class (timeout, not-found or error), never the
+// origin's error text, which can hold SQL, host names or credentials:
+// followers on other instances get a fixed error matching
+// flightcache.ErrLeaderFailed that names the class, and the leader's own
+// callers keep the full error.
 //
 // A follower subscribes to the key's channel (reference-counted, over one
 // subscription connection per instance, or per master for sharded pub/sub

@@ -77,7 +77,7 @@ if current then return 1 end
 return 0
 `)
 
-// failScript: KEYS lease, token, fail; ARGV token, message, failure window
+// failScript: KEYS lease, token, fail; ARGV token, class, failure window
 // ms. Records the failure marker (only for a current token) and releases
 // the lease.
 var failScript = redis.NewScript(`
