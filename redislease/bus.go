@@ -473,9 +473,15 @@ func (r *busRun) monitor() {
 			if b.run == r && b.state == flightcache.BusUp && now.Sub(b.lastBack) > b.downAfter {
 				b.setState(flightcache.BusDown)
 			}
-			confirmed := b.busConfirmed && b.hbConfirmed
+			// Subscribe again while the channels are not confirmed, and
+			// also while the bus stays down although they are: go-redis
+			// subscribes a connection's channels again after a reconnect
+			// with one command, which a Cluster refuses whole when they
+			// span slots (the bus's and followers' lease channels share
+			// the connection), and no confirmation says so.
+			stuck := !(b.busConfirmed && b.hbConfirmed) || b.state != flightcache.BusUp
 			b.mu.Unlock()
-			if r.sub == nil || (!confirmed && now.Sub(r.attachedAt) >= b.downAfter) {
+			if r.sub == nil || (stuck && now.Sub(r.attachedAt) >= b.downAfter) {
 				r.attach()
 			}
 		}

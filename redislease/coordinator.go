@@ -267,7 +267,9 @@ func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64) (acquir
 // between the two cannot be missed; any message, or a safety-net timer
 // (jittered, doubling from 50ms to 1s, and due just after the lease's
 // expiry), makes it look again with one script, which also takes the lease
-// over when it expired without a result.
+// over when it expired without a result. When the server ends the
+// subscription (a Redis Cluster moved the key's slot to another master),
+// the follower looks again at once and subscribes anew, on the new master.
 func (c *Coordinator) Claim(ctx context.Context, key string, req flightcache.ClaimRequest) (flightcache.Claim, error) {
 	k, err := c.keysFor(key)
 	if err != nil {
@@ -277,6 +279,7 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req flightcache.Cla
 	deadline := start.Add(req.Wait)
 	var (
 		w        *waiter
+		resub    bool   // the server ended w's subscription (see below)
 		observed uint64 // the token of the lease this follower waits on
 		backoff  = minRecheck
 		timer    *time.Timer
@@ -304,10 +307,18 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req flightcache.Cla
 			return flightcache.Claim{Waited: time.Since(start)}, leaderFailed(r.msg)
 		}
 		if w == nil {
-			if w, err = c.subscribe(ctx, k.channel); err != nil {
+			nw, err := c.subscribe(ctx, k.channel)
+			if err == nil {
+				w = nw
+				continue // look again: from now on no broadcast is missed
+			}
+			if !resub {
 				return flightcache.Claim{Waited: time.Since(start)}, err
 			}
-			continue // look again: from now on no broadcast is missed
+			// Subscribing again after the server ended the subscription
+			// (a Cluster moved the key's slot) can fail while this
+			// client's view of the slots is out of date: this round waits
+			// for the re-check alone, and the next one tries again.
 		}
 		observed = r.token
 		remaining := time.Until(deadline)
@@ -324,9 +335,18 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req flightcache.Cla
 		} else {
 			timer.Reset(d)
 		}
+		var wake <-chan struct{} // nil while not subscribed: the re-check alone
+		if w != nil {
+			wake = w.ch
+		}
 		select {
-		case <-w.ch:
+		case <-wake:
 			timer.Stop()
+			if w.isLost() {
+				// The channel's slot moved: messages are published on its
+				// new master now. Look again, then subscribe there.
+				w, resub = nil, true
+			}
 		case <-timer.C:
 		case <-ctx.Done():
 			return flightcache.Claim{Waited: time.Since(start)}, ctx.Err()

@@ -86,6 +86,17 @@
 // it lost; its write is then likely fenced. A lost publish costs followers
 // one safety-net re-check, no more.
 //
+// When a Redis Cluster gives a slot to another master, the old master ends
+// the sharded subscriptions of the slot's channels (an SUNSUBSCRIBE push):
+// followers waiting on such a channel look at the lease again at once and
+// subscribe anew, on the new master; the bus goes down, moves its channels
+// and comes back up. When a sharded subscription connection is cut,
+// go-redis subscribes its channels again with one SSUBSCRIBE, which the
+// Cluster refuses whole if they span slots (CROSSSLOT); the bus, whose
+// heartbeats then stop coming back, subscribes its own channels again
+// after DownAfter, and followers on that connection are woken by their
+// safety-net re-check.
+//
 // # Bus
 //
 // The bus has two channels and one key per cache, with the store's prefix
