@@ -77,7 +77,9 @@ type BusStats struct {
 	Disconnects uint64
 	// Resubscribed counts the confirmations of the bus channel's
 	// subscription after its first one in a run: go-redis reconnected and
-	// subscribed again, and messages may have been lost in between.
+	// subscribed again, or the bus, down for DownAfter with its channels
+	// confirmed, subscribed them again; messages may have been lost in
+	// between.
 	Resubscribed uint64
 	// Replayed counts the retained bulk invalidations delivered to
 	// handlers before their BusUp (see Subscribe).
@@ -133,6 +135,7 @@ type bus struct {
 	nextSeq      uint64
 	minSeq       uint64
 	lastBack     time.Time // when the last counted heartbeat came back
+	downSince    time.Time // when the state last moved to BusDown
 }
 
 func newBus(c *Coordinator, interval, downAfter, retention time.Duration) *bus {
@@ -390,7 +393,7 @@ func (b *bus) startRun() {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &busRun{b: b, prev: b.prev, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	b.run = r
-	b.state = flightcache.BusDown
+	b.state, b.downSince = flightcache.BusDown, time.Now()
 	b.busConfirmed, b.hbConfirmed = false, false
 	b.minSeq = b.nextSeq
 	go r.monitor()
@@ -408,6 +411,9 @@ func (b *bus) setState(st flightcache.BusState) {
 	}
 	if b.state == flightcache.BusUp {
 		b.disconnects.Add(1)
+	}
+	if st == flightcache.BusDown {
+		b.downSince = time.Now()
 	}
 	b.state = st
 	for _, s := range b.subs {
@@ -479,7 +485,10 @@ func (r *busRun) monitor() {
 			// with one command, which a Cluster refuses whole when they
 			// span slots (the bus's and followers' lease channels share
 			// the connection), and no confirmation says so.
-			stuck := !(b.busConfirmed && b.hbConfirmed) || b.state != flightcache.BusUp
+			// Only once it has been down for DownAfter: a short outage
+			// (Redis paused) ends without a new subscription, whose
+			// confirmation would take the bus down once more.
+			stuck := !(b.busConfirmed && b.hbConfirmed) || (b.state != flightcache.BusUp && now.Sub(b.downSince) >= b.downAfter)
 			b.mu.Unlock()
 			if r.sub == nil || (stuck && now.Sub(r.attachedAt) >= b.downAfter) {
 				r.attach()
