@@ -31,10 +31,6 @@ const (
 
 	minLeaseTTL = 100 * time.Millisecond
 	maxLeaseTTL = time.Minute
-	// tokenTTL keeps a key's token key well past any load (LoaderTimeout is
-	// at most 10 minutes); after that the token is re-seeded from the
-	// server clock, which keeps it monotonic (see scripts.go).
-	tokenTTL = time.Hour
 	// The follower's safety-net re-check: jittered, doubling, never
 	// sooner than minRecheck, never later than maxRecheck.
 	minRecheck = 50 * time.Millisecond
@@ -238,7 +234,7 @@ func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64) (acquir
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
 	v, err := acquireScript.Run(ctx, c.client, []string{k.lease, k.token, k.done, k.fail},
-		ms(c.leaseTTL), strconv.FormatUint(after, 10), ms(tokenTTL)).Slice()
+		ms(c.leaseTTL), strconv.FormatUint(after, 10)).Slice()
 	if err != nil {
 		return acquireReply{}, fmt.Errorf("redislease: acquire: %w", err)
 	}
@@ -364,7 +360,7 @@ func (c *Coordinator) Invalidate(ctx context.Context, key string) error {
 	}
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	if err := invalidateScript.Run(ctx, c.client, []string{k.token, k.done, k.fail}, ms(tokenTTL)).Err(); err != nil {
+	if err := invalidateScript.Run(ctx, c.client, []string{k.token, k.done, k.fail}, ms(c.leaseTTL)).Err(); err != nil {
 		return fmt.Errorf("redislease: invalidate: %w", err)
 	}
 	return nil

@@ -28,7 +28,7 @@
 //
 //	V           the value (redisstore's envelope, bound to V)
 //	V|lease     the lease: the holder's token, PX LeaseTTL
-//	V|token     the key's newest fencing token, PX 1h
+//	V|token     the key's newest fencing token, PX LeaseTTL, extended with the lease
 //	V|done      the token of the last completed load, PX LeaseTTL
 //	V|fail      "<token> <class>" of the last failed load, PX FailureWindow
 //	V|ch        the pub/sub channel of the key's completions
@@ -51,7 +51,9 @@
 // token key expired or Redis restarted empty), in one atomic step.
 //
 // The leader's heartbeat extends the lease every LeaseTTL/3 with a script
-// that checks the token. Complete is one script: the fenced write (SET of the
+// that checks the token, and the token key with it while it holds the
+// lease's token: a token key lives LeaseTTL past its last use, not longer
+// (see scripts.go for why that is safe for fencing). Complete is one script: the fenced write (SET of the
 // value only if the leader's token is still the key's newest), the done
 // marker, and the release (compare-and-delete of the lease); then a PUBLISH
 // (SPUBLISH on a Cluster) on the key's channel. Fail records the failure

@@ -41,7 +41,8 @@ func (l *lease) Token() uint64         { return l.token }
 func (l *lease) TakenOver() bool       { return l.takenOver }
 func (l *lease) Lost() <-chan struct{} { return l.lost }
 
-// heartbeat extends the lease every TTL/3. It gives up, closing lost, when
+// heartbeat extends the lease, and the token key while it still holds the
+// lease's token, every TTL/3. It gives up, closing lost, when
 // the lease is no longer this token's, or when no extension succeeded for
 // a whole TTL (by then the lease has expired in Redis anyway).
 func (l *lease) heartbeat() {
@@ -57,7 +58,7 @@ func (l *lease) heartbeat() {
 		case <-t.C:
 		}
 		ctx, cancel := l.c.opCtx(context.Background())
-		n, err := extendScript.Run(ctx, l.c.client, []string{l.k.lease}, l.tok, ms(l.c.leaseTTL)).Int64()
+		n, err := extendScript.Run(ctx, l.c.client, []string{l.k.lease, l.k.token}, l.tok, ms(l.c.leaseTTL)).Int64()
 		cancel()
 		switch {
 		case err == nil && n == 1:
