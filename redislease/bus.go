@@ -44,10 +44,22 @@ var _ flightcache.Bus = (*Coordinator)(nil)
 // the first subscription's stop returned.
 var ErrAlreadySubscribed = errors.New("redislease: bus: this cache name is already subscribed on this Coordinator")
 
+// ErrNotDelivered is matched by the error of a Publish whose message Redis
+// accepted but which did not come back on the Coordinator's own
+// subscription before the call's deadline, or before its last
+// subscription stopped: the other instances may not have it yet, or ever
+// (see Publish). The error also matches the context's error when the
+// deadline ended the wait.
+var ErrNotDelivered = errors.New("redislease: bus: the message did not come back on this Coordinator's own subscription")
+
 // BusStats are a Coordinator's bus counters since New.
 type BusStats struct {
 	// Published counts the invalidations Publish handed to Redis.
 	Published uint64
+	// Unconfirmed counts the Publishes among them that failed with
+	// ErrNotDelivered: the message did not come back on the Coordinator's
+	// own subscription in time.
+	Unconfirmed uint64
 	// Received counts the well-formed invalidations that arrived from
 	// other Coordinators, whether or not a subscription wanted them.
 	Received uint64
@@ -65,7 +77,9 @@ type BusStats struct {
 	Disconnects uint64
 	// Resubscribed counts the confirmations of the bus channel's
 	// subscription after its first one in a run: go-redis reconnected and
-	// subscribed again, and messages may have been lost in between.
+	// subscribed again, or the bus, down for DownAfter with its channels
+	// confirmed, subscribed them again; messages may have been lost in
+	// between.
 	Resubscribed uint64
 	// Replayed counts the retained bulk invalidations delivered to
 	// handlers before their BusUp (see Subscribe).
@@ -93,8 +107,18 @@ type bus struct {
 	bulkCap   int              // maxBulkRetained; tests lower it
 	now       func() time.Time // time.Now; tests move it
 
-	published, received, dropped, overflowed, disconnects, resubscribed, replayed atomic.Uint64
-	lastMessage                                                                   atomic.Int64 // Unix nanoseconds, 0 for none
+	published, unconfirmed, received, dropped, overflowed, disconnects, resubscribed, replayed atomic.Uint64
+	lastMessage                                                                                atomic.Int64 // Unix nanoseconds, 0 for none
+
+	// echoes holds, by message, the Publishes waiting for their message to
+	// come back on the bus channel's subscription. An entry is added
+	// before its PUBLISH is sent, so its echo cannot come first; the echo
+	// closes seen and removes the entry, and the last waiter to give up
+	// removes it too. Publishes of identical messages share an entry: any
+	// one of their echoes tells each of them that the invalidation they
+	// carry has reached every subscriber. Guarded by echoMu.
+	echoMu sync.Mutex
+	echoes map[string]*echo
 
 	mu     sync.Mutex
 	subs   map[string]*busSub // by cache name, one each; guarded by mu
@@ -111,13 +135,14 @@ type bus struct {
 	nextSeq      uint64
 	minSeq       uint64
 	lastBack     time.Time // when the last counted heartbeat came back
+	downSince    time.Time // when the state last moved to BusDown
 }
 
 func newBus(c *Coordinator, interval, downAfter, retention time.Duration) *bus {
 	b := &bus{
 		c: c, origin: rand.Uint64(), interval: interval, downAfter: downAfter,
 		retention: retention, bulkCap: maxBulkRetained, now: time.Now,
-		subs: make(map[string]*busSub),
+		subs: make(map[string]*busSub), echoes: make(map[string]*echo),
 	}
 	b.channel = c.store.Prefix() + "{bus}"
 	b.hbChannel = string(appendHex16([]byte(b.channel+"|hb|"), b.origin))
@@ -130,14 +155,31 @@ func newBus(c *Coordinator, interval, downAfter, retention time.Duration) *bus {
 // in the bus's slot, that first records it in the cache's set of retained
 // invalidations (see Options.BulkRetention and Subscribe) and then
 // publishes it the same way, so that instances that miss the message
-// still get it. Either way it is one round trip, bounded by ctx and
-// Options.Timeout. Every other Coordinator on the same store prefix whose
-// subscription for cache is active receives it; this one does not. It
-// fails for a closed Coordinator, an Invalidation that is not well formed
-// (see flightcache.Invalidation; a Version before 1970, an empty cache
-// name, or one longer than 255 bytes, a Target longer than 64 KiB), or
-// when Redis did not accept the message (a bulk invalidation that could
-// not be recorded is not published).
+// still get it. Every other Coordinator on the same store prefix whose
+// subscription for cache is active receives it; this one does not deliver
+// it.
+//
+// While anything is subscribed on this Coordinator (a Cache with a Bus
+// always is), Publish then waits until the message comes back on its own
+// subscription of the bus channel. Redis hands a message to all the
+// subscribers of a channel at once, in the order it executes the
+// publishes, so by then it has been handed to every other subscriber's
+// connection as well: what remains before another instance stops serving
+// older values is the network's last hop to it and its own handler (see
+// docs/ARCHITECTURE.md for the measured bound). If the message does not
+// come back before ctx or Options.Timeout ends, or the last subscription
+// stops meanwhile, Publish fails with an error matching ErrNotDelivered:
+// Redis accepted the message, but whether anyone got it is unknown, so the
+// caller must treat it as not published (a Cache redoes it later; a
+// repeated invalidation is harmless). Without a subscription there is
+// nothing to wait for, and Publish returns once Redis accepted the
+// message. The whole call is bounded by ctx and Options.Timeout.
+//
+// It also fails for a closed Coordinator, an Invalidation that is not
+// well formed (see flightcache.Invalidation; a Version before 1970, an
+// empty cache name, or one longer than 255 bytes, a Target longer than 64
+// KiB), or when Redis did not accept the message (a bulk invalidation that
+// could not be recorded is not published).
 func (c *Coordinator) Publish(ctx context.Context, cache string, inv flightcache.Invalidation) error {
 	b := c.bus
 	if c.isClosed() {
@@ -146,6 +188,12 @@ func (c *Coordinator) Publish(ctx context.Context, cache string, inv flightcache
 	msg, err := appendBusMessage(make([]byte, 0, maxBusHeader+len(cache)+len(inv.Target)), b.origin, cache, inv)
 	if err != nil {
 		return err
+	}
+	ctx, cancel := c.opCtx(ctx)
+	defer cancel()
+	run, e := b.expectEcho(msg)
+	if e != nil {
+		defer b.forgetEcho(msg, e)
 	}
 	if inv.Kind == flightcache.InvalidationKey {
 		err = c.publishTo(ctx, b.channel, msg)
@@ -156,7 +204,69 @@ func (c *Coordinator) Publish(ctx context.Context, cache string, inv flightcache
 		return fmt.Errorf("redislease: bus: publish: %w", err)
 	}
 	b.published.Add(1)
-	return nil
+	if e == nil {
+		return nil
+	}
+	select {
+	case <-e.seen:
+		return nil
+	case <-ctx.Done():
+		b.unconfirmed.Add(1)
+		return fmt.Errorf("redislease: bus: publish: %w: %w", ErrNotDelivered, ctx.Err())
+	case <-run.ctx.Done():
+		b.unconfirmed.Add(1)
+		return fmt.Errorf("redislease: bus: publish: %w: the subscription stopped", ErrNotDelivered)
+	}
+}
+
+// echo is what the Publishes of one message wait for: seen is closed when
+// the message came back on the bus channel's subscription. n counts the
+// Publishes waiting; both are guarded by bus.echoMu.
+type echo struct {
+	seen chan struct{}
+	n    int
+}
+
+// expectEcho registers a Publish of msg that waits for its echo, with the
+// run whose subscription will bring it; it returns nils while nothing is
+// subscribed (no run, no echo to wait for).
+func (b *bus) expectEcho(msg []byte) (*busRun, *echo) {
+	b.mu.Lock()
+	run := b.run
+	b.mu.Unlock()
+	if run == nil {
+		return nil, nil
+	}
+	b.echoMu.Lock()
+	defer b.echoMu.Unlock()
+	e := b.echoes[string(msg)]
+	if e == nil {
+		e = &echo{seen: make(chan struct{})}
+		b.echoes[string(msg)] = e
+	}
+	e.n++
+	return run, e
+}
+
+// forgetEcho ends a Publish's wait for msg's echo.
+func (b *bus) forgetEcho(msg []byte, e *echo) {
+	b.echoMu.Lock()
+	defer b.echoMu.Unlock()
+	e.n--
+	if e.n == 0 && b.echoes[string(msg)] == e {
+		delete(b.echoes, string(msg))
+	}
+}
+
+// echoed releases the Publishes waiting for payload, a message of this
+// Coordinator's origin that came back.
+func (b *bus) echoed(payload string) {
+	b.echoMu.Lock()
+	defer b.echoMu.Unlock()
+	if e := b.echoes[payload]; e != nil {
+		close(e.seen)
+		delete(b.echoes, payload)
+	}
 }
 
 // publishTo publishes msg on channel, bounded by Options.Timeout.
@@ -251,7 +361,7 @@ func (c *Coordinator) Subscribe(cache string, h flightcache.BusHandler) (stop fu
 func (c *Coordinator) BusStats() BusStats {
 	b := c.bus
 	st := BusStats{
-		Published: b.published.Load(), Received: b.received.Load(), Dropped: b.dropped.Load(),
+		Published: b.published.Load(), Unconfirmed: b.unconfirmed.Load(), Received: b.received.Load(), Dropped: b.dropped.Load(),
 		Overflowed: b.overflowed.Load(), Disconnects: b.disconnects.Load(), Resubscribed: b.resubscribed.Load(),
 		Replayed: b.replayed.Load(),
 	}
@@ -283,7 +393,7 @@ func (b *bus) startRun() {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &busRun{b: b, prev: b.prev, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	b.run = r
-	b.state = flightcache.BusDown
+	b.state, b.downSince = flightcache.BusDown, time.Now()
 	b.busConfirmed, b.hbConfirmed = false, false
 	b.minSeq = b.nextSeq
 	go r.monitor()
@@ -301,6 +411,9 @@ func (b *bus) setState(st flightcache.BusState) {
 	}
 	if b.state == flightcache.BusUp {
 		b.disconnects.Add(1)
+	}
+	if st == flightcache.BusDown {
+		b.downSince = time.Now()
 	}
 	b.state = st
 	for _, s := range b.subs {
@@ -366,9 +479,18 @@ func (r *busRun) monitor() {
 			if b.run == r && b.state == flightcache.BusUp && now.Sub(b.lastBack) > b.downAfter {
 				b.setState(flightcache.BusDown)
 			}
-			confirmed := b.busConfirmed && b.hbConfirmed
+			// Subscribe again while the channels are not confirmed, and
+			// also while the bus stays down although they are: go-redis
+			// subscribes a connection's channels again after a reconnect
+			// with one command, which a Cluster refuses whole when they
+			// span slots (the bus's and followers' lease channels share
+			// the connection), and no confirmation says so.
+			// Only once it has been down for DownAfter: a short outage
+			// (Redis paused) ends without a new subscription, whose
+			// confirmation would take the bus down once more.
+			stuck := !(b.busConfirmed && b.hbConfirmed) || (b.state != flightcache.BusUp && now.Sub(b.downSince) >= b.downAfter)
 			b.mu.Unlock()
-			if r.sub == nil || (!confirmed && now.Sub(r.attachedAt) >= b.downAfter) {
+			if r.sub == nil || (stuck && now.Sub(r.attachedAt) >= b.downAfter) {
 				r.attach()
 			}
 		}
@@ -507,6 +629,7 @@ func (r *busRun) message(channel, payload string) {
 		return
 	}
 	if m.origin == b.origin {
+		b.echoed(payload)
 		return
 	}
 	b.received.Add(1)

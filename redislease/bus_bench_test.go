@@ -155,7 +155,9 @@ func externalSubscriber(b *testing.B, srv *testenv.RedisServer, channel string) 
 // It reports the message's size, this process's CPU per Publish and the
 // private Redis server's (delivery to the subscriber included), and the
 // same for a bare PING as a baseline; bulk-serial publishes a prefix
-// invalidation, which a script also records for replay.
+// invalidation, which a script also records for replay. The *-echo cases
+// repeat them with the publisher subscribed, as a Cache's Coordinator is:
+// Publish then waits for its own message to come back.
 func BenchmarkBusPublish(b *testing.B) {
 	srv := testenv.StartRedis(b)
 	admin := newClient(b, srv.Addr)
@@ -200,6 +202,18 @@ func BenchmarkBusPublish(b *testing.B) {
 	// the script that publishes it.
 	prefix := flightcache.Invalidation{Kind: flightcache.InvalidationPrefix, Target: "tenant-a:", Version: time.Now()}
 	b.Run("bulk-serial", func(b *testing.B) { run(b, false, prefix) })
+	// The same three with the publisher subscribed, as a Cache with a Bus
+	// always is: each Publish then also waits for its message to come
+	// back on its own subscription.
+	stop, err := pub.Subscribe(benchCache, newCountingHandler())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	eventually(b, 10*time.Second, "bus up", func() bool { return pub.BusStats().State == flightcache.BusUp })
+	b.Run("serial-echo", func(b *testing.B) { run(b, false, benchInvalidation) })
+	b.Run("parallel-echo", func(b *testing.B) { run(b, true, benchInvalidation) })
+	b.Run("bulk-serial-echo", func(b *testing.B) { run(b, false, prefix) })
 	// The same machine's price of a bare round trip, to read the others
 	// by.
 	b.Run("ping-baseline", func(b *testing.B) {
@@ -331,4 +345,82 @@ func (h *latencyHandler) BusChanged(s flightcache.BusState) {
 		default:
 		}
 	}
+}
+
+// seqHandler counts the invalidations it applied and hands the time of
+// each to the benchmark.
+type seqHandler struct {
+	applied atomic.Int64
+	got     chan time.Time
+	up      chan struct{}
+}
+
+func (h *seqHandler) Invalidated(flightcache.Invalidation) {
+	h.applied.Add(1)
+	h.got <- time.Now()
+}
+
+func (h *seqHandler) BusChanged(s flightcache.BusState) {
+	if s == flightcache.BusUp {
+		select {
+		case h.up <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// BenchmarkBusPublishToApply measures, on loopback, one Publish at a time
+// from a subscribed Coordinator to another one's handler: ns/op is a
+// whole round, publish-p50-µs/publish-p99-µs the time Publish took, and
+// lag-*-µs the time from Publish's return to the other handler's call
+// (negative when the handler ran first); applied-before-return-% is the
+// share of rounds in which the other handler had been called by the time
+// Publish returned.
+func BenchmarkBusPublishToApply(b *testing.B) {
+	srv := testenv.StartRedis(b)
+	ctx := context.Background()
+	pub := newBusCoordinator(b, newClient(b, srv.Addr), "bench:", Options{})
+	sub := newBusCoordinator(b, newClient(b, srv.Addr), "bench:", Options{})
+	own := &seqHandler{got: make(chan time.Time, 1), up: make(chan struct{}, 1)}
+	stop, err := pub.Subscribe(benchCache, own) // the publisher's own subscription
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	h := &seqHandler{got: make(chan time.Time, 1), up: make(chan struct{}, 1)}
+	stop2, err := sub.Subscribe(benchCache, h)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop2()
+	<-own.up
+	<-h.up
+	took := make([]time.Duration, 0, b.N)
+	lag := make([]time.Duration, 0, b.N)
+	before := 0
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		if err := pub.Publish(ctx, benchCache, benchInvalidation); err != nil {
+			b.Fatal(err)
+		}
+		returned := time.Now()
+		if h.applied.Load() == int64(i+1) {
+			before++
+		}
+		took = append(took, returned.Sub(start))
+		lag = append(lag, (<-h.got).Sub(returned))
+	}
+	b.StopTimer()
+	q := func(d []time.Duration, p float64) float64 {
+		return float64(d[int(p*float64(len(d)-1))].Nanoseconds()) / 1e3
+	}
+	slices.Sort(took)
+	slices.Sort(lag)
+	b.ReportMetric(q(took, 0.5), "publish-p50-µs")
+	b.ReportMetric(q(took, 0.99), "publish-p99-µs")
+	b.ReportMetric(q(lag, 0.5), "lag-p50-µs")
+	b.ReportMetric(q(lag, 0.99), "lag-p99-µs")
+	b.ReportMetric(q(lag, 1), "lag-max-µs")
+	b.ReportMetric(100*float64(before)/float64(b.N), "applied-before-return-%")
 }

@@ -3,11 +3,13 @@ package redislease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/internal/testenv"
@@ -258,7 +260,7 @@ func TestLeaderFailureReachesFollowersPromptly(t *testing.T) {
 	followers := newInstances(t, 7, func() redis.UniversalClient { return newClient(t, addr, follow) }, prefix, cfg)
 	ctx := context.Background()
 
-	boom := errors.New("origin down")
+	boom := errors.New("origin down: dial postgres://app:s3cret@db-7.internal:5432")
 	o := &origin{err: boom, gate: make(chan struct{}), started: make(chan int64, 1)}
 	leaderGet := fetchAsync(ctx, leader.cache, "k", o.load)
 	<-o.started
@@ -276,8 +278,8 @@ func TestLeaderFailureReachesFollowersPromptly(t *testing.T) {
 	}
 	for i, w := range waits {
 		r := await(t, w, ttl)
-		if !errors.Is(r.err, flightcache.ErrLeaderFailed) || !strings.Contains(r.err.Error(), "origin down") {
-			t.Fatalf("follower %d err = %v, want ErrLeaderFailed carrying the leader's error", i, r.err)
+		if !errors.Is(r.err, flightcache.ErrLeaderFailed) || strings.Contains(r.err.Error(), "s3cret") || strings.Contains(r.err.Error(), "origin down") {
+			t.Fatalf("follower %d err = %v, want ErrLeaderFailed without the leader's error text", i, r.err)
 		}
 		if d := r.at.Sub(failed); d > ttl/5 {
 			t.Fatalf("follower %d failed %v after the leader, want well before the lease TTL %v", i, d, ttl)
@@ -327,5 +329,54 @@ func TestClusterModeWithUnreachableRedisFailsAtConstruction(t *testing.T) {
 	var ce *flightcache.ConfigError
 	if !errors.As(err, &ce) || ce.Field != "store" {
 		t.Fatalf("New with an untagged store = %v, want a ConfigError on store", err)
+	}
+}
+
+// A failed load's error text never reaches other instances: it can hold
+// SQL, host names or credentials, and they would hand it to their callers.
+// Followers get a fixed error matching ErrLeaderFailed that names the
+// failure's class only; a marker of an older version, which carried the
+// text, is read as a plain failure, its text dropped.
+func TestLeaderFailureNeverCarriesTheOriginsErrorText(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	leader := newBusCoordinator(t, newClient(t, addr), prefix, Options{FailureWindow: time.Minute})
+	follower := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	secret := "pq: password authentication failed for user \"app\" (s3cret) at db-7.internal — " + strings.Repeat("é", 200)
+	ctx := context.Background()
+	for i, c := range []struct {
+		err  error
+		want error
+	}{
+		{errors.New(secret), errFailedError},
+		{fmt.Errorf("query: %s: %w", secret, context.DeadlineExceeded), errFailedTimeout},
+		{fmt.Errorf("%s: %w", secret, flightcache.ErrNotFound), errFailedNotFound},
+		{nil, errFailedError},
+	} {
+		key := "k" + strconv.Itoa(i)
+		cl, err := leader.Claim(ctx, key, flightcache.ClaimRequest{Wait: time.Second})
+		if err != nil || cl.Lease == nil {
+			t.Fatalf("Claim = %+v, %v; want a lease", cl, err)
+		}
+		if err := cl.Lease.Fail(ctx, c.err); err != nil {
+			t.Fatal(err)
+		}
+		_, err = follower.Claim(ctx, key, flightcache.ClaimRequest{Wait: time.Second})
+		if !errors.Is(err, flightcache.ErrLeaderFailed) || err != c.want {
+			t.Fatalf("case %d: follower's Claim = %v, want %v", i, err, c.want)
+		}
+		if text := err.Error(); strings.Contains(text, "s3cret") || strings.Contains(text, "db-7") || !utf8.ValidString(text) {
+			t.Fatalf("case %d: follower's error %q carries the leader's text", i, text)
+		}
+	}
+	// A marker as an older version wrote it: the token, then the text.
+	k, err := leader.keysFor("old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.client.Set(ctx, k.fail, "1 "+secret[:len(secret)-1], time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := follower.Claim(ctx, "old", flightcache.ClaimRequest{Wait: time.Second}); err != errFailedError {
+		t.Fatalf("follower's Claim on an old marker = %v, want %v", err, errFailedError)
 	}
 }

@@ -31,10 +31,6 @@ const (
 
 	minLeaseTTL = 100 * time.Millisecond
 	maxLeaseTTL = time.Minute
-	// tokenTTL keeps a key's token key well past any load (LoaderTimeout is
-	// at most 10 minutes); after that the token is re-seeded from the
-	// server clock, which keeps it monotonic (see scripts.go).
-	tokenTTL = time.Hour
 	// The follower's safety-net re-check: jittered, doubling, never
 	// sooner than minRecheck, never later than maxRecheck.
 	minRecheck = 50 * time.Millisecond
@@ -42,9 +38,6 @@ const (
 	// expiryGrace is added to a lease's remaining TTL before a follower
 	// tries to take it over, so that it looks just after the expiry.
 	expiryGrace = 2 * time.Millisecond
-	// maxFailureMessage bounds the failed load's message carried to the
-	// other instances.
-	maxFailureMessage = 256
 )
 
 // ErrUnreachable is matched by New's error when Redis does not answer.
@@ -234,14 +227,14 @@ type acquireReply struct {
 	kind  int64 // 0 leader, 1 held by another, 2 done, 3 failed
 	token uint64
 	pttl  time.Duration
-	msg   string
+	msg   string // a failure marker's class (see failureClass)
 }
 
 func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64) (acquireReply, error) {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
 	v, err := acquireScript.Run(ctx, c.client, []string{k.lease, k.token, k.done, k.fail},
-		ms(c.leaseTTL), strconv.FormatUint(after, 10), ms(tokenTTL)).Slice()
+		ms(c.leaseTTL), strconv.FormatUint(after, 10)).Slice()
 	if err != nil {
 		return acquireReply{}, fmt.Errorf("redislease: acquire: %w", err)
 	}
@@ -270,7 +263,9 @@ func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64) (acquir
 // between the two cannot be missed; any message, or a safety-net timer
 // (jittered, doubling from 50ms to 1s, and due just after the lease's
 // expiry), makes it look again with one script, which also takes the lease
-// over when it expired without a result.
+// over when it expired without a result. When the server ends the
+// subscription (a Redis Cluster moved the key's slot to another master),
+// the follower looks again at once and subscribes anew, on the new master.
 func (c *Coordinator) Claim(ctx context.Context, key string, req flightcache.ClaimRequest) (flightcache.Claim, error) {
 	k, err := c.keysFor(key)
 	if err != nil {
@@ -280,6 +275,7 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req flightcache.Cla
 	deadline := start.Add(req.Wait)
 	var (
 		w        *waiter
+		resub    bool   // the server ended w's subscription (see below)
 		observed uint64 // the token of the lease this follower waits on
 		backoff  = minRecheck
 		timer    *time.Timer
@@ -304,13 +300,21 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req flightcache.Cla
 		case 2:
 			return flightcache.Claim{Done: r.token, Waited: time.Since(start)}, nil
 		case 3:
-			return flightcache.Claim{Waited: time.Since(start)}, fmt.Errorf("%w: %s", flightcache.ErrLeaderFailed, r.msg)
+			return flightcache.Claim{Waited: time.Since(start)}, leaderFailed(r.msg)
 		}
 		if w == nil {
-			if w, err = c.subscribe(ctx, k.channel); err != nil {
+			nw, err := c.subscribe(ctx, k.channel)
+			if err == nil {
+				w = nw
+				continue // look again: from now on no broadcast is missed
+			}
+			if !resub {
 				return flightcache.Claim{Waited: time.Since(start)}, err
 			}
-			continue // look again: from now on no broadcast is missed
+			// Subscribing again after the server ended the subscription
+			// (a Cluster moved the key's slot) can fail while this
+			// client's view of the slots is out of date: this round waits
+			// for the re-check alone, and the next one tries again.
 		}
 		observed = r.token
 		remaining := time.Until(deadline)
@@ -327,9 +331,18 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req flightcache.Cla
 		} else {
 			timer.Reset(d)
 		}
+		var wake <-chan struct{} // nil while not subscribed: the re-check alone
+		if w != nil {
+			wake = w.ch
+		}
 		select {
-		case <-w.ch:
+		case <-wake:
 			timer.Stop()
+			if w.isLost() {
+				// The channel's slot moved: messages are published on its
+				// new master now. Look again, then subscribe there.
+				w, resub = nil, true
+			}
 		case <-timer.C:
 		case <-ctx.Done():
 			return flightcache.Claim{Waited: time.Since(start)}, ctx.Err()
@@ -347,7 +360,7 @@ func (c *Coordinator) Invalidate(ctx context.Context, key string) error {
 	}
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	if err := invalidateScript.Run(ctx, c.client, []string{k.token, k.done, k.fail}, ms(tokenTTL)).Err(); err != nil {
+	if err := invalidateScript.Run(ctx, c.client, []string{k.token, k.done, k.fail}, ms(c.leaseTTL)).Err(); err != nil {
 		return fmt.Errorf("redislease: invalidate: %w", err)
 	}
 	return nil

@@ -2,6 +2,7 @@ package redislease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -40,7 +41,8 @@ func (l *lease) Token() uint64         { return l.token }
 func (l *lease) TakenOver() bool       { return l.takenOver }
 func (l *lease) Lost() <-chan struct{} { return l.lost }
 
-// heartbeat extends the lease every TTL/3. It gives up, closing lost, when
+// heartbeat extends the lease, and the token key while it still holds the
+// lease's token, every TTL/3. It gives up, closing lost, when
 // the lease is no longer this token's, or when no extension succeeded for
 // a whole TTL (by then the lease has expired in Redis anyway).
 func (l *lease) heartbeat() {
@@ -56,7 +58,7 @@ func (l *lease) heartbeat() {
 		case <-t.C:
 		}
 		ctx, cancel := l.c.opCtx(context.Background())
-		n, err := extendScript.Run(ctx, l.c.client, []string{l.k.lease}, l.tok, ms(l.c.leaseTTL)).Int64()
+		n, err := extendScript.Run(ctx, l.c.client, []string{l.k.lease, l.k.token}, l.tok, ms(l.c.leaseTTL)).Int64()
 		cancel()
 		switch {
 		case err == nil && n == 1:
@@ -107,23 +109,59 @@ func (l *lease) complete(ctx context.Context, store string, payload []byte, px i
 }
 
 // Fail implements flightcache.Lease: the failure marker and the release in
-// one script, then the broadcast. The message carried to other instances is
-// err's text, cut to 256 bytes.
+// one script, then the broadcast. err's text never leaves this instance:
+// an origin's error can hold SQL, host names or credentials, and the other
+// instances would hand it to their own callers, logs and HTTP responses.
+// The marker carries only err's class (see failureClass), and followers
+// get one of a few fixed errors matching flightcache.ErrLeaderFailed.
 func (l *lease) Fail(ctx context.Context, err error) error {
 	l.end()
-	msg := "load failed"
-	if err != nil {
-		msg = err.Error()
-	}
-	if len(msg) > maxFailureMessage {
-		msg = msg[:maxFailureMessage]
-	}
 	sctx, cancel := l.c.opCtx(ctx)
-	ferr := failScript.Run(sctx, l.c.client, []string{l.k.lease, l.k.token, l.k.fail}, l.tok, msg, ms(l.c.failWindow)).Err()
+	ferr := failScript.Run(sctx, l.c.client, []string{l.k.lease, l.k.token, l.k.fail}, l.tok, failureClass(err), ms(l.c.failWindow)).Err()
 	cancel()
 	if ferr != nil {
 		return fmt.Errorf("redislease: fail: %w", ferr)
 	}
 	l.c.publish(ctx, l.k, "fail "+l.tok)
 	return nil
+}
+
+// The failed load's classes, as the failure marker carries them, and the
+// errors followers get for them.
+const (
+	failedTimeout  = "timeout"   // the load's deadline passed (context.DeadlineExceeded)
+	failedNotFound = "not-found" // flightcache.ErrNotFound
+	failedError    = "error"     // anything else
+)
+
+var (
+	errFailedTimeout  = fmt.Errorf("%w: it timed out", flightcache.ErrLeaderFailed)
+	errFailedNotFound = fmt.Errorf("%w: not found", flightcache.ErrLeaderFailed)
+	errFailedError    = fmt.Errorf("%w: it returned an error", flightcache.ErrLeaderFailed)
+)
+
+// failureClass is the class of a failed load's error, the only thing about
+// it other instances learn.
+func failureClass(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return failedTimeout
+	case errors.Is(err, flightcache.ErrNotFound):
+		return failedNotFound
+	}
+	return failedError
+}
+
+// leaderFailed is a follower's error for a failure marker's class. A
+// marker written by an older version carries the leader's own error text
+// instead, which must not reach this instance's callers either: anything
+// but a known class is a plain failure.
+func leaderFailed(class string) error {
+	switch class {
+	case failedTimeout:
+		return errFailedTimeout
+	case failedNotFound:
+		return errFailedNotFound
+	}
+	return errFailedError
 }

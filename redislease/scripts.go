@@ -13,6 +13,16 @@ import "github.com/redis/go-redis/v9"
 // restarted empty (the clock has moved on), as long as the server's clock
 // does not go back; a fenced write then compares for equality with the
 // current token, which no older token can match.
+//
+// So the token key need not outlive the lease that holds its token: it is
+// stored for LeaseTTL, and the holder's heartbeat extends it with the
+// lease. Once it expired, a write with any token compares with nothing
+// and is refused (fail-closed), and the next token is seeded from the
+// clock, at least LeaseTTL (100ms and more) later, so it is above every
+// earlier one unless more tokens than the microseconds of LeaseTTL were
+// issued ahead of the clock for one key, which Redis cannot run scripts
+// fast enough to do. An Invalidate's token, which no lease holds, fences
+// the loads in flight while it lives and, once expired, by being absent.
 
 // nextToken is the Lua that issues a key's next token (the invariant above)
 // into the local ts, stored under tokenKey for ttlMS milliseconds: the one
@@ -27,8 +37,8 @@ redis.call('SET', ` + tokenKey + `, ts, 'PX', ` + ttlMS + `)
 `
 }
 
-// acquireScript: KEYS lease, token, done, fail; ARGV lease TTL ms, after
-// (a completion token already seen), token TTL ms. Replies:
+// acquireScript: KEYS lease, token, done, fail; ARGV lease TTL ms (the
+// token key's too), after (a completion token already seen). Replies:
 //
 //	{0, token}           this caller now holds the lease
 //	{1, token, pttl}     another holder; its token and the lease's ms left
@@ -41,18 +51,21 @@ local d = redis.call('GET', KEYS[3])
 if d and tonumber(d) > tonumber(ARGV[2]) then return {2, d} end
 local l = redis.call('GET', KEYS[1])
 if l then return {1, l, redis.call('PTTL', KEYS[1])} end
-` + nextToken("KEYS[2]", "ARGV[3]") + `
+` + nextToken("KEYS[2]", "ARGV[1]") + `
 redis.call('SET', KEYS[1], ts, 'PX', ARGV[1])
 return {0, ts}
 `)
 
-// extendScript: KEYS lease; ARGV token, lease TTL ms. 1 when the lease is
-// still this token's and was extended, 0 when it is gone or another's.
+// extendScript: KEYS lease, token; ARGV token, lease TTL ms. 1 when the
+// lease is still this token's and was extended, with the token key if it
+// still holds this token (an Invalidate's newer one is left to expire);
+// 0 when the lease is gone or another's.
 var extendScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-	return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+	redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
-return 0
+return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 `)
 
 // completeScript: KEYS lease, token, value, done; ARGV token, store ("1"
@@ -77,7 +90,7 @@ if current then return 1 end
 return 0
 `)
 
-// failScript: KEYS lease, token, fail; ARGV token, message, failure window
+// failScript: KEYS lease, token, fail; ARGV token, class, failure window
 // ms. Records the failure marker (only for a current token) and releases
 // the lease.
 var failScript = redis.NewScript(`
@@ -88,7 +101,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 1
 `)
 
-// invalidateScript: KEYS token, done, fail; ARGV token TTL ms. Issues a new
+// invalidateScript: KEYS token, done, fail; ARGV lease TTL ms. Issues a new
 // token that no lease holds, so every write in flight is fenced, and
 // forgets the completion and failure markers. Returns the new token.
 var invalidateScript = redis.NewScript(`

@@ -66,6 +66,18 @@ type waiter struct {
 	s       *subscriber
 	channel string
 	ch      chan struct{}
+	// lost is set, with a wake-up, when the server ended the channel's
+	// subscription (a Cluster moved its slot): the waiter is no longer
+	// among the channel's, and its Claim must subscribe again, on the
+	// slot's new master, to hear the completion. Guarded by s.mu.
+	lost bool
+}
+
+// isLost reports whether the server ended the waiter's subscription.
+func (w *waiter) isLost() bool {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	return w.lost
 }
 
 // subscribe registers a waiter on channel and returns once Redis confirmed
@@ -175,7 +187,7 @@ func (w *waiter) release() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cs := s.chans[w.channel]
-	if cs == nil {
+	if cs == nil || w.lost {
 		return
 	}
 	delete(cs.waiters, w)
@@ -274,13 +286,7 @@ func (s *subscriber) read(msgs <-chan any) {
 					l.subscribed(m.Channel)
 				}
 			case "unsubscribe", "sunsubscribe":
-				s.mu.Lock()
-				var l listener
-				if cs := s.chans[m.Channel]; cs != nil {
-					l = cs.listener
-				}
-				s.mu.Unlock()
-				if l != nil {
+				if l := s.ended(m.Channel); l != nil {
 					l.unsubscribed(m.Channel)
 				}
 			}
@@ -302,6 +308,39 @@ func (s *subscriber) read(msgs <-chan any) {
 			}
 		}
 	}
+}
+
+// ended handles the end of channel's subscription: the confirmation of
+// an UNSUBSCRIBE this subscriber sent, or the server's own (a Cluster gave
+// the channel's slot to another master, and the channel's messages are
+// published there from now on). Its waiters are told they lost it and
+// woken, so that their Claims look again and subscribe anew; the channel
+// is forgotten unless the bus listens to it (the bus moves its channels
+// itself). It returns the channel's listener, if any.
+func (s *subscriber) ended(channel string) listener {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs := s.chans[channel]
+	if cs == nil || !cs.confirmed {
+		// Not ours, or an UNSUBSCRIBE's confirmation of a channel
+		// subscribed again since: its new confirmation is still to come.
+		return nil
+	}
+	for w := range cs.waiters {
+		w.lost = true
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
+	clear(cs.waiters)
+	if cs.listener == nil {
+		delete(s.chans, channel)
+		// go-redis still counts the channel as subscribed, and would
+		// subscribe it again on this connection after a reconnect.
+		s.unsubscribe(channel)
+	}
+	return cs.listener
 }
 
 // confirm records the confirmation of channel's subscription and returns

@@ -12,15 +12,23 @@ import (
 
 var _ flightcache.BatchSharedStore = (*Store)(nil)
 
-// GetMany reads keys in one round trip: one MGET on a single Redis (or a
-// Sentinel-managed primary), pipelined GETs on a Cluster or a Ring, whose
-// keys may live on different nodes (go-redis sends one pipeline per node,
-// so it is one round trip per node involved, in parallel). Each payload is
-// decoded exactly as Get decodes it, checked against the key it was read
-// under: a corrupt entry, or another key's, is that key's *CorruptError and
-// a miss; the other keys are unaffected. An invalid key
-// is that key's error and is not sent. A Redis failure of the whole read is
-// returned as err.
+// maxMGetKeys bounds the keys of one MGET: one command of 10,000 keys
+// would make Redis build its whole reply, up to 10,000 payloads, in one
+// go, holding every other client back meanwhile, and make the client
+// buffer it whole; chunks of 512 interleave with other clients' commands
+// and still cost one round trip, pipelined.
+const maxMGetKeys = 512
+
+// GetMany reads keys in one round trip: MGET on a single Redis (or a
+// Sentinel-managed primary), one per 512 keys, pipelined; pipelined GETs on
+// a Cluster or a Ring, whose keys may live on different nodes (go-redis
+// sends one pipeline per node, so it is one round trip per node involved,
+// in parallel). Each payload is decoded exactly as Get decodes it, checked
+// against the key it was read under: a corrupt entry, or another key's, is
+// that key's *CorruptError and a miss; the other keys are unaffected. An
+// invalid key is that key's error and is not sent. A Redis failure of the
+// whole read is returned as err; one that hit only some of the MGETs is
+// their keys' error.
 func (s *Store) GetMany(ctx context.Context, keys []string) ([]flightcache.Lookup, error) {
 	out := make([]flightcache.Lookup, len(keys))
 	rks := make([]string, 0, len(keys))
@@ -42,21 +50,45 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([]flightcache.Looku
 
 	now := time.Now()
 	if _, single := s.client.(*redis.Client); single {
-		vals, err := s.client.MGet(ctx, rks...).Result()
-		if err != nil {
-			return nil, fmt.Errorf("redisstore: MGET: %w", err)
+		var cmds []*redis.SliceCmd
+		if len(rks) <= maxMGetKeys {
+			cmds = []*redis.SliceCmd{s.client.MGet(ctx, rks...)}
+		} else {
+			cmds = make([]*redis.SliceCmd, 0, (len(rks)+maxMGetKeys-1)/maxMGetKeys)
+			_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for from := 0; from < len(rks); from += maxMGetKeys {
+					cmds = append(cmds, p.MGet(ctx, rks[from:min(from+maxMGetKeys, len(rks))]...))
+				}
+				return nil
+			})
 		}
-		if len(vals) != len(rks) {
-			return nil, fmt.Errorf("redisstore: MGET returned %d values for %d keys", len(vals), len(rks))
-		}
-		for n, v := range vals {
-			i := idx[n]
-			switch p := v.(type) {
-			case nil: // missing
-			case string:
-				out[i].Entry, out[i].Found, out[i].Err = s.decode(rks[n], []byte(p), now)
-			default:
-				out[i].Err = &CorruptError{KeyHandle: keyHandle(rks[n]), Reason: fmt.Sprintf("MGET returned a %T", v)}
+		failed := 0
+		for c, cmd := range cmds {
+			from := c * maxMGetKeys
+			chunk := rks[from:min(from+maxMGetKeys, len(rks))]
+			vals, err := cmd.Result()
+			if err == nil && len(vals) != len(chunk) {
+				err = fmt.Errorf("MGET returned %d values for %d keys", len(vals), len(chunk))
+			}
+			if err != nil {
+				failed++
+				if failed == len(cmds) {
+					return nil, fmt.Errorf("redisstore: MGET: %w", err)
+				}
+				for n := range chunk {
+					out[idx[from+n]].Err = fmt.Errorf("redisstore: MGET: %w", err)
+				}
+				continue
+			}
+			for n, v := range vals {
+				i := idx[from+n]
+				switch p := v.(type) {
+				case nil: // missing
+				case string:
+					out[i].Entry, out[i].Found, out[i].Err = s.decode(chunk[n], []byte(p), now)
+				default:
+					out[i].Err = &CorruptError{KeyHandle: keyHandle(chunk[n]), Reason: fmt.Sprintf("MGET returned a %T", v)}
+				}
 			}
 		}
 		return out, nil

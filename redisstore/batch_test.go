@@ -207,3 +207,94 @@ func TestGetManyReturnsAFailedRoundTripAsOneError(t *testing.T) {
 		t.Fatal("GetMany through a failing connection returned no error")
 	}
 }
+
+// mgetSizes records the number of keys of every MGET a client sends,
+// pipelined or not, and the pipelines that carried them.
+type mgetSizes struct {
+	commandCounter
+	sizes []int
+}
+
+func (h *mgetSizes) note(cmds ...redis.Cmder) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range cmds {
+		if c.Name() == "mget" {
+			h.sizes = append(h.sizes, len(c.Args())-1)
+		}
+	}
+}
+
+func (h *mgetSizes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.note(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *mgetSizes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.note(cmds...)
+		h.mu.Lock()
+		h.pipelines++
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// A batch of 10,000 keys is read with MGETs of at most maxMGetKeys keys,
+// pipelined in one round trip, never one unbounded MGET (Redis would build
+// its whole reply at once, holding its other clients back), and every key
+// still gets its own answer.
+func TestGetManyReadsALargeBatchInBoundedMGETs(t *testing.T) {
+	hook := &mgetSizes{}
+	s, _ := newTestStore(t, Options{}, hook)
+	ctx := context.Background()
+	const n = 10000
+	keys := make([]string, n)
+	entries := make([]flightcache.Entry, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+		entries[i] = liveEntry(fmt.Sprintf("v%d", i))
+	}
+	// Every third key stays missing.
+	var stored []string
+	var storedEntries []flightcache.Entry
+	for i := range keys {
+		if i%3 != 0 {
+			stored, storedEntries = append(stored, keys[i]), append(storedEntries, entries[i])
+		}
+	}
+	if errs := s.SetMany(ctx, stored, storedEntries); errs != nil {
+		t.Fatalf("SetMany: %v", errors.Join(errs...))
+	}
+	hook.mu.Lock()
+	hook.sizes, hook.pipelines = nil, 0
+	hook.mu.Unlock()
+	got, err := s.GetMany(ctx, keys)
+	if err != nil {
+		t.Fatalf("GetMany: %v", err)
+	}
+	hook.mu.Lock()
+	sizes, pipelines := slices.Clone(hook.sizes), hook.pipelines
+	hook.mu.Unlock()
+	total := 0
+	for _, sz := range sizes {
+		if sz > maxMGetKeys {
+			t.Fatalf("an MGET of %d keys, want at most %d", sz, maxMGetKeys)
+		}
+		total += sz
+	}
+	if want := (n + maxMGetKeys - 1) / maxMGetKeys; len(sizes) != want || total != n || pipelines != 1 {
+		t.Fatalf("GetMany sent %d MGETs of %d keys in all, in %d pipelines; want %d MGETs of %d keys in one pipeline", len(sizes), total, pipelines, want, n)
+	}
+	for i, l := range got {
+		want := i%3 != 0
+		if l.Err != nil || l.Found != want {
+			t.Fatalf("key %d: found %v, err %v; want found %v", i, l.Found, l.Err, want)
+		}
+		if want && string(l.Entry.Value) != fmt.Sprintf("v%d", i) {
+			t.Fatalf("key %d: value %q, want v%d", i, l.Entry.Value, i)
+		}
+	}
+}

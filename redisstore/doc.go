@@ -17,7 +17,8 @@
 // The batch operations (flightcache.BatchSharedStore) take one round trip
 // for many keys:
 //
-//	GetMany: MGET   <prefix><key1> <prefix><key2> …  (single node, Sentinel)
+//	GetMany: MGET   <prefix><key1> <prefix><key2> …  (single node, Sentinel:
+//	                                                  one per 512 keys, pipelined)
 //	         GET    per key, pipelined                (Cluster, Ring: the client
 //	                                                  sends one pipeline per node)
 //	SetMany: SET … PX (or DEL) per key, pipelined

@@ -1,0 +1,133 @@
+package redislease
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache"
+)
+
+// A key's token key lives LeaseTTL past its last use, not an hour: it
+// costs Redis memory for every key ever loaded otherwise.
+func TestTokenKeyLivesNoLongerThanTheLease(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	c := newBusCoordinator(t, newClient(t, addr), prefix, Options{LeaseTTL: 2 * time.Second})
+	ctx := context.Background()
+	k, err := c.keysFor("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string) {
+		t.Helper()
+		ttl, err := c.client.PTTL(ctx, k.token).Result()
+		if err != nil || ttl <= 0 || ttl > c.leaseTTL {
+			t.Fatalf("after %s the token key's PTTL is %v, %v; want at most the lease TTL %v", what, ttl, err, c.leaseTTL)
+		}
+	}
+	cl, err := c.Claim(ctx, "k", flightcache.ClaimRequest{Wait: time.Second})
+	if err != nil || cl.Lease == nil {
+		t.Fatalf("Claim = %+v, %v", cl, err)
+	}
+	check("acquire")
+	if ok, err := cl.Lease.Complete(ctx, nil); err != nil || !ok {
+		t.Fatalf("Complete = %v, %v", ok, err)
+	}
+	check("complete")
+	if err := c.Invalidate(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	check("invalidate")
+}
+
+// A load that outlasts many lease TTLs keeps its token key alive with its
+// heartbeat, so its fenced write still lands.
+func TestALoadLongerThanTheLeaseTTLStillWrites(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	const ttl = 300 * time.Millisecond
+	c := newBusCoordinator(t, newClient(t, addr), prefix, Options{LeaseTTL: ttl})
+	ctx := context.Background()
+	cl, err := c.Claim(ctx, "k", flightcache.ClaimRequest{Wait: time.Second})
+	if err != nil || cl.Lease == nil {
+		t.Fatalf("Claim = %+v, %v", cl, err)
+	}
+	// Four TTLs: without the heartbeat's extension the token key would
+	// have expired three times over.
+	select {
+	case <-cl.Lease.Lost():
+		t.Fatal("the lease was lost while its heartbeat ran")
+	case <-time.After(4 * ttl):
+	}
+	e := entryOf("v")
+	if ok, err := cl.Lease.Complete(ctx, &e); err != nil || !ok {
+		t.Fatalf("Complete after %v = %v, %v; want the write to land", 4*ttl, ok, err)
+	}
+}
+
+// Tokens keep growing across the token key's expiry, after a completed
+// load and after an Invalidate: the next one is seeded from the Redis
+// clock. A leader whose token key expired under it (an Invalidate's
+// token, which no heartbeat extends, lived out) has its write refused.
+func TestTokensKeepGrowingAcrossTheTokenKeysExpiry(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	const ttl = 150 * time.Millisecond
+	c := newBusCoordinator(t, newClient(t, addr), prefix, Options{LeaseTTL: ttl})
+	ctx := context.Background()
+	k, err := c.keysFor("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired := func() {
+		t.Helper()
+		eventually(t, 10*time.Second, "the token key expired", func() bool {
+			n, err := c.client.Exists(ctx, k.token).Result()
+			return err == nil && n == 0
+		})
+	}
+	claim := func() flightcache.Lease {
+		t.Helper()
+		cl, err := c.Claim(ctx, "k", flightcache.ClaimRequest{Wait: time.Second})
+		if err != nil || cl.Lease == nil {
+			t.Fatalf("Claim = %+v, %v", cl, err)
+		}
+		return cl.Lease
+	}
+	first := claim()
+	if ok, err := first.Complete(ctx, nil); err != nil || !ok {
+		t.Fatalf("Complete = %v, %v", ok, err)
+	}
+	expired()
+	second := claim()
+	if second.Token() <= first.Token() {
+		t.Fatalf("token after the token key expired %d, want above %d", second.Token(), first.Token())
+	}
+	// An Invalidate during second's load: its token is not second's, so
+	// second's heartbeat leaves it to expire; second's write is refused
+	// all the same.
+	if err := c.Invalidate(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	fenced, err := c.Token(ctx, "k")
+	if err != nil || fenced <= second.Token() {
+		t.Fatalf("Invalidate's token %d, %v; want above %d", fenced, err, second.Token())
+	}
+	expired()
+	e := entryOf("old")
+	if ok, err := second.Complete(ctx, &e); err != nil || ok {
+		t.Fatalf("Complete of a load an Invalidate fenced = %v, %v; want refused", ok, err)
+	}
+	if n, err := c.client.Exists(ctx, k.value).Result(); err != nil || n != 0 {
+		t.Fatalf("the fenced load's value was stored (%d, %v)", n, err)
+	}
+	third := claim()
+	defer third.Complete(ctx, nil)
+	if third.Token() <= fenced {
+		t.Fatalf("token after the Invalidate's expired %d, want above %d", third.Token(), fenced)
+	}
+}
+
+// entryOf is an entry of value, fresh for a minute.
+func entryOf(value string) flightcache.Entry {
+	now := time.Now()
+	return flightcache.Entry{Value: []byte(value), Meta: flightcache.Meta{LoadedAt: now, FreshUntil: now.Add(time.Minute), StaleUntil: now.Add(time.Minute)}}
+}
