@@ -109,8 +109,11 @@ func (s BusState) String() string {
 type Bus interface {
 	// Publish sends inv, for the Cache named cache, to every instance
 	// subscribed to the bus except the publishing one (which applies its
-	// own invalidations directly). It returns once the bus accepted the
-	// message, or when ctx ends; the Cache bounds it with SharedTimeout.
+	// own invalidations directly). It returns once the message has been
+	// handed to every subscriber (redislease: it came back on the
+	// publisher's own subscription), or with an error when it may not
+	// have been, or when ctx ends; the Cache bounds it with SharedTimeout,
+	// and redoes a write whose Publish failed.
 	// Delivery is at most once: a message lost while a subscriber was
 	// disconnected is made up for by that subscriber's resynchronisation
 	// (see BusHandler.BusChanged).

@@ -92,7 +92,10 @@ type Lease interface {
 	// because a newer lease, Set or Delete superseded this load.
 	Complete(ctx context.Context, e *Entry) (written bool, err error)
 	// Fail releases the lease and tells the waiting instances the load
-	// failed with err, which they return until the failure window passes.
+	// failed: they return an error matching ErrLeaderFailed until the
+	// failure window passes. err is this instance's; implementations must
+	// not carry its text to other instances (it may hold SQL, host names
+	// or secrets, and would reach their callers).
 	Fail(ctx context.Context, err error) error
 }
 

@@ -20,6 +20,7 @@ func TestRedisClusterCoalescesAndTakesOverInOneSlotPerKey(t *testing.T) {
 			Addrs: addrs, IsClusterMode: true, ContextTimeoutEnabled: true, MaxRetries: -1,
 			DialTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
 			PoolSize: 256, PoolTimeout: 5 * time.Second,
+			DialerRetries: 5, DialerRetryTimeout: 20 * time.Millisecond, // see clientOptions
 		})
 		if _, ok := c.(*redis.ClusterClient); !ok {
 			t.Fatalf("UniversalClient is a %T, want a ClusterClient", c)

@@ -17,8 +17,13 @@ func TestFollowerWaitBoundAppliesItsPolicy(t *testing.T) {
 	addr, prefix := sharedRedis(t)
 	const wait = 200 * time.Millisecond
 	leader := newInstance(t, newClient(t, addr), prefix, instanceConfig{})
-	loadSelf := newInstance(t, newClient(t, addr), prefix, instanceConfig{cache: func(o *flightcache.Options[string]) { o.CoalesceWait = wait }})
-	fail := newInstance(t, newClient(t, addr), prefix, instanceConfig{cache: func(o *flightcache.Options[string]) {
+	// A wait shorter than the leader's lease, as a follower whose own
+	// Coordinator has a lease no longer than its wait sees it (New refuses
+	// a wait below the Cache's own Coordinator's lease TTL); they never
+	// lead here.
+	short := Options{LeaseTTL: wait}
+	loadSelf := newInstance(t, newClient(t, addr), prefix, instanceConfig{lease: short, cache: func(o *flightcache.Options[string]) { o.CoalesceWait = wait }})
+	fail := newInstance(t, newClient(t, addr), prefix, instanceConfig{lease: short, cache: func(o *flightcache.Options[string]) {
 		o.CoalesceWait = wait
 		o.OnCoalesceTimeout = flightcache.WaitFail
 	}})
