@@ -803,7 +803,7 @@ func (c *Cache[V]) fillLocked(current bool, key string, it *Item[V], wall time.T
 // converted to the wall clock; zero when unknown (a store that does not
 // keep LoadedAt).
 func (c *Cache[V]) wallRead(it *Item[V], e *Entry) time.Time {
-	m := &it.Meta
+	var m *Meta
 	if e != nil {
 		m = &e.Meta
 	} else {

@@ -68,6 +68,9 @@ func TestRedisClusterCoalescesAndTakesOverInOneSlotPerKey(t *testing.T) {
 		ins := newInstances(t, herdInstances, func() redis.UniversalClient { return newCluster() }, "herd:", instanceConfig{lease: Options{Timeout: 5 * time.Second, LeaseTTL: 15 * time.Second}})
 		results, calls := herd(t, ins, "product:42")
 		if calls != 1 {
+			for i, in := range ins {
+				t.Logf("instance %d: events %v", i, in.rec.counts)
+			}
 			t.Fatalf("origin called %d times on Redis Cluster, want exactly 1", calls)
 		}
 		checkHerd(t, results)

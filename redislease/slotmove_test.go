@@ -47,13 +47,19 @@ func (c *slotCluster) client(hooks ...redis.Hook) *redis.ClusterClient {
 // owner returns the address of the master serving slot, by asking a node.
 func (c *slotCluster) owner(ctx context.Context, slot int64) string {
 	c.t.Helper()
-	slots, err := c.admin[c.addrs[0]].ClusterSlots(ctx).Result()
+	shards, err := c.admin[c.addrs[0]].ClusterShards(ctx).Result()
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	for _, s := range slots {
-		if int64(s.Start) <= slot && slot <= int64(s.End) {
-			return s.Nodes[0].Addr
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if r.Start <= slot && slot <= r.End {
+				for _, n := range sh.Nodes {
+					if n.Role == "master" {
+						return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+					}
+				}
+			}
 		}
 	}
 	c.t.Fatalf("no master serves slot %d", slot)
