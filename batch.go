@@ -698,7 +698,7 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 			}
 			it.Value = v
 		}
-		_, newer, older := c.fill(tickets[j], keys[j], it, c.wallRead(it, &l.Entry), nil)
+		_, newer, older := c.fill(tickets[j], keys[j], it, c.sharedReadAt(&l.Entry.Meta), nil)
 		switch { // see readShared
 		case older:
 			continue
@@ -763,7 +763,7 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []c
 		for n, fl := range flights {
 			tier = TierLocal
 			var enc *Entry
-			if writeShared {
+			if writeShared && fl.writeErr == nil {
 				enc = &entries[n]
 			}
 			ok, _, _ := c.fillLocked(current[n], keys[n], &fl.item, c.wallRead(&fl.item, enc))

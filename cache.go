@@ -739,10 +739,12 @@ func (c *Cache[V]) Close() error {
 	c.mu.Lock()
 	//lint:ignore SA2001 the empty critical section is the point: it orders Close after startRefresh
 	c.mu.Unlock()
+	// The redo first: a redo publishing now would wait out its echo on a
+	// subscription about to end.
+	c.redo.Close()
 	if c.busStop != nil {
 		c.busStop()
 	}
-	c.redo.Close()
 	err := c.group.Close()
 	c.bg.Wait()
 	return err
@@ -798,11 +800,15 @@ func (c *Cache[V]) fillLocked(current bool, key string, it *Item[V], wall time.T
 	return false, nil, false
 }
 
-// wallRead is the read time of it as the shared tier has it: e's, when it
-// is the entry it was encoded to or decoded from (nil: none), else its own
+// wallRead is the read time of a loaded item as the shared tier has it:
+// e's, when it is the entry it was encoded to (nil: none), else its own
 // converted to the wall clock; zero when unknown (a store that does not
-// keep LoadedAt).
+// keep LoadedAt) and without a shared tier, where no fence is ever asked
+// (coherence.Fences.Covered) and none is kept.
 func (c *Cache[V]) wallRead(it *Item[V], e *Entry) time.Time {
+	if c.shared == nil {
+		return time.Time{}
+	}
 	var m *Meta
 	if e != nil {
 		m = &e.Meta

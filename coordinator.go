@@ -365,7 +365,7 @@ func (m *miss[V]) coordinatorFailed(ctx context.Context, t coherence.Ticket, err
 func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease Lease, fl *flight[V], noStore bool, ended *bool) *flight[V] {
 	c := m.c
 	var e *Entry
-	if !noStore && !c.coh.Closed() {
+	if !noStore && c.coh.SharedWritable(coherence.Leased, false) {
 		if enc, err := c.encodeSafely(&fl.item); err != nil {
 			fl.writeErr = err
 			c.writeFailed(ctx, TierShared, err)

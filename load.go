@@ -253,6 +253,9 @@ func (m *miss[V]) writeBack(ctx context.Context, t coherence.Ticket, it *Item[V]
 	c.fill(t, m.key, it, c.wallRead(it, enc), func() {
 		tier = TierShared
 		switch {
+		case c.coh.Closed():
+			// Close came between the decision and the write: a load
+			// that finishes after Close writes no tier.
 		case !writeShared:
 			err = skipErr
 		case encErr != nil:

@@ -96,15 +96,16 @@ var (
 	errSkippedRefused  = fmt.Errorf("flightcache: shared write-back skipped: %w", ErrBreakerOpen)
 )
 
-// sharedWritable is the one rule for a read-path write of the shared tier
-// that holds no lease (a write-back, a batch's write-back): it may write
-// unless there is no shared tier, the caller found it unavailable (down:
-// then skipErr says so, for Result.WriteErr), or the Cache is in cluster
-// mode. There only a leader's fenced write (Lease.Complete) may reach the
-// shared tier: an unfenced write of a load that read the origin before a
-// Set on another instance would overwrite that Set for the entry's whole
-// TTL. A flight without a lease (degraded, or loading after CoalesceWait)
-// and a batch write the local tier only, which is not a failure.
+// sharedWritable applies coherence.Model.SharedWritable to a read-path
+// write of the shared tier that holds no lease (a write-back, a batch's
+// write-back): it may write unless there is no shared tier, the caller
+// found it unavailable (down: then skipErr says so, for Result.WriteErr),
+// the Cache closed, or the Cache is in cluster mode. There only a leader's
+// fenced write (Lease.Complete) may reach the shared tier: an unfenced
+// write of a load that read the origin before a Set on another instance
+// would overwrite that Set for the entry's whole TTL. A flight without a
+// lease (degraded, or loading after CoalesceWait) and a batch write the
+// local tier only, which is not a failure.
 func (c *Cache[V]) sharedWritable(down sharedSkip) (ok bool, skipErr error) {
 	switch {
 	case c.shared == nil:
@@ -112,9 +113,9 @@ func (c *Cache[V]) sharedWritable(down sharedSkip) (ok bool, skipErr error) {
 	case down != sharedUsable:
 		return false, down.err()
 	case c.coord != nil:
-		return false, nil
+		return c.coh.SharedWritable(coherence.Unleased, false), nil
 	}
-	return true, nil
+	return c.coh.SharedWritable(coherence.Direct, false), nil
 }
 
 // err is the write-back error of a Get that skipped the tier.
@@ -200,7 +201,7 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 		}
 		it.Value = v
 	}
-	_, newer, older := c.fill(t, key, it, c.wallRead(it, &e), nil)
+	_, newer, older := c.fill(t, key, it, c.sharedReadAt(&e.Meta), nil)
 	switch {
 	case older:
 		// Read before something this instance served since the check
@@ -225,9 +226,22 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 // than ClockSkew (written by a host with a wrong clock, it must not pass
 // for newer than every fence).
 func (c *Cache[V]) covered(key string, m *Meta, now time.Time) bool {
+	read := c.sharedReadAt(m)
+	return c.coh.Covered(key, read, !read.IsZero(), now, c.clockSkew)
+}
+
+// sharedReadAt is the read time fences see of a shared entry with Meta m
+// (wall clock): zero, unknown, when the store keeps no LoadedAt or when it
+// is ahead of this host's clock by more than ClockSkew (written by a host
+// with a wrong clock: it must neither pass for newer than every fence nor
+// raise the key's fence into the future, which would refuse every correct
+// entry of the key for the fence window).
+func (c *Cache[V]) sharedReadAt(m *Meta) time.Time {
 	read := readAt(m)
-	known := !m.LoadedAt.IsZero() && !read.After(time.Now().Add(c.clockSkew))
-	return c.coh.Covered(key, read, known, now, c.clockSkew)
+	if m.LoadedAt.IsZero() || read.After(time.Now().Add(c.clockSkew)) {
+		return time.Time{}
+	}
+	return read
 }
 
 // encode turns it into the entry the shared tier stores: its value through

@@ -2,6 +2,7 @@ package coherence
 
 import (
 	"hash/maphash"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,12 +15,17 @@ import (
 // explicit write or an invalidation, early may let an instance read an
 // entry it covered from the shared tier, so the Cache warns about those.
 const (
-	MaxKeyFences     = 100_000
-	MaxKeyFenceBytes = 16 << 20
-	MaxBulkFences    = 10_000
-	MaxBulkBytes     = 4 << 20
-	fenceOverhead    = 64 // bytes a fence costs besides its target, roughly
-	keyFenceShards   = 64
+	MaxKeyFences      = 100_000
+	MaxKeyFenceBytes  = 32 << 20
+	MaxFillFences     = 50_000
+	MaxFillFenceBytes = 16 << 20
+	MaxBulkFences     = 10_000
+	MaxBulkBytes      = 4 << 20
+	// fenceOverhead is what a fence costs besides its target, measured:
+	// its record in the queue (with the slice's spare capacity) and its
+	// map entry.
+	fenceOverhead  = 272
+	keyFenceShards = 64
 )
 
 // Fences remembers, for a window, the newest read time this instance knows
@@ -67,11 +73,27 @@ type Fences struct {
 var fenceSeed = maphash.MakeSeed()
 
 // fenceShard is a 64th of the key fences, on its own lock: every shared
-// read asks one shard, and every fill writes one.
+// read asks one shard, and every fill writes one. Fills and explicit
+// fences (writes, invalidations) are kept apart, each with its own bound,
+// so that a cache filling many keys never pushes out the fence of a Set;
+// a key's fence is the newer of its two.
 type fenceShard struct {
-	mu  sync.Mutex
-	set fenceSet // guarded by mu
-	_   [40]byte // keep neighbouring shards' mutexes apart
+	mu    sync.Mutex
+	set   fenceSet // explicit fences; guarded by mu
+	fills fenceSet // fill fences; guarded by mu
+	_     [40]byte // keep neighbouring shards' mutexes apart
+}
+
+// floor returns key's fence: the newer of its explicit and fill fences.
+// The caller holds sh.mu.
+func (sh *fenceShard) floor(key string, now time.Time) (time.Time, bool) {
+	sh.set.expire(now, nil)
+	sh.fills.expire(now, nil)
+	v, ok := sh.set.m[key]
+	if w, ok2 := sh.fills.m[key]; ok2 && (!ok || w.After(v)) {
+		v, ok = w, true
+	}
+	return v, ok
 }
 
 // fenceSet is the fences of one kind (or one shard of the key fences).
@@ -99,13 +121,16 @@ func (f *Fences) NoteKey(key string, version, now time.Time, explicit bool) (pre
 	sh := &f.keys[maphash.String(fenceSeed, key)&(keyFenceShards-1)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	sh.set.expire(now, nil)
-	prev, seen := sh.set.m[key]
+	prev, seen := sh.floor(key, now)
 	if seen && !version.After(prev) {
 		return prev, false, 0
 	}
-	lost := sh.set.add(key, version, now.Add(f.Window), explicit, MaxKeyFences/keyFenceShards, MaxKeyFenceBytes/keyFenceShards, nil)
-	if lost > 0 {
+	key = strings.Clone(key) // a fence must not pin the caller's buffer
+	if !explicit {
+		sh.fills.add(key, version, now.Add(f.Window), false, MaxFillFences/keyFenceShards, MaxFillFenceBytes/keyFenceShards, nil)
+		return prev, true, 0
+	}
+	if lost := sh.set.add(key, version, now.Add(f.Window), true, MaxKeyFences/keyFenceShards, MaxKeyFenceBytes/keyFenceShards, nil); lost > 0 {
 		dropped = f.droppedExplicit.Add(int64(lost))
 	}
 	return prev, true, dropped
@@ -123,6 +148,7 @@ func (f *Fences) NoteBulk(prefix string, version, now time.Time) (fresh bool, dr
 	if old, seen := f.bulk.m[prefix]; seen && !version.After(old) {
 		return false, 0
 	}
+	prefix = strings.Clone(prefix)
 	if _, seen := f.bulk.m[prefix]; !seen {
 		f.bulkCount.Add(1)
 		if f.lens == nil {
@@ -157,8 +183,7 @@ func (f *Fences) Covered(key string, read time.Time, known bool, now time.Time, 
 	if known {
 		sh := &f.keys[maphash.String(fenceSeed, key)&(keyFenceShards-1)]
 		sh.mu.Lock()
-		sh.set.expire(now, nil)
-		v, ok := sh.set.m[key]
+		v, ok := sh.floor(key, now)
 		sh.mu.Unlock()
 		if ok && read.Before(v) {
 			return true
@@ -235,7 +260,7 @@ func (f *Fences) Len() (keys, bulk int) {
 	for i := range f.keys {
 		sh := &f.keys[i]
 		sh.mu.Lock()
-		keys += len(sh.set.m)
+		keys += len(sh.set.m) + len(sh.fills.m)
 		sh.mu.Unlock()
 	}
 	return keys, int(f.bulkCount.Load())

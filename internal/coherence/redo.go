@@ -57,8 +57,9 @@ type Redo struct {
 	wg      sync.WaitGroup
 }
 
-// Add keeps p, replacing a pending write of the same target (whose
-// DeleteShared it keeps), and starts the loop. It reports whether the
+// Add keeps p, replacing a pending write of the same target (p's own
+// DeleteShared decides: a later write whose shared update succeeded left
+// the newer entry, which must not be removed), and starts the loop. It reports whether the
 // oldest write was dropped to stay within MaxPending.
 func (r *Redo) Add(p Pending) (dropped bool) {
 	r.mu.Lock()
@@ -68,9 +69,6 @@ func (r *Redo) Add(p Pending) (dropped bool) {
 	}
 	if r.pending == nil {
 		r.pending = make(map[pendingID]Pending)
-	}
-	if prev, ok := r.pending[p.id()]; ok && prev.DeleteShared {
-		p.DeleteShared = true
 	}
 	r.pending[p.id()] = p
 	if len(r.pending) > MaxPending {
@@ -212,6 +210,12 @@ func (r *Redo) pass() bool {
 	}
 	slices.SortFunc(todo, func(a, b Pending) int { return a.Version.Compare(b.Version) })
 	for _, p := range todo {
+		r.mu.Lock()
+		closed := r.closed
+		r.mu.Unlock()
+		if closed {
+			return true
+		}
 		if err := r.Do(p); err != nil {
 			return false
 		}
