@@ -63,7 +63,7 @@ func TestCacheWithoutASharedTierKeepsNoFencesAndCachesASlowLoad(t *testing.T) {
 	}
 	mustGet(t, c, "k", load)
 	clock.Advance(time.Minute + time.Second) // expired, within the fence window
-	mustGet(t, c, "k", load)       // slow load: 2s of Cache clock
+	mustGet(t, c, "k", load)                 // slow load: 2s of Cache clock
 	r := mustGet(t, c, "k", load)
 	if r.Outcome != flightcache.OutcomeHitLocal {
 		t.Errorf("the value loaded after expiry was not cached: outcome %v, %d loads", r.Outcome, calls.Load())
