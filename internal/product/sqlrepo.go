@@ -3,6 +3,7 @@ package product
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"net/url"
@@ -81,9 +82,24 @@ func Open(ctx context.Context, dsn string, opts Options) (*SQLRepository, error)
 	db.SetMaxOpenConns(opts.MaxConns)
 	db.SetMaxIdleConns(opts.MaxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
+	// A connection the driver found bad is tried again until the window
+	// ends: a database busy for a moment is not a misconfiguration. Any
+	// other error (a missing database, a refused login) fails at once.
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := db.PingContext(pctx); err != nil {
+	err = db.PingContext(pctx)
+	for errors.Is(err, driver.ErrBadConn) && pctx.Err() == nil {
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-pctx.Done():
+			t.Stop()
+		}
+		if pctx.Err() == nil {
+			err = db.PingContext(pctx)
+		}
+	}
+	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("product: connect to %s %s: %w", d.Dialect, d, err)
 	}

@@ -294,9 +294,13 @@ func (s *Server) connectRedis(ctx context.Context) (flightcache.SharedStore, err
 	}
 	installRedisLogger()
 	s.rdb = redis.NewClient(opt)
+	// A PING that timed out is tried again until the startup window ends:
+	// one PING is bounded by -redis-timeout, and a Redis (or host) busy for
+	// a moment is not a misconfiguration. A refused connection fails at
+	// once; a Redis that never answers is refused after 5s.
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := s.rdb.Ping(pctx).Err(); err != nil {
+	if err := untilAnswer(pctx, func(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }); err != nil {
 		why := "start it, fix -redis, or leave -redis empty for a memory-only cache"
 		if s.cfg.Coalescing() == CoalesceCluster {
 			why = "cluster coalescing, the default with -redis, needs it: start it, fix -redis, or ask for -coalesce local explicitly"
@@ -662,4 +666,24 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("productd: listen: %w", err)
 	}
 	return s.Serve(ctx, ln)
+}
+
+// untilAnswer calls ping, 100ms apart, while it times out and ctx lasts:
+// a startup check that rides out a moment's stall of a dependency or of
+// the host, and reports any other error at once.
+func untilAnswer(ctx context.Context, ping func(context.Context) error) error {
+	for {
+		err := ping(ctx)
+		var ne net.Error
+		if err == nil || ctx.Err() != nil || !(errors.As(err, &ne) && ne.Timeout()) {
+			return err
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
 }
