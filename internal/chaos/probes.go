@@ -49,6 +49,9 @@ func (p *phase) probeFor(fault string, n int) *probe {
 			return p.probeFrozenWrite(key, n)
 		}
 	case FaultSlowWrites:
+		if !bus {
+			return p.probeExpiredCopy(key, p.target(fault, n))
+		}
 		return p.probeLateWriteBack(key, p.target(fault, n), WriteDelete)
 	case FaultScripts + "+" + FaultSlowWrites:
 		return p.probeLateWriteBack(key, p.target(fault, n), WriteSet)
@@ -210,6 +213,62 @@ func (p *phase) probeLateWriteBack(key string, x int, how string) *probe {
 					return
 				}
 			}
+		},
+	}
+}
+
+// slowLoad is how long probeExpiredCopy's load takes: its write-back's
+// entry outlives, by about this much, a copy loaded just after it began.
+const slowLoad = 400 * time.Millisecond
+
+// probeExpiredCopy (without a Bus, with three instances or more): instance
+// x begins a slow load of the key; a third instance changes the key, and
+// the next instance reads the newer value, loading it; x's load then
+// writes its older value back, which nothing tells anyone. When the
+// reader's copy expires, the older entry is still fresh in Redis: the
+// reader, having served the newer version, must not serve the older one
+// (monotonic reads), and is watched until that entry expires.
+func (p *phase) probeExpiredCopy(key string, x int) *probe {
+	if len(p.insts) < 3 {
+		return nil
+	}
+	slow := p.insts[x]
+	reader := p.insts[(x+1)%len(p.insts)]
+	writer := p.insts[(x+2)%len(p.insts)]
+	return &probe{
+		during: func(stop <-chan struct{}, injected, lift time.Time) {
+			read := make(chan struct{})
+			var once sync.Once
+			load := func(ctx context.Context) (Value, error) {
+				p.org.mu.Lock()
+				v := p.org.versions[key]
+				p.org.mu.Unlock()
+				once.Do(func() { close(read) })
+				t := time.NewTimer(slowLoad)
+				defer t.Stop()
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					return Value{}, ctx.Err()
+				}
+				tenant, product, _ := strings.Cut(key, ":")
+				return Value{Tenant: tenant, Product: product, Version: v}, nil
+			}
+			loaded := make(chan struct{})
+			go func() {
+				defer close(loaded)
+				p.readWith(slow, key, load)
+			}()
+			select {
+			case <-read:
+			case <-stop:
+				<-loaded
+				return
+			}
+			p.write(writer, key, WriteDelete)
+			p.read(reader, key)
+			<-loaded
+			p.watch(stop, key, []*instance{reader}, injected.Add(slowLoad+cacheTTL+Slack))
 		},
 	}
 }
