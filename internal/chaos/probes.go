@@ -158,56 +158,38 @@ func (p *phase) probeFrozenWrite(key string, n int) *probe {
 // instance writes the key (how: a Set or a Delete). Once x's write-back
 // has landed, Redis is read raw (in cluster mode an unfenced write-back
 // must not have landed), then the writer reads the key (its own write),
-// then the others: none may serve the older value x loaded.
+// then the others: none may serve the older value x loaded. The race is
+// run twice, on two keys, so that one lost to a busy machine's scheduling
+// does not leave the fault untested.
 func (p *phase) probeLateWriteBack(key string, x int, how string) *probe {
 	slow := p.insts[x]
 	writer := p.insts[(x+1)%len(p.insts)]
+	keys := []string{key + "-1", key + "-2"}
 	return &probe{
 		during: func(stop <-chan struct{}, injected, lift time.Time) {
-			read := make(chan struct{})
-			var once sync.Once
-			load := func(ctx context.Context) (Value, error) {
-				p.org.mu.Lock()
-				v := p.org.versions[key]
-				p.org.mu.Unlock()
-				once.Do(func() { close(read) })
-				tenant, product, _ := strings.Cut(key, ":")
-				return Value{Tenant: tenant, Product: product, Version: v}, nil
+			for _, k := range keys {
+				if !p.raceWriteBack(stop, k, slow, writer, how) {
+					return
+				}
 			}
-			loaded := make(chan struct{})
-			go func() {
-				defer close(loaded)
-				p.readWith(slow, key, load)
-			}()
-			select {
-			case <-read:
-			case <-loaded:
-			case <-stop:
-				<-loaded
-				return
-			}
-			// The load has returned and its write-back is on its way: it
-			// waits slowWriteDelay before it writes Redis.
-			if !pause(stop, 20*time.Millisecond) {
-				<-loaded
-				return
-			}
-			p.write(writer, key, how)
-			<-loaded
-			// Past the slow write-back and one delivery.
+			// Past the last slow write-back and one delivery.
 			if !pause(stop, slowWriteDelay+deliveryBound+Slack) {
 				return
 			}
 			for range 5 {
-				p.rawRead(key)
+				for _, k := range keys {
+					p.rawRead(k)
+				}
 				if !pause(stop, 20*time.Millisecond) {
 					return
 				}
 			}
 			readers := append([]*instance{writer}, p.others(writer.id)...)
 			for range 3 {
-				for _, in := range readers {
-					p.read(in, key)
+				for _, k := range keys {
+					for _, in := range readers {
+						p.read(in, k)
+					}
 				}
 				if !pause(stop, 30*time.Millisecond) {
 					return
@@ -215,6 +197,44 @@ func (p *phase) probeLateWriteBack(key string, x int, how string) *probe {
 			}
 		},
 	}
+}
+
+// raceWriteBack has slow load key and writer write it (how) between the
+// load's read of the origin and its write-back's arrival in Redis, and
+// returns once the load's Fetch did; false when stop closed.
+func (p *phase) raceWriteBack(stop <-chan struct{}, key string, slow, writer *instance, how string) bool {
+	read := make(chan struct{})
+	var once sync.Once
+	load := func(ctx context.Context) (Value, error) {
+		p.org.mu.Lock()
+		v := p.org.versions[key]
+		p.org.mu.Unlock()
+		once.Do(func() { close(read) })
+		tenant, product, _ := strings.Cut(key, ":")
+		return Value{Tenant: tenant, Product: product, Version: v}, nil
+	}
+	loaded := make(chan struct{})
+	go func() {
+		defer close(loaded)
+		p.readWith(slow, key, load)
+	}()
+	select {
+	case <-read:
+	case <-loaded:
+	case <-stop:
+		<-loaded
+		return false
+	}
+	// The load has returned and its write-back is on its way: it waits
+	// slowWriteDelay before it writes Redis. The write comes in the middle
+	// of that wait.
+	if !pause(stop, slowWriteDelay/3) {
+		<-loaded
+		return false
+	}
+	p.write(writer, key, how)
+	<-loaded
+	return true
 }
 
 // slowLoad is how long probeExpiredCopy's load takes: its write-back's
