@@ -79,8 +79,7 @@ const (
 	// calmGap separates a fault's end from the next one's injection:
 	// longer than the recovery bound, so that most of a fault's
 	// after-effects are over before the next one (a fault's probe may
-	// take a little longer). A breaker opened early in a fault closes
-	// about then.
+	// take a little longer), and than the breaker's cool-down.
 	calmGap = 1200 * time.Millisecond
 	// firstFault is when the first fault is injected: the row "none"
 	// holds what happened before.

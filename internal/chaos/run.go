@@ -55,13 +55,10 @@ const (
 	coalesceWait  = time.Second            // Options.CoalesceWait (cluster mode)
 	cacheTTL      = 2 * time.Second        // Options.TTL: long next to the bounds, short enough for copies to expire
 	// breakerCoolDown is the shared tier's breaker's CoolDown, shortened
-	// from the default 5s so that a breaker opened early in a fault closes
-	// about when the next fault begins. It stays longer than the recovery
-	// bound: a writer's breaker opened by an outage is still open when the
-	// others' buses are back, which is when a redo that asked the breaker
-	// would come too late. It is not part of any bound: a write is
-	// promised to reach the others whatever the breaker does.
-	breakerCoolDown = 2 * time.Second
+	// from the default 5s so that a fault's after-effects end before the
+	// next fault, a few seconds later. It is not part of any bound: a
+	// write is promised to reach the others whatever the breaker does.
+	breakerCoolDown = time.Second
 	// deliveryBound is one pub/sub delivery on loopback.
 	deliveryBound = 50 * time.Millisecond
 	// Slack is added to every bound: a busy 2-core machine (under -race)
