@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -23,6 +24,12 @@ const (
 	FaultPublish      = "publish-refused"  // ACL -publish -spublish for one instance, briefly (publishHold)
 	FaultCodecPanic   = "codec-panics"     // every other Marshal panics
 	FaultSlowWrites   = "slow-write-backs" // one instance's shared-tier Sets wait slowWriteDelay first
+	// FaultSharedRefused: ACL -@all +@pubsub +@connection for the quiet
+	// instance, briefly (sharedRefusedHold): its shared-tier calls fail at
+	// once and open its breaker, which then refuses its publishes, while
+	// its bus stays up (its heartbeats are PUBLISHes): its writes wait for
+	// the redo, with no bus coming back to start it.
+	FaultSharedRefused = "shared-refused"
 )
 
 // allFaults is the schedule's cycle, shuffled per run by its seed. A
@@ -30,13 +37,37 @@ const (
 // leases fail while write-backs are slow is where an unfenced write-back
 // can land after another instance's Set.
 var allFaults = []string{FaultPause, FaultRestart, FaultPubSubKilled, FaultScripts, FaultPublish, FaultCodecPanic, FaultSlowWrites,
-	FaultScripts + "+" + FaultSlowWrites}
+	FaultScripts + "+" + FaultSlowWrites, FaultSharedRefused}
+
+// faultsFor is the cycle of mode: without a Bus or a Coordinator (nobus)
+// nothing publishes, subscribes or runs a script, so the faults that
+// refuse those would change nothing and only take time from the others.
+func faultsFor(mode string) []string {
+	if mode != ModeNoBus {
+		return slices.Clone(allFaults)
+	}
+	var out []string
+	for _, f := range allFaults {
+		switch f {
+		case FaultPubSubKilled, FaultPublish, FaultScripts, FaultScripts + "+" + FaultSlowWrites:
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
 
 const (
-	// faultHold is how long a fault lasts; the pause is longer than the
-	// bus's DownAfter so that the buses go down, and much shorter than the
-	// TTL so that what Redis held is still fresh when it comes back.
-	faultHold = time.Second
+	// faultHold is how long a fault lasts unless said otherwise.
+	faultHold = 800 * time.Millisecond
+	// pauseHold is how long Redis stays paused: longer than the bus's
+	// HeartbeatInterval + DownAfter so that the buses go down, and short
+	// next to the TTL, so that an entry written just before the pause is
+	// still fresh in Redis well after the recovery bound from its end.
+	pauseHold = 700 * time.Millisecond
+	// sharedRefusedHold is how long FaultSharedRefused lasts: the redo's
+	// backoff (SharedTimeout doubling) tries again within 400ms of its end.
+	sharedRefusedHold = 500 * time.Millisecond
 	// publishHold is the brief PUBLISH outage: shorter than DownAfter, so
 	// that the buses may stay up while some writes go unannounced.
 	publishHold = 300 * time.Millisecond
@@ -45,10 +76,14 @@ const (
 	// slowWriteDelay delays each shared Set under FaultSlowWrites: below
 	// SharedTimeout, so the write lands, late.
 	slowWriteDelay = 150 * time.Millisecond
-	// calmGap separates two faults: longer than the breaker's cool-down
-	// and the recovery bound, so that most of a fault's after-effects are
-	// over before the next one.
-	calmGap = 1500 * time.Millisecond
+	// calmGap separates a fault's end from the next one's injection:
+	// longer than the recovery bound, so that most of a fault's
+	// after-effects are over before the next one (a fault's probe may
+	// take a little longer), and than the breaker's cool-down.
+	calmGap = 1200 * time.Millisecond
+	// firstFault is when the first fault is injected: the row "none"
+	// holds what happened before.
+	firstFault = time.Second
 )
 
 // switches are the faults that live in the instances' wrappers.
@@ -98,17 +133,17 @@ func (s slowStore) Set(ctx context.Context, key string, e flightcache.Entry) err
 	return s.SharedStore.Set(ctx, key, e)
 }
 
-// inject applies fault (the n-th injected) and returns the function that
-// lifts it. A fault of one instance hits instance n mod K.
-func (p *phase) inject(ctx context.Context, fault string, n int) (lift func() error, hold time.Duration, err error) {
-	user := redisUser(n % len(p.insts))
+// inject applies fault and returns the function that lifts it. A fault of
+// one instance hits instance x.
+func (p *phase) inject(ctx context.Context, fault string, x int) (lift func() error, hold time.Duration, err error) {
+	user := redisUser(x)
 	acl := func(rules ...any) error {
 		return p.admin.Do(ctx, append([]any{"ACL", "SETUSER", user}, rules...)...).Err()
 	}
 	restore := func() error { return acl("+@all") }
 	switch fault {
 	case FaultPause:
-		return func() error { return p.redis.signal(syscall.SIGCONT) }, faultHold, p.redis.signal(syscall.SIGSTOP)
+		return func() error { return p.redis.signal(syscall.SIGCONT) }, pauseHold, p.redis.signal(syscall.SIGSTOP)
 	case FaultRestart:
 		p.redis.kill()
 		return p.redis.start, restartDown, nil
@@ -118,11 +153,13 @@ func (p *phase) inject(ctx context.Context, fault string, n int) (lift func() er
 		return restore, faultHold, acl("-@scripting")
 	case FaultPublish:
 		return restore, publishHold, acl("-publish", "-spublish")
+	case FaultSharedRefused:
+		return restore, sharedRefusedHold, acl("-@all", "+@pubsub", "+@connection")
 	case FaultCodecPanic:
 		p.sw.codecPanic.Store(true)
 		return func() error { p.sw.codecPanic.Store(false); return nil }, faultHold, nil
 	case FaultSlowWrites:
-		slow := &p.insts[n%len(p.insts)].slowWrites
+		slow := &p.insts[x].slowWrites
 		slow.Store(true)
 		return func() error { slow.Store(false); return nil }, faultHold, nil
 	}
@@ -130,11 +167,12 @@ func (p *phase) inject(ctx context.Context, fault string, n int) (lift func() er
 }
 
 // takesBusDown says whether fault (or one of those joined with "+") may
-// take an instance's bus down: see Fault.BusDown.
+// take an instance's bus down, or keep its writes from being announced
+// (its breaker refusing its publishes): see Fault.BusDown.
 func takesBusDown(fault string) bool {
 	for f := range strings.SplitSeq(fault, "+") {
 		switch f {
-		case FaultPause, FaultRestart, FaultPubSubKilled, FaultPublish:
+		case FaultPause, FaultRestart, FaultPubSubKilled, FaultPublish, FaultSharedRefused:
 			return true
 		}
 	}
@@ -142,7 +180,7 @@ func takesBusDown(fault string) bool {
 }
 
 // injectAll injects each of the faults joined with "+" in fault.
-func (p *phase) injectAll(ctx context.Context, fault string, n int) (lift func() error, hold time.Duration, err error) {
+func (p *phase) injectAll(ctx context.Context, fault string, x int) (lift func() error, hold time.Duration, err error) {
 	var lifts []func() error
 	lift = func() error {
 		var errs []error
@@ -152,7 +190,7 @@ func (p *phase) injectAll(ctx context.Context, fault string, n int) (lift func()
 		return errors.Join(errs...)
 	}
 	for f := range strings.SplitSeq(fault, "+") {
-		l, h, err := p.inject(ctx, f, n)
+		l, h, err := p.inject(ctx, f, x)
 		if l != nil {
 			lifts = append(lifts, l)
 		}
@@ -164,8 +202,21 @@ func (p *phase) injectAll(ctx context.Context, fault string, n int) (lift func()
 	return lift, hold, nil
 }
 
-// runFaults injects the faults in order, cycling, with calmGap between
-// them, until stop closes. A fault in progress is always lifted.
+// target is the instance a fault of one instance hits, the n-th fault
+// injected: the quiet instance for FaultSharedRefused (a writer's next
+// write would redo, by chance, what its probe checks is redone), else
+// instance n mod K.
+func (p *phase) target(fault string, n int) int {
+	if fault == FaultSharedRefused {
+		return len(p.insts) - 1
+	}
+	return n % len(p.insts)
+}
+
+// runFaults injects the faults in order, cycling, until stop closes: the
+// first at firstFault, each next one calmGap after the previous one
+// ended and its probe (see probeFor) finished. A fault in progress is
+// always lifted.
 func (p *phase) runFaults(stop <-chan struct{}, order []string) error {
 	wait := func(d time.Duration) bool {
 		t := time.NewTimer(d)
@@ -177,14 +228,20 @@ func (p *phase) runFaults(stop <-chan struct{}, order []string) error {
 			return false
 		}
 	}
+	gap := firstFault
 	for i := 0; ; i++ {
-		if !wait(calmGap) {
+		if !wait(gap) {
 			return nil
 		}
 		fault := order[i%len(order)]
+		pr := p.probeFor(fault, i)
+		if pr != nil && pr.before != nil {
+			pr.before()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		ended := p.h.FaultBegan(fault, takesBusDown(fault))
-		lift, hold, err := p.injectAll(ctx, fault, i)
+		injected := time.Now()
+		lift, hold, err := p.injectAll(ctx, fault, p.target(fault, i))
 		if err != nil {
 			cancel()
 			ended()
@@ -193,14 +250,24 @@ func (p *phase) runFaults(stop <-chan struct{}, order []string) error {
 			}
 			return fmt.Errorf("chaos: inject %s: %w", fault, err)
 		}
+		probed := make(chan struct{})
+		go func() {
+			defer close(probed)
+			if pr != nil && pr.during != nil {
+				pr.during(stop, injected, injected.Add(hold))
+			}
+		}()
 		wait(hold) // lifted early when the run stops
 		err = lift()
 		ended()
+		lifted := time.Now()
 		cancel()
+		<-probed
 		p.logf("%v %s", p.h.Now().Round(time.Millisecond), fault)
 		if err != nil {
 			return fmt.Errorf("chaos: lift %s: %w", fault, err)
 		}
+		gap = max(0, calmGap-time.Since(lifted))
 	}
 }
 

@@ -81,8 +81,10 @@ type Fault struct {
 	Start time.Duration `json:"start"`
 	End   time.Duration `json:"end"`
 	// BusDown says the fault may take an instance's bus down (Redis
-	// paused or killed, pub/sub connections or PUBLISH refused), which is
-	// when the promises allow more than one delivery of staleness. A fault
+	// paused or killed, pub/sub connections or PUBLISH refused) or keep its
+	// writes from being announced until the redo (its shared tier refused,
+	// its breaker open), which is when the promises allow more than one
+	// delivery of staleness. A fault
 	// that leaves every bus up (scripts refused, slow writes, a panicking
 	// codec) allows nothing more.
 	BusDown bool `json:"bus_down"`

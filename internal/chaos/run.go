@@ -145,19 +145,32 @@ func (v Value) Key() string { return v.Tenant + ":" + v.Product }
 // bumps. The writes of a key are serialised (a row lock, in a database),
 // so the versions a key's writes acknowledge grow.
 type origin struct {
-	mu       sync.Mutex // guards versions and rng
+	mu       sync.Mutex // guards versions, locks and rng
 	versions map[string]int64
 	rng      *rand.Rand
-	locks    map[string]*sync.Mutex // per key, held from the bump to the Cache call's return; read-only map
+	// locks holds a mutex per key, held from the bump to the Cache call's
+	// return; a probe key's is made on its first write.
+	locks map[string]*sync.Mutex
 }
 
 func newOrigin(keys []string, seed uint64) *origin {
 	o := &origin{versions: map[string]int64{}, locks: map[string]*sync.Mutex{}, rng: rand.New(rand.NewPCG(seed, 1))}
 	for _, k := range keys {
 		o.versions[k] = 1
-		o.locks[k] = new(sync.Mutex)
 	}
 	return o
+}
+
+// lock is key's write lock.
+func (o *origin) lock(key string) *sync.Mutex {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	l, ok := o.locks[key]
+	if !ok {
+		l = new(sync.Mutex)
+		o.locks[key] = l
+	}
+	return l
 }
 
 func (o *origin) bump(key string) int64 {
@@ -214,6 +227,7 @@ type phase struct {
 	org   *origin
 	keys  []string
 	insts []*instance
+	raw   *redisstore.Store // reads the shared tier's entries straight from Redis
 }
 
 var discard = slog.New(slog.DiscardHandler)
@@ -286,8 +300,17 @@ func (p *phase) run(ctx context.Context, d time.Duration, seed uint64) (rep Repo
 	p.h = NewHistory()
 	p.logf("%d instances, %v, seed %d, redis-server at %s", len(p.insts), d, seed, p.redis.addr)
 
+	// The raw reads go through a client of their own, as the default
+	// user, so that no fault on an instance's user touches them.
+	rawClient := redis.NewClient(clientOptions(p.redis.addr))
+	defer rawClient.Close()
+	p.raw, err = redisstore.New(rawClient, redisstore.Options{Prefix: keyPrefix, Timeout: sharedTimeout, HashTag: true})
+	if err != nil {
+		return Report{}, err
+	}
+
 	rng := rand.New(rand.NewPCG(seed, 0))
-	order := slices.Clone(allFaults)
+	order := faultsFor(p.mode)
 	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 
 	stop := make(chan struct{})
@@ -302,11 +325,7 @@ func (p *phase) run(ctx context.Context, d time.Duration, seed uint64) (rep Repo
 		}
 		wg.Go(func() { p.writer(stop, in, rand.New(rand.NewPCG(seed, uint64(200+in.id)))) })
 	}
-	raw, err := redisstore.New(p.insts[0].client, redisstore.Options{Prefix: keyPrefix, Timeout: sharedTimeout, HashTag: true})
-	if err != nil {
-		return Report{}, err
-	}
-	wg.Go(func() { p.rawReader(stop, raw, rand.New(rand.NewPCG(seed, 300))) })
+	wg.Go(func() { p.rawReader(stop, rand.New(rand.NewPCG(seed, 300))) })
 	faultErr := make(chan error, 1)
 	go func() { faultErr <- p.runFaults(stop, order) }()
 
@@ -345,7 +364,10 @@ func clientOptions(addr string) *redis.Options {
 // what it opened even when it fails.
 func (p *phase) newInstance(ctx context.Context, id int) error {
 	opt := clientOptions(p.redis.addr)
-	opt.Username = redisUser(id)
+	// go-redis authenticates only when a password is set: without one
+	// every instance would be the default user, out of the ACL faults'
+	// reach. The users are nopass: any password will do.
+	opt.Username, opt.Password = redisUser(id), "chaos"
 	in := &instance{id: id, client: redis.NewClient(opt)}
 	p.insts = append(p.insts, in)
 	store, err := redisstore.New(in.client, redisstore.Options{Prefix: keyPrefix, Timeout: sharedTimeout, HashTag: true})
@@ -459,13 +481,16 @@ func pause(stop <-chan struct{}, d time.Duration) bool {
 }
 
 // read Fetches key on in and records it.
-func (p *phase) read(in *instance, key string) {
+func (p *phase) read(in *instance, key string) { p.readWith(in, key, p.org.load(key)) }
+
+// readWith Fetches key on in with load as the loader, and records it.
+func (p *phase) readWith(in *instance, key string, load flightcache.LoadFunc[Value]) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	op := Op{Instance: in.id, Key: key, Kind: Read, Start: p.h.Now()}
 	var res flightcache.Result[Value]
 	err, _ := call(func() (err error) {
-		res, err = in.cache.Fetch(ctx, key, p.org.load(key))
+		res, err = in.cache.Fetch(ctx, key, load)
 		return err
 	})
 	op.End = p.h.Now()
@@ -551,8 +576,9 @@ func (p *phase) write(in *instance, key, how string) {
 		sort.Strings(keys)
 	}
 	for _, k := range keys {
-		p.org.locks[k].Lock()
-		defer p.org.locks[k].Unlock()
+		l := p.org.lock(k)
+		l.Lock()
+		defer l.Unlock()
 	}
 	versions := make([]int64, len(keys))
 	for i, k := range keys {
@@ -585,25 +611,29 @@ func (p *phase) write(in *instance, key, how string) {
 
 // rawReader reads random keys' entries straight from Redis, every 10 ms,
 // until stop closes.
-func (p *phase) rawReader(stop <-chan struct{}, raw *redisstore.Store, rng *rand.Rand) {
+func (p *phase) rawReader(stop <-chan struct{}, rng *rand.Rand) {
 	for pause(stop, 10*time.Millisecond) {
-		key := p.keys[rng.IntN(len(p.keys))]
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		op := Op{Instance: -1, Key: key, Kind: RawRead, Start: p.h.Now()}
-		e, ok, err := raw.Get(ctx, key)
-		op.End = p.h.Now()
-		cancel()
-		switch {
-		case err != nil:
-			op.Err = errText(err)
-		case ok:
-			var v Value
-			if err := json.Unmarshal(e.Value, &v); err != nil {
-				op.Err = err.Error()
-				break
-			}
-			op.Found, op.Version, op.BodyKey = true, v.Version, v.Key()
-		}
-		p.h.Record(op)
+		p.rawRead(p.keys[rng.IntN(len(p.keys))])
 	}
+}
+
+// rawRead reads key's entry straight from Redis and records it.
+func (p *phase) rawRead(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	op := Op{Instance: -1, Key: key, Kind: RawRead, Start: p.h.Now()}
+	e, ok, err := p.raw.Get(ctx, key)
+	op.End = p.h.Now()
+	switch {
+	case err != nil:
+		op.Err = errText(err)
+	case ok:
+		var v Value
+		if err := json.Unmarshal(e.Value, &v); err != nil {
+			op.Err = err.Error()
+			break
+		}
+		op.Found, op.Version, op.BodyKey = true, v.Version, v.Key()
+	}
+	p.h.Record(op)
 }

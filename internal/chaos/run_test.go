@@ -53,7 +53,7 @@ func TestRunRecordsAndChecksEveryOperationOfAMode(t *testing.T) {
 		t.Errorf("%d operations recorded in 3s, want hundreds", r.Total.Ops)
 	}
 	if len(r.Rows) < 2 || r.Rows[0].Fault != noFault {
-		t.Errorf("rows %v: want %q and then the fault injected at %v", r.Rows, noFault, calmGap)
+		t.Errorf("rows %v: want %q and then the fault injected at %v", r.Rows, noFault, firstFault)
 	}
 	if r.Bounds != BoundsFor(ModeCluster) {
 		t.Errorf("bounds %+v, want %+v", r.Bounds, BoundsFor(ModeCluster))
