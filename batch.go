@@ -698,7 +698,7 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 			}
 			it.Value = v
 		}
-		_, newer, older := c.fill(tickets[j], keys[j], it, c.sharedReadAt(&l.Entry.Meta), nil)
+		newer, older := c.fill(tickets[j], keys[j], it, c.sharedReadAt(&l.Entry.Meta), nil)
 		switch { // see readShared
 		case older:
 			continue

@@ -755,19 +755,19 @@ func (c *Cache[V]) Close() error {
 // written, shared (nil: none; the write-back's shared write) under the
 // key's lock but not the bulk lock (coherence.Tickets.Fill). wall is the
 // item's read time as the shared tier has it (see coherence.Read). It
-// reports whether it wrote, and the fresh copy held that is newer than it
+// returns the fresh copy held that is newer than it
 // when there is one: a shared read serves that instead, or, if the copy is
 // untrusted (the Bus is down), treats the entry as absent and loads (the
 // load paths serve their own value: their callers asked before the held
 // copy arrived). older reports an item read before something this
 // instance already filled, served, wrote or was told of: a shared read
 // treats it as absent.
-func (c *Cache[V]) fill(t coherence.Ticket, key string, it *Item[V], wall time.Time, shared func()) (stored bool, newer *Item[V], older bool) {
-	c.coh.Fill(t, key, func(current bool) bool {
+func (c *Cache[V]) fill(t coherence.Ticket, key string, it *Item[V], wall time.Time, shared func()) (newer *Item[V], older bool) {
+	c.coh.Fill(t, key, func(current bool) (stored bool) {
 		stored, newer, older = c.fillLocked(current, key, it, wall)
 		return stored
 	}, shared)
-	return stored, newer, older
+	return newer, older
 }
 
 // fillLocked is fill's decision (coherence.Model.DecideFill) and its local

@@ -201,7 +201,7 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 		}
 		it.Value = v
 	}
-	_, newer, older := c.fill(t, key, it, c.sharedReadAt(&e.Meta), nil)
+	newer, older := c.fill(t, key, it, c.sharedReadAt(&e.Meta), nil)
 	switch {
 	case older:
 		// Read before something this instance served since the check

@@ -218,19 +218,9 @@ func (p *phase) target(fault string, n int) int {
 // ended and its probe (see probeFor) finished. A fault in progress is
 // always lifted.
 func (p *phase) runFaults(stop <-chan struct{}, order []string) error {
-	wait := func(d time.Duration) bool {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return true
-		case <-stop:
-			return false
-		}
-	}
 	gap := firstFault
 	for i := 0; ; i++ {
-		if !wait(gap) {
+		if !pause(stop, gap) {
 			return nil
 		}
 		fault := order[i%len(order)]
@@ -257,7 +247,7 @@ func (p *phase) runFaults(stop <-chan struct{}, order []string) error {
 				pr.during(stop, injected, injected.Add(hold))
 			}
 		}()
-		wait(hold) // lifted early when the run stops
+		pause(stop, hold) // lifted early when the run stops
 		err = lift()
 		ended()
 		lifted := time.Now()

@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 )
@@ -210,8 +209,7 @@ func (p *phase) raceWriteBack(stop <-chan struct{}, key string, slow, writer *in
 		v := p.org.versions[key]
 		p.org.mu.Unlock()
 		once.Do(func() { close(read) })
-		tenant, product, _ := strings.Cut(key, ":")
-		return Value{Tenant: tenant, Product: product, Version: v}, nil
+		return valueOf(key, v), nil
 	}
 	loaded := make(chan struct{})
 	go func() {
@@ -271,8 +269,7 @@ func (p *phase) probeExpiredCopy(key string, x int) *probe {
 				case <-ctx.Done():
 					return Value{}, ctx.Err()
 				}
-				tenant, product, _ := strings.Cut(key, ":")
-				return Value{Tenant: tenant, Product: product, Version: v}, nil
+				return valueOf(key, v), nil
 			}
 			loaded := make(chan struct{})
 			go func() {

@@ -199,9 +199,14 @@ func (o *origin) load(key string) flightcache.LoadFunc[Value] {
 		case <-ctx.Done():
 			return Value{}, ctx.Err()
 		}
-		tenant, product, _ := strings.Cut(key, ":")
-		return Value{Tenant: tenant, Product: product, Version: version}, nil
+		return valueOf(key, version), nil
 	}
+}
+
+// valueOf is the origin's value of key ("tenant:product") at version.
+func valueOf(key string, version int64) Value {
+	tenant, product, _ := strings.Cut(key, ":")
+	return Value{Tenant: tenant, Product: product, Version: version}
 }
 
 // instance is one simulated service instance: its own Redis client,
@@ -590,9 +595,7 @@ func (p *phase) write(in *instance, key, how string) {
 	err, panicked := call(func() error {
 		switch how {
 		case WriteSet:
-			v := Value{Version: versions[0]}
-			v.Tenant, v.Product, _ = strings.Cut(key, ":")
-			return in.cache.Set(ctx, key, v)
+			return in.cache.Set(ctx, key, valueOf(key, versions[0]))
 		case WriteDelete:
 			return in.cache.Delete(ctx, key)
 		default:
