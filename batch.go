@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/coherence"
 	"github.com/flightcache/flightcache/internal/flightgroup"
 	"github.com/flightcache/flightcache/singleflight"
@@ -59,12 +60,12 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // the single-key path keeps. Read-only after New.
 type batchConfig struct {
 	maxSize int
-	shared  BatchSharedStore // nil when the shared tier has no batch operations
+	shared  driver.BatchSharedStore // nil when the shared tier has no batch operations
 }
 
 func newBatchConfig[V any](o Options[V]) batchConfig {
 	b := batchConfig{maxSize: o.MaxBatchSize}
-	b.shared, _ = o.Shared.(BatchSharedStore)
+	b.shared, _ = o.Shared.(driver.BatchSharedStore)
 	return b
 }
 
@@ -122,7 +123,7 @@ func (c *Cache[V]) FetchMany(ctx context.Context, keys []string, load BatchLoadF
 	if c.obs != nil {
 		d := time.Since(start)
 		for i := range b.res {
-			c.observe(Event{Kind: EventGet, Ctx: ctx, Cache: c.name, Outcome: b.res[i].Outcome, Duration: d, Err: b.res[i].Err})
+			c.observe(driver.Event{Kind: driver.EventGet, Ctx: ctx, Cache: c.name, Outcome: b.res[i].Outcome, Duration: d, Err: b.res[i].Err})
 		}
 	}
 	return b.res
@@ -146,7 +147,7 @@ type batch[V any] struct {
 type batchKey[V any] struct {
 	key   string
 	first int // index of the key's first occurrence in batch.keys
-	stale *Item[V]
+	stale *driver.Item[V]
 	// f is the key's flight: led by this batch or joined; err is why
 	// there is none (the engine refused the key).
 	f   flightgroup.Flight[string, *flight[V]]
@@ -163,13 +164,13 @@ func (b *batch[V]) run() {
 		dups [][2]int       // {i, first}: keys[i] repeats keys[first]
 	)
 	for i, k := range b.keys {
-		var stale *Item[V]
+		var stale *driver.Item[V]
 		if c.local != nil && len(k) > 0 && len(k) <= c.maxKeyLen && !c.coh.Closed() {
 			if it, ok := c.local.Get(k); ok {
 				switch c.localState(it, b.now) {
 				case itemFresh:
 					if it.NotFound || c.obs != nil || c.clone != nil || (c.earlyRefresh && b.load != nil) {
-						b.serve(i, it, TierLocal)
+						b.serve(i, it, driver.TierLocal)
 						continue
 					}
 					// serve's common case, inline, as in hitLocal.
@@ -194,7 +195,7 @@ func (b *batch[V]) run() {
 			continue
 		}
 		if c.local != nil && c.obs != nil {
-			c.emit(b.ctx, EventMiss, TierLocal, nil)
+			c.emit(b.ctx, driver.EventMiss, driver.TierLocal, nil)
 		}
 		seen[k] = i
 		miss = append(miss, batchKey[V]{key: k, first: i, stale: stale})
@@ -215,7 +216,7 @@ func (b *batch[V]) run() {
 // serve answers key i with a fresh item found in tier, starting an early
 // refresh when XFetch says so: serveFresh's work, with the refresh's
 // loader built only when one is due.
-func (b *batch[V]) serve(i int, it *Item[V], tier Tier) {
+func (b *batch[V]) serve(i int, it *driver.Item[V], tier driver.Tier) {
 	c := b.c
 	o, due := c.freshHit(b.ctx, it, b.now, tier)
 	if due && b.load != nil && c.startRefresh(b.ctx, b.keys[i], singleLoad(b.keys[i], b.load), it.FreshUntil) {
@@ -286,11 +287,11 @@ func (b *batch[V]) readShared(miss []batchKey[V]) []batchKey[V] {
 		it := items[0]
 		items = items[1:]
 		if it != nil && b.now.Before(it.FreshUntil) {
-			b.serve(bk.first, it, TierShared)
+			b.serve(bk.first, it, driver.TierShared)
 			return true
 		}
 		if c.obs != nil {
-			c.emit(b.ctx, EventMiss, TierShared, nil)
+			c.emit(b.ctx, driver.EventMiss, driver.TierShared, nil)
 		}
 		return false
 	})
@@ -500,7 +501,7 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 				return false
 			}
 			if c.obs != nil {
-				c.emit(fctx, EventThrottled, TierNone, err)
+				c.emit(fctx, driver.EventThrottled, driver.TierNone, err)
 			}
 			answers[j].err = err
 			return true
@@ -554,7 +555,7 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	flights := make([]*flight[V], len(todo))
 	for n, j := range todo {
 		v, ok := found[names[j]]
-		fl := &flight[V]{item: Item[V]{Value: v, Meta: Meta{LoadDuration: took, LoadedAt: end, NotFound: !ok}}}
+		fl := &flight[V]{item: driver.Item[V]{Value: v, Meta: driver.Meta{LoadDuration: took, LoadedAt: end, NotFound: !ok}}}
 		if !ok {
 			fl.notFound = ErrNotFound
 		}
@@ -625,7 +626,7 @@ func (c *Cache[V]) reportUnrequested(ctx context.Context, found map[string]V, as
 		return
 	}
 	if c.obs != nil {
-		c.emit(ctx, EventUnrequestedKey, TierNone, nil)
+		c.emit(ctx, driver.EventUnrequestedKey, driver.TierNone, nil)
 	}
 	if ok, suppressed := c.unrequestedLog.allow(); ok {
 		c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: batch loader returned keys it was not asked for; ignored",
@@ -639,9 +640,9 @@ func (c *Cache[V]) reportUnrequested(ctx context.Context, found map[string]V, as
 // copied into the local tier under its key's ticket; read and decode
 // errors count as misses. err is the failure of the call itself (a
 // failing, hung or skipped tier), as readShared's storeErr.
-func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []coherence.Ticket, now time.Time) (items []*Item[V], err error) {
-	items = make([]*Item[V], len(keys))
-	var lookups []Lookup
+func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []coherence.Ticket, now time.Time) (items []*driver.Item[V], err error) {
+	items = make([]*driver.Item[V], len(keys))
+	var lookups []driver.Lookup
 	err = c.sharedCall(ctx, true, func(ctx context.Context) error {
 		if bs := c.batch.shared; bs != nil {
 			var err error
@@ -654,7 +655,7 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 		// One Get per key. The first failure of the tier ends the call:
 		// the deadline is the whole call's. An error about one entry is
 		// that key's miss, as in a GetMany.
-		lookups = make([]Lookup, len(keys))
+		lookups = make([]driver.Lookup, len(keys))
 		for j, k := range keys {
 			e, ok, err := c.shared.Get(ctx, k)
 			if err != nil && entryLevel(err) {
@@ -664,7 +665,7 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 			if err != nil {
 				return err
 			}
-			lookups[j] = Lookup{Entry: e, Found: ok}
+			lookups[j] = driver.Lookup{Entry: e, Found: ok}
 		}
 		return nil
 	})
@@ -689,7 +690,7 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 		if !now.Before(m.StaleUntil) {
 			continue
 		}
-		it := &Item[V]{Meta: m}
+		it := &driver.Item[V]{Meta: m}
 		if !m.NotFound {
 			v, err := c.codec.Unmarshal(l.Entry.Value)
 			if err != nil {
@@ -725,14 +726,14 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 // keys themselves, under a lease, when they miss them.
 func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []coherence.Ticket, flights []*flight[V], sharedDown sharedSkip) {
 	writeShared, skipErr := c.sharedWritable(sharedDown)
-	var entries []Entry
+	var entries []driver.Entry
 	if writeShared {
-		entries = make([]Entry, len(keys))
+		entries = make([]driver.Entry, len(keys))
 		for n, fl := range flights {
 			e, err := c.encode(&fl.item)
 			if err != nil {
 				fl.writeErr = err
-				c.writeFailed(ctx, TierShared, err)
+				c.writeFailed(ctx, driver.TierShared, err)
 				continue
 			}
 			entries[n] = e
@@ -740,12 +741,12 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []c
 	}
 	var (
 		wk   []string
-		we   []Entry
+		we   []driver.Entry
 		wn   []int
 		errs []error
 		// tier is the tier a panic is reported for: the shared tier's
 		// but while the local tier's Set (a Cost function) runs.
-		tier = TierShared
+		tier = driver.TierShared
 	)
 	// A panic in a store or the codec is every key's write error, as in
 	// miss.writeBack: the values were loaded and are returned. Its value
@@ -761,13 +762,13 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []c
 	}()
 	c.coh.FillAll(keys, tickets, func(current []bool) {
 		for n, fl := range flights {
-			tier = TierLocal
-			var enc *Entry
+			tier = driver.TierLocal
+			var enc *driver.Entry
 			if writeShared && fl.writeErr == nil {
 				enc = &entries[n]
 			}
 			ok, _, _ := c.fillLocked(current[n], keys[n], &fl.item, c.wallRead(&fl.item, enc))
-			tier = TierShared
+			tier = driver.TierShared
 			if !ok {
 				continue // an explicit write or a newer read won, or the Cache closed
 			}
@@ -789,14 +790,14 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []c
 	for m, err := range errs {
 		if err != nil {
 			flights[wn[m]].writeErr = err
-			c.writeFailed(ctx, TierShared, err)
+			c.writeFailed(ctx, driver.TierShared, err)
 		}
 	}
 }
 
 // setSharedMany writes entries to the shared tier, in one SetMany when it
 // has batch operations; the result is as SetMany's.
-func (c *Cache[V]) setSharedMany(ctx context.Context, keys []string, entries []Entry) []error {
+func (c *Cache[V]) setSharedMany(ctx context.Context, keys []string, entries []driver.Entry) []error {
 	var errs []error
 	err := c.sharedCall(ctx, false, func(ctx context.Context) error {
 		if bs := c.batch.shared; bs != nil {

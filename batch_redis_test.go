@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -122,7 +123,7 @@ func TestRedisBatchTreatsACorruptEntryAsAMissOfThatKeyOnly(t *testing.T) {
 	if calls := o.callKeys(); len(calls) != 2 || !slices.Equal(calls[1], []string{"b"}) {
 		t.Fatalf("loader calls = %v, want the corrupt key reloaded alone", calls)
 	}
-	if rec.count(flightcache.EventReadFailed) == 0 || !errors.Is(rec.errs[0], redisstore.ErrCorrupt) {
+	if rec.count(driver.EventReadFailed) == 0 || !errors.Is(rec.errs[0], redisstore.ErrCorrupt) {
 		t.Fatalf("the corrupt entry was not reported: %v", rec.errs)
 	}
 	// The write-back replaced the corrupt payload.

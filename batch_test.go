@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/singleflight"
 )
 
@@ -278,7 +279,7 @@ func TestBatchLoaderTimeoutReleasesItsKeysAndEndsTheLoadersContext(t *testing.T)
 }
 
 func TestBatchCallerLeavingDoesNotCancelTheLoad(t *testing.T) {
-	local := &notifyLocal[*product]{LocalStore: newLocal[*product](t, nil), sets: make(chan flightcache.Item[*product], 2)}
+	local := &notifyLocal[*product]{LocalStore: newLocal[*product](t, nil), sets: make(chan driver.Item[*product], 2)}
 	c := newCache(t, flightcache.Options[*product]{Local: local})
 	entered, release := make(chan struct{}), make(chan struct{})
 	var loaderErr atomic.Value
@@ -364,8 +365,8 @@ func TestBatchLoaderReturningUnrequestedKeysCannotPoisonTheCache(t *testing.T) {
 	c := newCache(t, flightcache.Options[*product]{Observer: rec})
 	o := &batchOrigin{extra: map[string]*product{"tenant=other|id=1": {Name: "not yours"}}}
 	c.FetchMany(context.Background(), []string{"tenant=me|id=1"}, o.load)
-	if rec.count(flightcache.EventUnrequestedKey) != 1 {
-		t.Fatalf("EventUnrequestedKey reported %d times, want 1", rec.count(flightcache.EventUnrequestedKey))
+	if rec.count(driver.EventUnrequestedKey) != 1 {
+		t.Fatalf("EventUnrequestedKey reported %d times, want 1", rec.count(driver.EventUnrequestedKey))
 	}
 	var single origin
 	r := mustFetch(t, c, "tenant=other|id=1", single.load("1"))
@@ -407,7 +408,7 @@ func TestBatchServesStaleValuesWhenItsLoadFails(t *testing.T) {
 
 func TestBatchSoftTimeoutServesStaleWhileTheLoadGoesOn(t *testing.T) {
 	clock := newFakeClock()
-	local := &notifyLocal[*product]{LocalStore: newLocal[*product](t, clock), sets: make(chan flightcache.Item[*product], 2)}
+	local := &notifyLocal[*product]{LocalStore: newLocal[*product](t, clock), sets: make(chan driver.Item[*product], 2)}
 	c := clocked(t, clock, flightcache.Options[*product]{Local: local, TTL: time.Second, StaleFor: time.Minute, SoftTimeout: 10 * time.Millisecond})
 	o := &batchOrigin{}
 	c.FetchMany(context.Background(), []string{"a"}, o.load)
@@ -470,7 +471,7 @@ func TestBatchGuardTurnsKeysAwayBeforeTheSharedTierAndTheLoader(t *testing.T) {
 
 func TestBatchEarlyRefreshReloadsOnlyTheDueKey(t *testing.T) {
 	clock := newFakeClock()
-	local := &notifyLocal[*product]{LocalStore: newLocal[*product](t, clock), sets: make(chan flightcache.Item[*product], 2)}
+	local := &notifyLocal[*product]{LocalStore: newLocal[*product](t, clock), sets: make(chan driver.Item[*product], 2)}
 	c := clocked(t, clock, flightcache.Options[*product]{Local: local, TTL: time.Minute, Jitter: flightcache.DisableJitter, EarlyRefresh: true})
 	o := &batchOrigin{before: func(_ context.Context, keys []string) {
 		if len(keys) == 1 && keys[0] == "slow" {
@@ -708,11 +709,11 @@ func TestPanickingStoreInABatchWriteBackReturnsTheValuesAndKeepsKeysUsable(t *te
 
 // panickyLocal is a LocalStore whose Set panics while panicOnSet is set.
 type panickyLocal[V any] struct {
-	flightcache.LocalStore[V]
+	driver.LocalStore[V]
 	panicOnSet atomic.Bool
 }
 
-func (p *panickyLocal[V]) Set(key string, it flightcache.Item[V]) {
+func (p *panickyLocal[V]) Set(key string, it driver.Item[V]) {
 	if p.panicOnSet.Load() {
 		panic("store broke")
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/bloomguard"
 	"github.com/flightcache/flightcache/clock"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/memstore"
 	rediscache "github.com/go-redis/cache/v9"
 	"github.com/maypok86/otter/v2"
@@ -122,17 +123,17 @@ func BenchmarkHitLocal(b *testing.B) {
 		// *Item values, per-entry expiry, a coarse clock.
 		clk := clock.NewCoarse(clock.DefaultResolution)
 		defer clk.Stop()
-		oc := otter.Must(&otter.Options[string, *flightcache.Item[*product]]{
+		oc := otter.Must(&otter.Options[string, *driver.Item[*product]]{
 			MaximumSize: 10 * benchKeys,
 			Clock:       clk,
-			ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[string, *flightcache.Item[*product]]) time.Duration {
+			ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[string, *driver.Item[*product]]) time.Duration {
 				return e.Value.StaleUntil.Sub(clk.Now())
 			}),
 		})
 		defer oc.StopAllGoroutines()
 		now := time.Now()
 		for _, k := range benchKeyNames {
-			oc.Set(k, &flightcache.Item[*product]{Value: benchProduct, Meta: flightcache.Meta{FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour)}})
+			oc.Set(k, &driver.Item[*product]{Value: benchProduct, Meta: driver.Meta{FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour)}})
 		}
 		b.ReportAllocs()
 		i := 0
@@ -147,7 +148,7 @@ func BenchmarkHitLocal(b *testing.B) {
 		defer local.Close()
 		now := time.Now()
 		for _, k := range benchKeyNames {
-			local.Set(k, flightcache.Item[*product]{Value: benchProduct, Meta: flightcache.Meta{FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour)}})
+			local.Set(k, driver.Item[*product]{Value: benchProduct, Meta: driver.Meta{FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour)}})
 		}
 		b.ReportAllocs()
 		i := 0
@@ -163,7 +164,7 @@ func BenchmarkHitLocal(b *testing.B) {
 		defer local.Close()
 		now := time.Now()
 		for _, k := range benchKeyNames {
-			local.Set(k, flightcache.Item[*product]{Value: benchProduct, Meta: flightcache.Meta{FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour)}})
+			local.Set(k, driver.Item[*product]{Value: benchProduct, Meta: driver.Meta{FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour)}})
 		}
 		b.ReportAllocs()
 		i := 0
@@ -236,7 +237,7 @@ func BenchmarkGuard(b *testing.B) {
 	}
 	for _, bc := range []struct {
 		name  string
-		guard flightcache.Guard
+		guard driver.Guard
 		keys  []string
 	}{
 		{"guard=func/no", guardFunc(func(string) bool { return false }), absent},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // A key invalidation whose Version is below one already applied (its
@@ -19,8 +20,8 @@ func TestAnInvalidationNotNewerThanTheLastStillDropsOlderCopies(t *testing.T) {
 	b := newInstance(t, net, nil, clock, nil) // ClockSkew default 10ms
 	var price, calls atomic.Int64
 	load := valueLoader(&price, &calls)
-	inv := func(at time.Time) flightcache.Invalidation {
-		return flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: "k", Version: wallAt(clock, at)}
+	inv := func(at time.Time) driver.Invalidation {
+		return driver.Invalidation{Kind: driver.InvalidationKey, Target: "k", Version: wallAt(clock, at)}
 	}
 	T := clock.Now()
 	// C (clock 5ms ahead) deletes at real T: Version T+5ms.
@@ -44,11 +45,11 @@ func TestAnInvalidationFromTheFutureDoesNotFenceLaterOnes(t *testing.T) {
 	b := newInstance(t, net, nil, nil, nil)
 	var price, calls atomic.Int64
 	load := valueLoader(&price, &calls)
-	b.bus.inject(flightcache.Invalidation{Kind: flightcache.InvalidationAll, Version: time.Now().Add(time.Hour)})
+	b.bus.inject(driver.Invalidation{Kind: driver.InvalidationAll, Version: time.Now().Add(time.Hour)})
 	price.Store(1)
 	mustGet(t, b.c, "k", load)
 	price.Store(2)
-	b.bus.inject(flightcache.Invalidation{Kind: flightcache.InvalidationAll, Version: time.Now()}) // a real Clear
+	b.bus.inject(driver.Invalidation{Kind: driver.InvalidationAll, Version: time.Now()}) // a real Clear
 	if r := mustGet(t, b.c, "k", load); r.Value.Price != 2 {
 		t.Errorf("after a Clear B serves price %d (%v)", r.Value.Price, r.Outcome)
 	}
@@ -97,10 +98,10 @@ func TestAnOlderSharedEntryIsNeverServedOverANewerCopyHeld(t *testing.T) {
 	old, _ := json.Marshal(&product{ID: "1", Price: 1})
 	now := time.Now()
 	shared.mu.Lock()
-	shared.m["k"] = flightcache.Entry{Value: old, Meta: flightcache.Meta{
+	shared.m["k"] = driver.Entry{Value: old, Meta: driver.Meta{
 		LoadedAt: now.Add(-time.Minute), FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour)}}
 	shared.mu.Unlock()
-	b.bus.setState(flightcache.BusDown)
+	b.bus.setState(driver.BusDown)
 	clock.Advance(2 * time.Second)
 	if r := mustGet(t, b.c, "k", load); r.Value.Price != 2 {
 		t.Errorf("B served price %d (%v) after having served 2; local still holds 2: %v", r.Value.Price, r.Outcome, b.local.has("k"))
@@ -114,7 +115,7 @@ type slowShared struct {
 	release chan struct{}
 }
 
-func (s *slowShared) Set(ctx context.Context, key string, e flightcache.Entry) error {
+func (s *slowShared) Set(ctx context.Context, key string, e driver.Entry) error {
 	if key == "slow" {
 		close(s.entered)
 		select {
@@ -169,7 +170,7 @@ func TestAPrefixInvalidationLeavesOtherKeysWriteBacksAlone(t *testing.T) {
 	done := make(chan struct{})
 	go func() { mustGet(t, b.c, "user:7:profile", slow); close(done) }()
 	<-started
-	b.bus.inject(flightcache.Invalidation{Kind: flightcache.InvalidationPrefix, Target: "order:99:", Version: time.Now()})
+	b.bus.inject(driver.Invalidation{Kind: driver.InvalidationPrefix, Target: "order:99:", Version: time.Now()})
 	close(release)
 	<-done
 	if shared.sets.Load() == 0 || !b.local.has("user:7:profile") {
@@ -181,7 +182,7 @@ func TestAPrefixInvalidationLeavesOtherKeysWriteBacksAlone(t *testing.T) {
 // means unknown).
 type noLoadedAt struct{ *mapShared }
 
-func (s noLoadedAt) Set(ctx context.Context, key string, e flightcache.Entry) error {
+func (s noLoadedAt) Set(ctx context.Context, key string, e driver.Entry) error {
 	e.LoadedAt = time.Time{}
 	return s.mapShared.Set(ctx, key, e)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // busNet connects Caches in one process the way a Bus connects instances:
@@ -31,7 +32,7 @@ type busNet struct {
 
 type retainedInvalidation struct {
 	cache string
-	inv   flightcache.Invalidation
+	inv   driver.Invalidation
 }
 
 // replay delivers the retained bulk invalidations of s's cache to s; the
@@ -47,7 +48,7 @@ func (n *busNet) replay(s *busSub) {
 type busSub struct {
 	ep    *busEndpoint
 	cache string
-	h     flightcache.BusHandler
+	h     driver.BusHandler
 }
 
 type busEndpoint struct {
@@ -55,11 +56,11 @@ type busEndpoint struct {
 	count    atomic.Int64
 	failWith atomic.Pointer[error] // Publish returns it when set
 	// published, when set, gets every invalidation this endpoint published.
-	published chan flightcache.Invalidation
+	published chan driver.Invalidation
 	// While holding (guarded by net.mu), messages for this endpoint wait
 	// in held: a slow delivery.
 	holding bool
-	held    []flightcache.Invalidation
+	held    []driver.Invalidation
 }
 
 // hold delays the delivery of messages to this endpoint until deliverHeld.
@@ -86,7 +87,7 @@ func (e *busEndpoint) deliverHeld() {
 
 func (n *busNet) endpoint() *busEndpoint { return &busEndpoint{net: n} }
 
-func (e *busEndpoint) Publish(ctx context.Context, cache string, inv flightcache.Invalidation) error {
+func (e *busEndpoint) Publish(ctx context.Context, cache string, inv driver.Invalidation) error {
 	if err := e.failWith.Load(); err != nil {
 		return *err
 	}
@@ -96,7 +97,7 @@ func (e *busEndpoint) Publish(ctx context.Context, cache string, inv flightcache
 	}
 	e.net.mu.Lock()
 	defer e.net.mu.Unlock()
-	if inv.Kind != flightcache.InvalidationKey {
+	if inv.Kind != driver.InvalidationKey {
 		e.net.retained = append(e.net.retained, retainedInvalidation{cache, inv})
 	}
 	for _, s := range e.net.subs {
@@ -113,13 +114,13 @@ func (e *busEndpoint) Publish(ctx context.Context, cache string, inv flightcache
 
 // Subscribe replays the retained bulk invalidations and reports BusUp at
 // once: the net always works.
-func (e *busEndpoint) Subscribe(cache string, h flightcache.BusHandler) (func(), error) {
+func (e *busEndpoint) Subscribe(cache string, h driver.BusHandler) (func(), error) {
 	s := &busSub{ep: e, cache: cache, h: h}
 	e.net.mu.Lock()
 	defer e.net.mu.Unlock()
 	e.net.subs = append(e.net.subs, s)
 	e.net.replay(s)
-	h.BusChanged(flightcache.BusUp)
+	h.BusChanged(driver.BusUp)
 	return func() {
 		e.net.mu.Lock()
 		defer e.net.mu.Unlock()
@@ -130,7 +131,7 @@ func (e *busEndpoint) Subscribe(cache string, h flightcache.BusHandler) (func(),
 // inject delivers inv to this endpoint's own subscribers, as if another
 // instance had published it (late, twice, out of order: whatever the test
 // says).
-func (e *busEndpoint) inject(inv flightcache.Invalidation) {
+func (e *busEndpoint) inject(inv driver.Invalidation) {
 	e.net.mu.Lock()
 	defer e.net.mu.Unlock()
 	for _, s := range e.net.subs {
@@ -141,12 +142,12 @@ func (e *busEndpoint) inject(inv flightcache.Invalidation) {
 }
 
 // setState reports s to this endpoint's subscribers.
-func (e *busEndpoint) setState(s flightcache.BusState) {
+func (e *busEndpoint) setState(s driver.BusState) {
 	e.net.mu.Lock()
 	defer e.net.mu.Unlock()
 	for _, sub := range e.net.subs {
 		if sub.ep == e {
-			if s == flightcache.BusUp {
+			if s == driver.BusUp {
 				e.net.replay(sub)
 			}
 			sub.h.BusChanged(s)
@@ -157,21 +158,21 @@ func (e *busEndpoint) setState(s flightcache.BusState) {
 // rangeLocal is a map LocalStore with All, on its own lock.
 type rangeLocal[V any] struct {
 	mu sync.Mutex
-	m  map[string]*flightcache.Item[V]
+	m  map[string]*driver.Item[V]
 }
 
 func newRangeLocal[V any]() *rangeLocal[V] {
-	return &rangeLocal[V]{m: make(map[string]*flightcache.Item[V])}
+	return &rangeLocal[V]{m: make(map[string]*driver.Item[V])}
 }
 
-func (l *rangeLocal[V]) Get(key string) (*flightcache.Item[V], bool) {
+func (l *rangeLocal[V]) Get(key string) (*driver.Item[V], bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	it, ok := l.m[key]
 	return it, ok
 }
 
-func (l *rangeLocal[V]) Set(key string, it flightcache.Item[V]) {
+func (l *rangeLocal[V]) Set(key string, it driver.Item[V]) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.m[key] = &it
@@ -183,8 +184,8 @@ func (l *rangeLocal[V]) Delete(key string) {
 	delete(l.m, key)
 }
 
-func (l *rangeLocal[V]) All() iter.Seq2[string, *flightcache.Item[V]] {
-	return func(yield func(string, *flightcache.Item[V]) bool) {
+func (l *rangeLocal[V]) All() iter.Seq2[string, *driver.Item[V]] {
+	return func(yield func(string, *driver.Item[V]) bool) {
 		l.mu.Lock()
 		snapshot := maps.Clone(l.m)
 		l.mu.Unlock()
@@ -210,7 +211,7 @@ type instance struct {
 	rec   *recorder
 }
 
-func newInstance(t *testing.T, net *busNet, shared flightcache.SharedStore, clock *fakeClock, tweak func(*flightcache.Options[*product])) *instance {
+func newInstance(t *testing.T, net *busNet, shared driver.SharedStore, clock *fakeClock, tweak func(*flightcache.Options[*product])) *instance {
 	t.Helper()
 	in := &instance{local: newRangeLocal[*product](), bus: net.endpoint(), rec: newRecorder()}
 	opts := flightcache.Options[*product]{
@@ -273,13 +274,13 @@ func TestSetOnOneInstanceDropsTheOthersOlderCopy(t *testing.T) {
 	if r.Value.Price != 2 || r.Outcome != flightcache.OutcomeHitShared {
 		t.Fatalf("B after A's Set: price %d (%v), want 2 from the shared tier", r.Value.Price, r.Outcome)
 	}
-	if got := a.rec.count(flightcache.EventInvalidationSent); got != 1 {
+	if got := a.rec.count(driver.EventInvalidationSent); got != 1 {
 		t.Errorf("A sent %d invalidations, want 1", got)
 	}
-	if got := b.rec.count(flightcache.EventInvalidationApplied); got != 1 {
+	if got := b.rec.count(driver.EventInvalidationApplied); got != 1 {
 		t.Errorf("B applied %d invalidations, want 1", got)
 	}
-	if got := a.rec.count(flightcache.EventInvalidationReceived); got != 0 {
+	if got := a.rec.count(driver.EventInvalidationReceived); got != 0 {
 		t.Errorf("A received %d of its own invalidations, want 0", got)
 	}
 }
@@ -312,8 +313,8 @@ func TestLateDuplicateAndOutOfOrderInvalidationsNeverRegress(t *testing.T) {
 	b := newInstance(t, net, nil, clock, func(o *flightcache.Options[*product]) { o.ClockSkew = flightcache.DisableClockSkew })
 	var price, calls atomic.Int64
 	load := valueLoader(&price, &calls)
-	inv := func(at time.Time) flightcache.Invalidation {
-		return flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: "k", Version: wallAt(clock, at)}
+	inv := func(at time.Time) driver.Invalidation {
+		return driver.Invalidation{Kind: driver.InvalidationKey, Target: "k", Version: wallAt(clock, at)}
 	}
 	// served records every price B serves and fails on a regression.
 	last := 0
@@ -336,7 +337,7 @@ func TestLateDuplicateAndOutOfOrderInvalidationsNeverRegress(t *testing.T) {
 	if !b.local.has("k") || served() != 5 {
 		t.Fatal("an invalidation older than the value held evicted it")
 	}
-	if got := b.rec.count(flightcache.EventInvalidationIgnored); got != 1 {
+	if got := b.rec.count(driver.EventInvalidationIgnored); got != 1 {
 		t.Fatalf("ignored %d invalidations, want 1", got)
 	}
 
@@ -360,7 +361,7 @@ func TestLateDuplicateAndOutOfOrderInvalidationsNeverRegress(t *testing.T) {
 	if served(); calls.Load() != before {
 		t.Fatal("a duplicate or late invalidation caused a load")
 	}
-	if got := b.rec.count(flightcache.EventInvalidationIgnored); got != 4 {
+	if got := b.rec.count(driver.EventInvalidationIgnored); got != 4 {
 		t.Fatalf("ignored %d invalidations, want 4", got)
 	}
 }
@@ -380,7 +381,7 @@ func TestInvalidationRefusesTheWriteOfALoadInProgress(t *testing.T) {
 		done <- r
 	}()
 	<-started
-	b.bus.inject(flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: "k", Version: time.Now()})
+	b.bus.inject(driver.Invalidation{Kind: driver.InvalidationKey, Target: "k", Version: time.Now()})
 	close(release)
 	if r := <-done; r.Value.Price != 1 {
 		t.Fatalf("the caller of the load got %d, want its value 1", r.Value.Price)
@@ -473,12 +474,12 @@ func TestBusDownCapsLocalFreshnessAndResyncsWhenBack(t *testing.T) {
 	price.Store(1)
 	load := valueLoader(&price, &calls)
 	mustGet(t, b.c, "k", load)
-	if b.c.BusState() != flightcache.BusUp {
+	if b.c.BusState() != driver.BusUp {
 		t.Fatalf("bus state %v, want up", b.c.BusState())
 	}
 
-	b.bus.setState(flightcache.BusDown)
-	if b.c.BusState() != flightcache.BusDown {
+	b.bus.setState(driver.BusDown)
+	if b.c.BusState() != driver.BusDown {
 		t.Fatalf("bus state %v, want down", b.c.BusState())
 	}
 	clock.Advance(time.Second)
@@ -495,7 +496,7 @@ func TestBusDownCapsLocalFreshnessAndResyncsWhenBack(t *testing.T) {
 	}
 
 	price.Store(3)
-	b.bus.setState(flightcache.BusUp)
+	b.bus.setState(driver.BusUp)
 	if b.local.has("k") {
 		t.Fatal("the local tier was not resynchronised when the bus came back")
 	}
@@ -506,7 +507,7 @@ func TestBusDownCapsLocalFreshnessAndResyncsWhenBack(t *testing.T) {
 	if r := mustGet(t, b.c, "k", load); r.Outcome != flightcache.OutcomeHitLocal {
 		t.Fatalf("with the bus up, a 1m-old item: %v, want a local hit (TTL 1h)", r.Outcome)
 	}
-	if got := b.rec.count(flightcache.EventBusChanged); got != 3 {
+	if got := b.rec.count(driver.EventBusChanged); got != 3 {
 		t.Fatalf("%d bus state events, want 3 (up, down, up)", got)
 	}
 }
@@ -567,7 +568,7 @@ func TestBusNeedsARangeableLocalStore(t *testing.T) {
 }
 
 // plainLocal hides every method but LocalStore's.
-type plainLocal[V any] struct{ flightcache.LocalStore[V] }
+type plainLocal[V any] struct{ driver.LocalStore[V] }
 
 func TestBulkInvalidationInputErrors(t *testing.T) {
 	c := newCache(t, flightcache.Options[int]{Local: newRangeLocal[int]()})
@@ -594,7 +595,7 @@ func TestBulkInvalidationInputErrors(t *testing.T) {
 	if err := c.Clear(context.Background()); !errors.Is(err, flightcache.ErrClosed) {
 		t.Fatalf("Clear after Close: %v, want ErrClosed", err)
 	}
-	if c.BusState() != flightcache.BusNone {
+	if c.BusState() != driver.BusNone {
 		t.Fatalf("BusState without a Bus: %v", c.BusState())
 	}
 }
@@ -721,7 +722,7 @@ func TestWritesNotAnnouncedAreRedoneWhenTheBusIsBack(t *testing.T) {
 	shared := newMapShared(nil)
 	a := newInstance(t, net, shared, nil, nil)
 	b := newInstance(t, net, shared, nil, nil)
-	a.bus.published = make(chan flightcache.Invalidation, 8)
+	a.bus.published = make(chan driver.Invalidation, 8)
 	var price, calls atomic.Int64
 	price.Store(1)
 	load := valueLoader(&price, &calls)
@@ -731,7 +732,7 @@ func TestWritesNotAnnouncedAreRedoneWhenTheBusIsBack(t *testing.T) {
 
 	cause := errors.New("redis frozen")
 	a.bus.failWith.Store(&cause)
-	a.bus.setState(flightcache.BusDown)
+	a.bus.setState(driver.BusDown)
 	shared.writeErr = cause
 	price.Store(2)
 	if err := a.c.Delete(context.Background(), "d"); !errors.Is(err, flightcache.ErrNotPublished) {
@@ -749,7 +750,7 @@ func TestWritesNotAnnouncedAreRedoneWhenTheBusIsBack(t *testing.T) {
 
 	a.bus.failWith.Store(nil)
 	shared.writeErr = nil
-	a.bus.setState(flightcache.BusUp)
+	a.bus.setState(driver.BusUp)
 	for range 2 {
 		<-a.bus.published
 	}
@@ -774,7 +775,7 @@ func TestARedoThatFailsIsTriedAgain(t *testing.T) {
 	net := &busNet{}
 	a := newInstance(t, net, nil, nil, func(o *flightcache.Options[*product]) { o.SharedTimeout = 10 * time.Millisecond })
 	b := newInstance(t, net, nil, nil, nil)
-	a.bus.published = make(chan flightcache.Invalidation, 1)
+	a.bus.published = make(chan driver.Invalidation, 1)
 	var price, calls atomic.Int64
 	load := valueLoader(&price, &calls)
 	mustGet(t, b.c, "k", load)
@@ -784,12 +785,12 @@ func TestARedoThatFailsIsTriedAgain(t *testing.T) {
 	if err := a.c.Delete(context.Background(), "k"); !errors.Is(err, flightcache.ErrNotPublished) {
 		t.Fatalf("Delete: %v", err)
 	}
-	a.bus.setState(flightcache.BusDown)
-	a.bus.setState(flightcache.BusUp) // the flush fails: still failing
-	a.bus.failWith.Store(nil)         // nothing else happens on A from now on
+	a.bus.setState(driver.BusDown)
+	a.bus.setState(driver.BusUp) // the flush fails: still failing
+	a.bus.failWith.Store(nil)    // nothing else happens on A from now on
 	select {
 	case inv := <-a.bus.published:
-		if inv.Kind != flightcache.InvalidationKey || inv.Target != "k" {
+		if inv.Kind != driver.InvalidationKey || inv.Target != "k" {
 			t.Fatalf("redone: %+v", inv)
 		}
 	case <-time.After(10 * time.Second):

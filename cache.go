@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/coherence"
 	"github.com/flightcache/flightcache/internal/flightgroup"
 	"github.com/flightcache/flightcache/singleflight"
@@ -52,10 +53,10 @@ type Result[V any] struct {
 type Cache[V any] struct {
 	// Configuration, read-only after New.
 	name          string
-	local         LocalStore[V] // nil when the Cache has no local tier
-	shared        SharedStore   // nil when the Cache has no shared tier
-	codec         Codec[V]
-	breaker       SharedBreaker // nil: every shared call is made
+	local         driver.LocalStore[V] // nil when the Cache has no local tier
+	shared        driver.SharedStore   // nil when the Cache has no shared tier
+	codec         driver.Codec[V]
+	breaker       driver.SharedBreaker // nil: every shared call is made
 	sharedTimeout time.Duration
 	loaderTimeout time.Duration
 	ttl           time.Duration
@@ -67,9 +68,9 @@ type Cache[V any] struct {
 	beta          float64
 	maxKeyLen     int
 	clone         func(V) V
-	obs           Observer // nil: no events, one nil check per site
-	tracer        Tracer   // nil: no spans
-	instrumented  bool     // obs != nil || tracer != nil
+	obs           driver.Observer // nil: no events, one nil check per site
+	tracer        driver.Tracer   // nil: no spans
+	instrumented  bool            // obs != nil || tracer != nil
 	log           *slog.Logger
 	now           func() time.Time
 	// preciseLoadTime: Options.Now was left to its default, which may be a
@@ -81,8 +82,8 @@ type Cache[V any] struct {
 	// served (package coherence); the Cache asks it and does the I/O.
 	coh      coherence.Model
 	batch    batchConfig
-	throttle *throttle // nil unless Options.FailureThrottle is set
-	filter   Guard     // Options.Guard; nil: every key may exist
+	throttle *throttle    // nil unless Options.FailureThrottle is set
+	filter   driver.Guard // Options.Guard; nil: every key may exist
 
 	// breakerState is the last BreakerState the Cache saw, so that each
 	// change is reported once.
@@ -93,7 +94,7 @@ type Cache[V any] struct {
 	readLog, writeLog, observerLog, unrequestedLog logLimiter
 
 	// Cluster mode (coordinator.go); coord nil: process-local only.
-	coord             Coordinator
+	coord             driver.Coordinator
 	coalesceWait      time.Duration
 	onCoalesceTimeout WaitPolicy
 	onCoordFailure    FailurePolicy
@@ -102,7 +103,7 @@ type Cache[V any] struct {
 
 	// Cross-instance invalidation (invalidate.go); bus nil: writes are
 	// not announced, and nothing arrives.
-	bus       Bus
+	bus       driver.Bus
 	busStop   func() // ends the subscription; nil without a Bus
 	clockSkew time.Duration
 	busLog    logLimiter
@@ -270,7 +271,7 @@ func (c *Cache[V]) Fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 
 // fetchInstrumented is the read path with the Get event and span around it.
 func (c *Cache[V]) fetchInstrumented(ctx context.Context, key string, load LoadFunc[V]) (Result[V], error) {
-	var endSpan func(GetSpanInfo)
+	var endSpan func(driver.SpanInfo)
 	if c.tracer != nil {
 		ctx, endSpan = c.tracer.StartGet(ctx, c.name)
 	}
@@ -284,10 +285,10 @@ func (c *Cache[V]) fetchInstrumented(ctx context.Context, key string, load LoadF
 		r, m, err = c.fetch(ctx, key, load)
 	}
 	if c.obs != nil {
-		c.observe(Event{Kind: EventGet, Ctx: ctx, Cache: c.name, Outcome: r.Outcome, Duration: time.Since(start), Err: err})
+		c.observe(driver.Event{Kind: driver.EventGet, Ctx: ctx, Cache: c.name, Outcome: r.Outcome, Duration: time.Since(start), Err: err})
 	}
 	if endSpan != nil {
-		info := GetSpanInfo{Outcome: r.Outcome, Err: err}
+		info := driver.SpanInfo{Outcome: r.Outcome, Err: err}
 		if m != nil {
 			info.Led, info.LoadCtx = m.led.Load(), m.loadCtx
 		}
@@ -321,7 +322,7 @@ func (c *Cache[V]) hitLocal(ctx context.Context, key string, load LoadFunc[V]) (
 		return r, false, nil
 	}
 	if it.NotFound || c.obs != nil || c.clone != nil || (c.earlyRefresh && load != nil) {
-		r, err = c.serveFresh(ctx, key, load, it, now, TierLocal)
+		r, err = c.serveFresh(ctx, key, load, it, now, driver.TierLocal)
 		return r, true, err
 	}
 	// answer's common case, inline: the calls and their wide results were
@@ -342,19 +343,19 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	// hitLocal looked, and a stale one is the fallback if the load fails.
 	// stale points to the store's shared, read-only Item: a pointer keeps
 	// the frames of the callers that wait for a load small.
-	var stale *Item[V]
+	var stale *driver.Item[V]
 	if c.local != nil {
 		if it, ok := c.local.Get(key); ok {
 			switch c.localState(it, now) {
 			case itemFresh:
-				r, err := c.serveFresh(ctx, key, load, it, now, TierLocal)
+				r, err := c.serveFresh(ctx, key, load, it, now, driver.TierLocal)
 				return r, nil, err
 			case itemStale:
 				stale = it
 			}
 		}
 		if c.obs != nil {
-			c.emit(ctx, EventMiss, TierLocal, nil)
+			c.emit(ctx, driver.EventMiss, driver.TierLocal, nil)
 		}
 	}
 
@@ -371,11 +372,11 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 		it, err := c.readSharedGuarded(ctx, key, now)
 		sharedDown = unavailable(ctx, err)
 		if it != nil && now.Before(it.FreshUntil) {
-			r, err := c.serveFresh(ctx, key, load, it, now, TierShared)
+			r, err := c.serveFresh(ctx, key, load, it, now, driver.TierShared)
 			return r, nil, err
 		}
 		if c.obs != nil {
-			c.emit(ctx, EventMiss, TierShared, nil)
+			c.emit(ctx, driver.EventMiss, driver.TierShared, nil)
 		}
 		if it != nil && !it.NotFound && (stale == nil || it.FreshUntil.After(stale.FreshUntil)) {
 			stale = it
@@ -405,14 +406,14 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 
 // readSharedGuarded is readShared under a ticket of its own,
 // for the read before the flight.
-func (c *Cache[V]) readSharedGuarded(ctx context.Context, key string, now time.Time) (*Item[V], error) {
+func (c *Cache[V]) readSharedGuarded(ctx context.Context, key string, now time.Time) (*driver.Item[V], error) {
 	t := c.coh.Begin(key)
 	defer c.coh.End(key, t)
 	return c.readShared(ctx, key, now, t)
 }
 
 // settle turns the flight's answer into this caller's Result.
-func (c *Cache[V]) settle(ctx context.Context, m *miss[V], fl *flight[V], err error, stale *Item[V], now time.Time) (Result[V], *miss[V], error) {
+func (c *Cache[V]) settle(ctx context.Context, m *miss[V], fl *flight[V], err error, stale *driver.Item[V], now time.Time) (Result[V], *miss[V], error) {
 	if fl != nil {
 		m.loadCtx = fl.loadCtx
 	}
@@ -467,7 +468,7 @@ const (
 // localState is the one rule for serving a local item, fresh or as the
 // stale fallback: an untrusted item (the Bus is down, see untrusted) is
 // neither. hitLocal inlines the fresh case.
-func (c *Cache[V]) localState(it *Item[V], now time.Time) itemState {
+func (c *Cache[V]) localState(it *driver.Item[V], now time.Time) itemState {
 	switch {
 	case c.untrusted(it, now):
 		return itemUnusable
@@ -481,7 +482,7 @@ func (c *Cache[V]) localState(it *Item[V], now time.Time) itemState {
 
 // serveFresh answers with a fresh item found in tier, starting an early
 // refresh when XFetch says so.
-func (c *Cache[V]) serveFresh(ctx context.Context, key string, load LoadFunc[V], it *Item[V], now time.Time, tier Tier) (Result[V], error) {
+func (c *Cache[V]) serveFresh(ctx context.Context, key string, load LoadFunc[V], it *driver.Item[V], now time.Time, tier driver.Tier) (Result[V], error) {
 	o, due := c.freshHit(ctx, it, now, tier)
 	if due && load != nil && c.startRefresh(ctx, key, load, it.FreshUntil) {
 		o = OutcomeRefreshed
@@ -492,18 +493,18 @@ func (c *Cache[V]) serveFresh(ctx context.Context, key string, load LoadFunc[V],
 // freshHit reports a fresh item found in tier: the hit's outcome, and
 // whether XFetch wants the item refreshed early. Get and FetchMany both
 // answer fresh items through it.
-func (c *Cache[V]) freshHit(ctx context.Context, it *Item[V], now time.Time, tier Tier) (o Outcome, refreshDue bool) {
+func (c *Cache[V]) freshHit(ctx context.Context, it *driver.Item[V], now time.Time, tier driver.Tier) (o Outcome, refreshDue bool) {
 	if it.NotFound {
 		if c.obs != nil {
-			c.emit(ctx, EventNegativeHit, tier, nil)
+			c.emit(ctx, driver.EventNegativeHit, tier, nil)
 		}
 		return OutcomeNegativeHit, false
 	}
 	if c.obs != nil {
-		c.emit(ctx, EventHit, tier, nil)
+		c.emit(ctx, driver.EventHit, tier, nil)
 	}
 	o = OutcomeHitLocal
-	if tier == TierShared {
+	if tier == driver.TierShared {
 		o = OutcomeHitShared
 	}
 	return o, c.earlyRefresh && c.refreshDue(&it.Meta, now)
@@ -511,9 +512,9 @@ func (c *Cache[V]) freshHit(ctx context.Context, it *Item[V], now time.Time, tie
 
 // serveStale answers with a value past its TTL (fail-safe); why is the
 // reason the fresh value did not arrive.
-func (c *Cache[V]) serveStale(ctx context.Context, it *Item[V], now time.Time, why error) Result[V] {
+func (c *Cache[V]) serveStale(ctx context.Context, it *driver.Item[V], now time.Time, why error) Result[V] {
 	if c.obs != nil {
-		c.emit(ctx, EventStaleServed, TierNone, why)
+		c.emit(ctx, driver.EventStaleServed, driver.TierNone, why)
 	}
 	r, _ := c.answer(it, OutcomeStale, now, nil)
 	return r
@@ -523,7 +524,7 @@ func (c *Cache[V]) serveStale(ctx context.Context, it *Item[V], now time.Time, w
 // common case of a local hit, which hitLocal and FetchMany inline: no Clone,
 // no tombstone): Clone, and ErrNotFound (or the loader's own not-found
 // error, notFound) for a tombstone. Age is age's, everywhere.
-func (c *Cache[V]) answer(it *Item[V], o Outcome, now time.Time, notFound error) (Result[V], error) {
+func (c *Cache[V]) answer(it *driver.Item[V], o Outcome, now time.Time, notFound error) (Result[V], error) {
 	r := Result[V]{Outcome: o, Age: age(it.LoadedAt, now.UnixNano())}
 	if it.NotFound {
 		if notFound == nil {
@@ -611,11 +612,11 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 		v = c.clone(v)
 	}
 	now := c.now()
-	it := Item[V]{Value: v, Meta: Meta{LoadedAt: now}}
+	it := driver.Item[V]{Value: v, Meta: driver.Meta{LoadedAt: now}}
 	it.FreshUntil = now.Add(c.jittered(c.ttl))
 	it.StaleUntil = it.FreshUntil.Add(c.staleFor)
 	var (
-		e      Entry
+		e      driver.Entry
 		encErr error
 	)
 	// The Set's version for the other instances: the wall-clock read time
@@ -630,7 +631,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 		// entry read before it for newer (see coherence.Fences).
 		c.fenceKey(ctx, key, version)
 	}
-	it.filledAt = now
+	it.FilledAt = now
 	err := c.explicit(ctx, key, func() error {
 		if c.local != nil {
 			c.local.Set(key, it)
@@ -647,13 +648,13 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 		return c.setShared(ctx, key, e)
 	})
 	if err != nil {
-		c.writeFailed(ctx, TierShared, err)
+		c.writeFailed(ctx, driver.TierShared, err)
 	}
 	if encErr != nil {
 		version = time.Now() // the shared entry is gone, not replaced
 		c.fenceKey(ctx, key, version)
 	}
-	return joinPublished(err, c.announce(ctx, InvalidationKey, key, version, err != nil))
+	return joinPublished(err, c.announce(ctx, driver.InvalidationKey, key, version, err != nil))
 }
 
 // joinPublished adds the error of announcing a write to the write's own.
@@ -718,11 +719,11 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 		return nil
 	})
 	if err != nil {
-		c.writeFailed(ctx, TierShared, err)
+		c.writeFailed(ctx, driver.TierShared, err)
 	}
 	version := time.Now()
 	c.fenceKey(ctx, key, version)
-	return joinPublished(err, c.announce(ctx, InvalidationKey, key, version, err != nil))
+	return joinPublished(err, c.announce(ctx, driver.InvalidationKey, key, version, err != nil))
 }
 
 // Close stops background refreshes and the engine: running loads have their
@@ -762,7 +763,7 @@ func (c *Cache[V]) Close() error {
 // copy arrived). older reports an item read before something this
 // instance already filled, served, wrote or was told of: a shared read
 // treats it as absent.
-func (c *Cache[V]) fill(t coherence.Ticket, key string, it *Item[V], wall time.Time, shared func()) (newer *Item[V], older bool) {
+func (c *Cache[V]) fill(t coherence.Ticket, key string, it *driver.Item[V], wall time.Time, shared func()) (newer *driver.Item[V], older bool) {
 	c.coh.Fill(t, key, func(current bool) (stored bool) {
 		stored, newer, older = c.fillLocked(current, key, it, wall)
 		return stored
@@ -772,8 +773,8 @@ func (c *Cache[V]) fill(t coherence.Ticket, key string, it *Item[V], wall time.T
 
 // fillLocked is fill's decision (coherence.Model.DecideFill) and its local
 // write, under the key's lock and the bulk lock.
-func (c *Cache[V]) fillLocked(current bool, key string, it *Item[V], wall time.Time) (stored bool, newer *Item[V], older bool) {
-	var held *Item[V]
+func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], wall time.Time) (stored bool, newer *driver.Item[V], older bool) {
+	var held *driver.Item[V]
 	if c.local != nil {
 		held, _ = c.local.Get(key)
 	}
@@ -786,7 +787,7 @@ func (c *Cache[V]) fillLocked(current bool, key string, it *Item[V], wall time.T
 	case coherence.FillWrite:
 		if c.local != nil {
 			cp := *it
-			cp.filledAt = now
+			cp.FilledAt = now
 			c.local.Set(key, cp)
 		}
 		return true, nil, false
@@ -805,11 +806,11 @@ func (c *Cache[V]) fillLocked(current bool, key string, it *Item[V], wall time.T
 // converted to the wall clock; zero when unknown (a store that does not
 // keep LoadedAt) and without a shared tier, where no fence is ever asked
 // (coherence.Fences.Covered) and none is kept.
-func (c *Cache[V]) wallRead(it *Item[V], e *Entry) time.Time {
+func (c *Cache[V]) wallRead(it *driver.Item[V], e *driver.Entry) time.Time {
 	if c.shared == nil {
 		return time.Time{}
 	}
-	var m *Meta
+	var m *driver.Meta
 	if e != nil {
 		m = &e.Meta
 	} else {
@@ -832,14 +833,14 @@ func (c *Cache[V]) jittered(d time.Duration) time.Duration {
 }
 
 // emit reports an event; c.obs is not nil.
-func (c *Cache[V]) emit(ctx context.Context, kind EventKind, tier Tier, err error) {
-	c.observe(Event{Kind: kind, Ctx: ctx, Cache: c.name, Tier: tier, Err: err})
+func (c *Cache[V]) emit(ctx context.Context, kind driver.EventKind, tier driver.Tier, err error) {
+	c.observe(driver.Event{Kind: kind, Ctx: ctx, Cache: c.name, Tier: tier, Err: err})
 }
 
 // observe hands e to the Observer. A panicking Observer loses its event and
 // is logged (rate-limited), never re-raised: events are also reported from
 // flight and refresh goroutines, where a panic would end the process.
-func (c *Cache[V]) observe(e Event) {
+func (c *Cache[V]) observe(e driver.Event) {
 	defer c.recoverObserver()
 	c.obs.ObserveCache(e)
 }
@@ -872,9 +873,9 @@ func (f flightObserver[V]) ObserveFlight(e singleflight.Event) {
 // breaker skipped is reported but not logged: the breaker's opening was.
 func (c *Cache[V]) readFailed(ctx context.Context, err error) {
 	if c.obs != nil {
-		c.emit(ctx, EventReadFailed, TierShared, err)
+		c.emit(ctx, driver.EventReadFailed, driver.TierShared, err)
 	}
-	if errors.Is(err, ErrBreakerOpen) {
+	if errors.Is(err, driver.ErrBreakerOpen) {
 		return
 	}
 	if ok, suppressed := c.readLog.allow(); ok {
@@ -885,11 +886,11 @@ func (c *Cache[V]) readFailed(ctx context.Context, err error) {
 
 // writeFailed reports a failed tier write. Like readFailed, it does not log
 // a write the breaker skipped.
-func (c *Cache[V]) writeFailed(ctx context.Context, tier Tier, err error) {
+func (c *Cache[V]) writeFailed(ctx context.Context, tier driver.Tier, err error) {
 	if c.obs != nil {
-		c.emit(ctx, EventWriteFailed, tier, err)
+		c.emit(ctx, driver.EventWriteFailed, tier, err)
 	}
-	if errors.Is(err, ErrBreakerOpen) {
+	if errors.Is(err, driver.ErrBreakerOpen) {
 		return
 	}
 	if ok, suppressed := c.writeLog.allow(); ok {

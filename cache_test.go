@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/singleflight"
 )
 
@@ -170,7 +171,7 @@ func TestSharedReadErrorCountsAsMiss(t *testing.T) {
 	}
 	wantOutcome(t, r.Outcome, flightcache.OutcomeLoaded)
 	// The caller's lookup and the double-check inside the flight.
-	if n := rec.count(flightcache.EventReadFailed); n != 2 {
+	if n := rec.count(driver.EventReadFailed); n != 2 {
 		t.Fatalf("EventReadFailed = %d, want 2", n)
 	}
 }
@@ -178,13 +179,13 @@ func TestSharedReadErrorCountsAsMiss(t *testing.T) {
 func TestCorruptSharedEntryCountsAsMiss(t *testing.T) {
 	clock := newFakeClock()
 	shared := newMapShared(clock.Now)
-	shared.m["p:1"] = flightcache.Entry{Value: []byte("{not json"), Meta: flightcache.Meta{FreshUntil: clock.Now().Add(time.Hour), StaleUntil: clock.Now().Add(time.Hour)}}
+	shared.m["p:1"] = driver.Entry{Value: []byte("{not json"), Meta: driver.Meta{FreshUntil: clock.Now().Add(time.Hour), StaleUntil: clock.Now().Add(time.Hour)}}
 	rec := newRecorder()
 	c := clocked(t, clock, flightcache.Options[*product]{Shared: shared, Observer: rec})
 	var o origin
 	r := mustFetch(t, c, "p:1", o.load("1"))
 	wantOutcome(t, r.Outcome, flightcache.OutcomeLoaded)
-	if rec.count(flightcache.EventReadFailed) == 0 {
+	if rec.count(driver.EventReadFailed) == 0 {
 		t.Fatal("a payload the codec cannot decode was not reported")
 	}
 }
@@ -205,8 +206,8 @@ func TestWriteBackFailureStillReturnsValue(t *testing.T) {
 	if !errors.Is(r.WriteErr, errWrite) {
 		t.Fatalf("WriteErr = %v, want %v", r.WriteErr, errWrite)
 	}
-	if rec.count(flightcache.EventWriteFailed) != 1 {
-		t.Fatalf("EventWriteFailed = %d, want 1", rec.count(flightcache.EventWriteFailed))
+	if rec.count(driver.EventWriteFailed) != 1 {
+		t.Fatalf("EventWriteFailed = %d, want 1", rec.count(driver.EventWriteFailed))
 	}
 	// The local tier was still written.
 	wantOutcome(t, mustFetch(t, c, "p:1", o.load("1")).Outcome, flightcache.OutcomeHitLocal)
@@ -221,7 +222,7 @@ func TestDoubleCheckInsideFlightSkipsTheLoad(t *testing.T) {
 		if n == 1 {
 			data := []byte(`{"ID":"1","Name":"from-peer","Price":99}`)
 			shared.mu.Lock()
-			shared.m["p:1"] = flightcache.Entry{Value: data, Meta: flightcache.Meta{FreshUntil: clock.Now().Add(time.Minute), StaleUntil: clock.Now().Add(time.Minute)}}
+			shared.m["p:1"] = driver.Entry{Value: data, Meta: driver.Meta{FreshUntil: clock.Now().Add(time.Minute), StaleUntil: clock.Now().Add(time.Minute)}}
 			shared.mu.Unlock()
 		}
 	}
@@ -307,7 +308,7 @@ func TestFailureThrottleAnswersWithoutCallingOrigin(t *testing.T) {
 			if tc.throttle == 0 {
 				return
 			}
-			if rec.count(flightcache.EventThrottled) != 1 {
+			if rec.count(driver.EventThrottled) != 1 {
 				t.Fatal("throttled answer not reported")
 			}
 			clock.Advance(tc.throttle) // the window has passed
@@ -345,7 +346,7 @@ func TestStaleValueServedWhenLoadFails(t *testing.T) {
 			if err != nil || r.Value != first.Value || r.Age != 2*time.Second {
 				t.Fatalf("stale answer = %+v, %v; want the first value, 2s old", r, err)
 			}
-			if rec.count(flightcache.EventStaleServed) != 1 {
+			if rec.count(driver.EventStaleServed) != 1 {
 				t.Fatal("stale answer not reported")
 			}
 			clock.Advance(tc.staleFor) // past StaleUntil: nothing left to serve
@@ -372,7 +373,7 @@ func TestStaleValueServedWhenThrottled(t *testing.T) {
 
 func TestSoftTimeoutServesStaleWhileLoadFinishesInBackground(t *testing.T) {
 	clock := newFakeClock()
-	local := &notifyLocal[*product]{LocalStore: newLocal[*product](t, clock), sets: make(chan flightcache.Item[*product], 4)}
+	local := &notifyLocal[*product]{LocalStore: newLocal[*product](t, clock), sets: make(chan driver.Item[*product], 4)}
 	c := clocked(t, clock, flightcache.Options[*product]{
 		Local: local, TTL: time.Second, StaleFor: time.Minute,
 		SoftTimeout: 10 * time.Millisecond, LoaderTimeout: 10 * time.Second,
@@ -525,7 +526,7 @@ func TestSetAndDeleteReachBothTiers(t *testing.T) {
 
 func TestCallerLeavingDoesNotCancelTheLoad(t *testing.T) {
 	clock := newFakeClock()
-	local := &notifyLocal[*product]{LocalStore: newLocal[*product](t, clock), sets: make(chan flightcache.Item[*product], 1)}
+	local := &notifyLocal[*product]{LocalStore: newLocal[*product](t, clock), sets: make(chan driver.Item[*product], 1)}
 	c := clocked(t, clock, flightcache.Options[*product]{Local: local})
 	entered, release := make(chan struct{}), make(chan struct{})
 	var loadErr error
@@ -637,7 +638,7 @@ func TestObserverSeesCacheAndEngineEvents(t *testing.T) {
 	var o origin
 	mustFetch(t, c, "p:1", o.load("1"))
 	mustFetch(t, c, "p:1", o.load("1"))
-	for kind, want := range map[flightcache.EventKind]int{flightcache.EventGet: 2, flightcache.EventHit: 1, flightcache.EventMiss: 1} {
+	for kind, want := range map[driver.EventKind]int{driver.EventGet: 2, driver.EventHit: 1, driver.EventMiss: 1} {
 		if got := rec.count(kind); got != want {
 			t.Errorf("%v events = %d, want %d", kind, got, want)
 		}

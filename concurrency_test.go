@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/key"
 	"github.com/flightcache/flightcache/singleflight"
 )
@@ -59,7 +60,7 @@ func TestStampedeOnColdKeyLoadsOnce(t *testing.T) {
 // flight registered any more.
 type flightsEnded struct{ ch chan struct{} }
 
-func (flightsEnded) ObserveCache(flightcache.Event) {}
+func (flightsEnded) ObserveCache(driver.Event) {}
 
 func (f flightsEnded) ObserveFlight(e singleflight.Event) {
 	if e.Kind == singleflight.EventInFlight && e.InFlight == 0 {
@@ -82,7 +83,7 @@ func TestHotKeyNeverMissesWithEarlyRefresh(t *testing.T) {
 		loadFor = 50 * time.Millisecond
 	)
 	clock := newFakeClock()
-	local := &notifyLocal[*product]{LocalStore: newLocal[*product](t, clock), sets: make(chan flightcache.Item[*product], 1)}
+	local := &notifyLocal[*product]{LocalStore: newLocal[*product](t, clock), sets: make(chan driver.Item[*product], 1)}
 	// The fake clock runs far ahead of real time, so a refresh's flight
 	// may still be registered (its write done, its goroutine not yet
 	// scheduled to finish) when the next one is due: each refresh is waited
@@ -125,7 +126,7 @@ func TestHotKeyNeverMissesWithEarlyRefresh(t *testing.T) {
 // one is running, only one background load runs.
 func TestEarlyRefreshRunsOncePerKey(t *testing.T) {
 	clock := newFakeClock()
-	local := &notifyLocal[*product]{LocalStore: newLocal[*product](t, clock), sets: make(chan flightcache.Item[*product], 1)}
+	local := &notifyLocal[*product]{LocalStore: newLocal[*product](t, clock), sets: make(chan driver.Item[*product], 1)}
 	c := clocked(t, clock, flightcache.Options[*product]{Local: local, TTL: time.Minute, Jitter: flightcache.DisableJitter, EarlyRefresh: true})
 	var calls atomic.Int64
 	entered, release := make(chan struct{}), make(chan struct{})
@@ -254,14 +255,14 @@ func TestTenantIsolation(t *testing.T) {
 // Get's span links to.
 type spanTracer struct {
 	mu    sync.Mutex
-	gets  []flightcache.GetSpanInfo
+	gets  []driver.SpanInfo
 	loads atomic.Int64
 }
 
 type spanKey struct{}
 
-func (s *spanTracer) StartGet(ctx context.Context, cache string) (context.Context, func(flightcache.GetSpanInfo)) {
-	return ctx, func(info flightcache.GetSpanInfo) {
+func (s *spanTracer) StartGet(ctx context.Context, cache string) (context.Context, func(driver.SpanInfo)) {
+	return ctx, func(info driver.SpanInfo) {
 		s.mu.Lock()
 		s.gets = append(s.gets, info)
 		s.mu.Unlock()
@@ -275,7 +276,7 @@ func (s *spanTracer) StartLoad(ctx context.Context, cache string) (context.Conte
 // joinSignal is an engine Observer that reports callers joining a flight.
 type joinSignal chan struct{}
 
-func (j joinSignal) ObserveCache(flightcache.Event) {}
+func (j joinSignal) ObserveCache(driver.Event) {}
 func (j joinSignal) ObserveFlight(e singleflight.Event) {
 	if e.Kind == singleflight.EventShared {
 		j <- struct{}{}

@@ -7,125 +7,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/coherence"
 )
-
-// Coordinator extends single-flight across the instances of a service
-// (cluster mode): of all the instances that miss a key at once, one loads
-// it under a lease and the others wait for its result and read it from the
-// shared tier. Package redislease provides one on Redis.
-//
-// The Cache calls it from inside its own flight, after the double-check of
-// the tiers missed, so an instance asks the Coordinator at most once per
-// key at a time, however many of its callers wait for that key.
-// Implementations must be safe for concurrent use.
-type Coordinator interface {
-	// Claim asks to load key. It returns when this instance may go on:
-	//
-	//   - Claim.Lease is set: this instance holds the key's lease and must
-	//     load it, then end the lease with Complete or Fail.
-	//   - Claim.Lease is nil and the error is nil: a load of key by another
-	//     instance completed (Claim.Done is its token); its value, if it
-	//     stored one, is in the shared tier. If the shared tier has no
-	//     fresh value, Claim again with After set to Done, so that the same
-	//     completion is not reported twice.
-	//   - an error matching ErrLeaderFailed: the load failed on the
-	//     instance that led it, now or within the failure window.
-	//   - an error matching ErrCoalesceTimeout: req.Wait passed while
-	//     another instance still held the lease.
-	//   - any other error: the Coordinator could not be reached; see
-	//     Options.OnCoordinatorFailure.
-	//
-	// While it waits, Claim takes the lease over when the holder's lease
-	// expires without a result (the holder crashed or stalled); the Lease
-	// it then returns has TakenOver set.
-	Claim(ctx context.Context, key string, req ClaimRequest) (Claim, error)
-	// Invalidate fences key: from now on the write of every load of key in
-	// progress on any instance is refused, and a recorded failure of key is
-	// forgotten. Cache.Set and Cache.Delete call it before writing the
-	// shared tier, which is how an explicit write wins over an older load
-	// running on another instance.
-	//
-	// Every method bounds its own calls to the coordination service; the
-	// Cache calls Complete and Fail without a deadline of its own, so that
-	// a load that ended at the loader timeout still reports its result.
-	Invalidate(ctx context.Context, key string) error
-}
-
-// ClaimRequest is what Coordinator.Claim is asked.
-type ClaimRequest struct {
-	// After is the token of a completion the caller has already seen (0 for
-	// none); Claim reports only newer ones.
-	After uint64
-	// Wait bounds how long Claim waits for another instance's load.
-	Wait time.Duration
-}
-
-// Claim is Coordinator.Claim's answer; see there.
-type Claim struct {
-	// Lease is set when this instance must load the key.
-	Lease Lease
-	// Done is the fencing token of the completed load, when Lease is nil.
-	Done uint64
-	// Waited is how long Claim waited for another instance.
-	Waited time.Duration
-}
-
-// Lease is one instance's exclusive, time-bounded right to load a key for
-// the whole cluster. It is extended in the background while the load runs.
-// Exactly one of Complete and Fail must be called, once.
-type Lease interface {
-	// Token is the lease's fencing token: higher than every token issued
-	// for the key before it.
-	Token() uint64
-	// TakenOver reports that this lease replaced one that expired without
-	// a result.
-	TakenOver() bool
-	// Lost is closed when the lease could not be extended (another instance
-	// took over, or the Coordinator was unreachable for the lease's whole
-	// TTL). The load goes on; its write will likely be refused.
-	Lost() <-chan struct{}
-	// Complete writes e (nil: nothing to store) to the shared tier if and
-	// only if the lease's token is still the newest for the key (a fenced
-	// write), tells the waiting instances the load is done and releases the
-	// lease. written is false with a nil error when the write was refused
-	// because a newer lease, Set or Delete superseded this load.
-	Complete(ctx context.Context, e *Entry) (written bool, err error)
-	// Fail releases the lease and tells the waiting instances the load
-	// failed: they return an error matching ErrLeaderFailed until the
-	// failure window passes. err is this instance's; implementations must
-	// not carry its text to other instances (it may hold SQL, host names
-	// or secrets, and would reach their callers).
-	Fail(ctx context.Context, err error) error
-}
-
-// Scope is how far coalescing reaches.
-type Scope uint8
-
-// The scopes.
-const (
-	// ScopeNone: no load was involved (a Result from a tier, a stale value,
-	// a failure).
-	ScopeNone Scope = iota
-	// ScopeLocal: within this process. As Result.Scope: the value came from
-	// a load run in this process, by this caller or a caller it shared with.
-	ScopeLocal
-	// ScopeCluster: across instances, through the Coordinator. As
-	// Result.Scope: the value came from a load another instance ran, handed
-	// over through the Coordinator and the shared tier.
-	ScopeCluster
-)
-
-// String returns "none", "local" or "cluster", usable as a metric label.
-func (s Scope) String() string {
-	switch s {
-	case ScopeLocal:
-		return "local"
-	case ScopeCluster:
-		return "cluster"
-	}
-	return "none"
-}
 
 // WaitPolicy is what a follower does when Options.CoalesceWait passes
 // while another instance still holds the lease.
@@ -184,7 +68,7 @@ func (c *Cache[V]) setScope(ctx context.Context, s Scope, why error) {
 		return
 	}
 	if c.obs != nil {
-		c.observe(Event{Kind: EventScopeChanged, Ctx: ctx, Cache: c.name, Scope: s, Err: why})
+		c.observe(driver.Event{Kind: driver.EventScopeChanged, Ctx: ctx, Cache: c.name, Scope: s, Err: why})
 	}
 	if s == ScopeLocal {
 		c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: coordinator unreachable; coalescing within this process only",
@@ -233,7 +117,7 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 		// Bounded as the flight's hard timeout budgets it (see New): the
 		// wait, and one shared call's time to answer.
 		cctx, cancel := context.WithTimeout(ctx, wait+c.sharedTimeout)
-		cl, err := c.coord.Claim(cctx, m.key, ClaimRequest{After: after, Wait: wait})
+		cl, err := c.coord.Claim(cctx, m.key, driver.ClaimRequest{After: after, Wait: wait})
 		cancel()
 		switch {
 		case err == nil:
@@ -252,11 +136,11 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 		}
 		if cl.Lease != nil {
 			if c.obs != nil {
-				kind := EventLeaseAcquired
+				kind := driver.EventLeaseAcquired
 				if cl.Lease.TakenOver() {
-					kind = EventLeaseTakenOver
+					kind = driver.EventLeaseTakenOver
 				}
-				c.emit(ctx, kind, TierShared, nil)
+				c.emit(ctx, kind, driver.TierShared, nil)
 			}
 			return m.lead(ctx, t, cl.Lease)
 		}
@@ -281,7 +165,7 @@ func (fl *flight[V]) scope() Scope {
 
 func (c *Cache[V]) emitWoken(ctx context.Context, waited time.Duration, err error) {
 	if c.obs != nil {
-		c.observe(Event{Kind: EventFollowerWoken, Ctx: ctx, Cache: c.name, Tier: TierShared, Duration: waited, Err: err})
+		c.observe(driver.Event{Kind: driver.EventFollowerWoken, Ctx: ctx, Cache: c.name, Tier: driver.TierShared, Duration: waited, Err: err})
 	}
 }
 
@@ -289,7 +173,7 @@ func (c *Cache[V]) emitWoken(ctx context.Context, waited time.Duration, err erro
 // failed load fails it, a panicking loader or codec too (the engine turns
 // the panic into the callers' error afterwards); completeLease sets ended
 // just before it hands the lease its result.
-func (m *miss[V]) lead(ctx context.Context, t coherence.Ticket, lease Lease) (*flight[V], error) {
+func (m *miss[V]) lead(ctx context.Context, t coherence.Ticket, lease driver.Lease) (*flight[V], error) {
 	ended := false
 	defer func() {
 		if !ended {
@@ -362,13 +246,13 @@ func (m *miss[V]) coordinatorFailed(ctx context.Context, t coherence.Ticket, err
 // completed, so the followers lead at once), and neither does one whose
 // value the codec cannot encode, even by panicking. It sets *ended just
 // before Complete.
-func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease Lease, fl *flight[V], noStore bool, ended *bool) *flight[V] {
+func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease driver.Lease, fl *flight[V], noStore bool, ended *bool) *flight[V] {
 	c := m.c
-	var e *Entry
+	var e *driver.Entry
 	if !noStore && c.coh.SharedWritable(coherence.Leased, false) {
 		if enc, err := c.encodeSafely(&fl.item); err != nil {
 			fl.writeErr = err
-			c.writeFailed(ctx, TierShared, err)
+			c.writeFailed(ctx, driver.TierShared, err)
 		} else {
 			e = &enc
 		}
@@ -381,17 +265,17 @@ func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease L
 	select {
 	case <-lease.Lost():
 		if c.obs != nil {
-			c.emit(ctx, EventLeaseLost, TierShared, nil)
+			c.emit(ctx, driver.EventLeaseLost, driver.TierShared, nil)
 		}
 	default:
 	}
 	switch {
 	case err != nil:
 		fl.writeErr = err
-		c.writeFailed(ctx, TierShared, err)
+		c.writeFailed(ctx, driver.TierShared, err)
 	case e != nil && !written:
 		if c.obs != nil {
-			c.emit(ctx, EventFencedWriteRejected, TierShared, nil)
+			c.emit(ctx, driver.EventFencedWriteRejected, driver.TierShared, nil)
 		}
 		if it, ok := m.recheck(ctx, c.now(), t); ok {
 			return &flight[V]{item: it, found: true, remote: true, loadCtx: fl.loadCtx}
@@ -411,7 +295,7 @@ func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease L
 // all. That is decided on the context's state, not on err: an origin's
 // own error may wrap context.Canceled (a driver's cancelled statement) and
 // is a failure like any other.
-func (m *miss[V]) failLease(ctx context.Context, lease Lease, err error) {
+func (m *miss[V]) failLease(ctx context.Context, lease driver.Lease, err error) {
 	var ferr error
 	if errors.Is(ctx.Err(), context.Canceled) {
 		_, ferr = lease.Complete(context.WithoutCancel(ctx), nil)
@@ -420,6 +304,6 @@ func (m *miss[V]) failLease(ctx context.Context, lease Lease, err error) {
 	}
 	if ferr != nil {
 		// The followers find out when the lease expires instead.
-		m.c.writeFailed(ctx, TierShared, ferr)
+		m.c.writeFailed(ctx, driver.TierShared, ferr)
 	}
 }

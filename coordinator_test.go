@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // downCoordinator is a Coordinator that cannot be reached until up is set;
@@ -21,12 +22,12 @@ type downCoordinator struct {
 
 var errCoordinatorDown = errors.New("coordinator down")
 
-func (d *downCoordinator) Claim(ctx context.Context, key string, req flightcache.ClaimRequest) (flightcache.Claim, error) {
+func (d *downCoordinator) Claim(ctx context.Context, key string, req driver.ClaimRequest) (driver.Grant, error) {
 	d.claims.Add(1)
 	if !d.up.Load() {
-		return flightcache.Claim{}, errCoordinatorDown
+		return driver.Grant{}, errCoordinatorDown
 	}
-	return flightcache.Claim{Lease: writeLease{}}, nil
+	return driver.Grant{Lease: writeLease{}}, nil
 }
 
 func (d *downCoordinator) Invalidate(ctx context.Context, key string) error {
@@ -40,11 +41,11 @@ func (d *downCoordinator) Invalidate(ctx context.Context, key string) error {
 // tier itself).
 type writeLease struct{}
 
-func (writeLease) Token() uint64                                              { return 1 }
-func (writeLease) TakenOver() bool                                            { return false }
-func (writeLease) Lost() <-chan struct{}                                      { return nil }
-func (writeLease) Complete(context.Context, *flightcache.Entry) (bool, error) { return true, nil }
-func (writeLease) Fail(context.Context, error) error                          { return nil }
+func (writeLease) Token() uint64                                         { return 1 }
+func (writeLease) TakenOver() bool                                       { return false }
+func (writeLease) Lost() <-chan struct{}                                 { return nil }
+func (writeLease) Complete(context.Context, *driver.Entry) (bool, error) { return true, nil }
+func (writeLease) Fail(context.Context, error) error                     { return nil }
 
 func TestCoordinatorOptionsAreValidated(t *testing.T) {
 	coord := &downCoordinator{}
@@ -81,15 +82,15 @@ func TestCoordinatorFailureDegradesOrFailsPerPolicy(t *testing.T) {
 	if err != nil || r.Value == nil || r.Scope != flightcache.ScopeLocal {
 		t.Fatalf("degraded Fetch = %+v, %v; want the origin's value, loaded locally", r, err)
 	}
-	if s := c.Scope(); s != flightcache.ScopeLocal || rec.count(flightcache.EventScopeChanged) != 1 {
-		t.Fatalf("Scope() = %v after %d scope events, want local after 1", s, rec.count(flightcache.EventScopeChanged))
+	if s := c.Scope(); s != flightcache.ScopeLocal || rec.count(driver.EventScopeChanged) != 1 {
+		t.Fatalf("Scope() = %v after %d scope events, want local after 1", s, rec.count(driver.EventScopeChanged))
 	}
 	coord.up.Store(true)
 	if _, err := c.Fetch(context.Background(), "p:2", o.load("2")); err != nil {
 		t.Fatal(err)
 	}
-	if s := c.Scope(); s != flightcache.ScopeCluster || rec.count(flightcache.EventScopeChanged) != 2 || rec.count(flightcache.EventLeaseAcquired) != 1 {
-		t.Fatalf("Scope() = %v after recovery (%d scope events, %d leases)", s, rec.count(flightcache.EventScopeChanged), rec.count(flightcache.EventLeaseAcquired))
+	if s := c.Scope(); s != flightcache.ScopeCluster || rec.count(driver.EventScopeChanged) != 2 || rec.count(driver.EventLeaseAcquired) != 1 {
+		t.Fatalf("Scope() = %v after recovery (%d scope events, %d leases)", s, rec.count(driver.EventScopeChanged), rec.count(driver.EventLeaseAcquired))
 	}
 
 	strict := newCache(t, flightcache.Options[*product]{Shared: newMapShared(time.Now), Coordinator: &downCoordinator{}, OnCoordinatorFailure: flightcache.FailOnCoordinatorError})

@@ -28,19 +28,6 @@ func fromEngine(err error) error {
 	return err
 }
 
-// ErrBreakerOpen is what a SharedBreaker returns (possibly wrapped) from
-// Allow while it keeps calls away from the shared tier. The Cache treats the
-// tier as a miss without logging a failure for it.
-var ErrBreakerOpen = errors.New("flightcache: shared tier skipped: circuit breaker open")
-
-// ErrEntryRejected is matched (errors.Is) by the errors of a shared store
-// that could not use one entry: corrupt, bound to another key, too large.
-// Such an error says nothing about the tier's health: the Cache treats it as
-// a miss (read) or a failed write-back of that key, never as a failure of
-// the tier for its SharedBreaker. A SharedStore's entry-level errors should
-// match it.
-var ErrEntryRejected = errors.New("flightcache: shared tier rejected the entry")
-
 // ErrInvalidKey is matched (errors.Is) by every *KeyError.
 var ErrInvalidKey = errors.New("flightcache: invalid key")
 
@@ -71,3 +58,9 @@ func (e *ConfigError) Error() string {
 
 // Unwrap returns ErrInvalidConfig.
 func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// ErrNotPublished is matched by the error of a write (Set, Delete,
+// InvalidatePrefix, Clear) whose Invalidation could not be published: the
+// write itself took effect, but other instances may serve their older
+// copies until they expire.
+var ErrNotPublished = errors.New("flightcache: invalidation not published to the other instances")

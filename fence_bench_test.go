@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // BenchmarkSharedReadWithFences measures shared-tier reads through a Cache
@@ -50,13 +51,13 @@ func benchSharedReads(b *testing.B, keyFences, bulkFences int) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("k:%d", i)
 		v, _ := int64Codec{}.Marshal(int64(i))
-		shared[keys[i]] = flightcache.Entry{Value: v, Meta: flightcache.Meta{
+		shared[keys[i]] = driver.Entry{Value: v, Meta: driver.Meta{
 			LoadedAt: now, FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour),
 		}}
 	}
 	// An entry read before its key's fence: treated as absent while the
 	// fence lives (checked below, so the fences are known to be there).
-	shared["probe"] = flightcache.Entry{Value: make([]byte, 8), Meta: flightcache.Meta{
+	shared["probe"] = driver.Entry{Value: make([]byte, 8), Meta: driver.Meta{
 		LoadedAt: now.Add(-2 * time.Minute), FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour),
 	}}
 	bus := &capturingBus{}
@@ -76,13 +77,13 @@ func benchSharedReads(b *testing.B, keyFences, bulkFences int) {
 		if i < benchReadKeys {
 			target = keys[i]
 		}
-		bus.h.Invalidated(flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: target, Version: old})
+		bus.h.Invalidated(driver.Invalidation{Kind: driver.InvalidationKey, Target: target, Version: old})
 	}
 	for _, p := range []string{"k:", "other:", "tenant:9:"}[:bulkFences] {
-		bus.h.Invalidated(flightcache.Invalidation{Kind: flightcache.InvalidationPrefix, Target: p, Version: old})
+		bus.h.Invalidated(driver.Invalidation{Kind: driver.InvalidationPrefix, Target: p, Version: old})
 	}
 	if keyFences > 0 {
-		bus.h.Invalidated(flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: "probe", Version: old})
+		bus.h.Invalidated(driver.Invalidation{Kind: driver.InvalidationKey, Target: "probe", Version: old})
 		if _, err := c.Get(context.Background(), "probe", nil); err == nil {
 			b.Fatal("an entry read before its key's fence was served: the fences are not there")
 		}
@@ -132,23 +133,23 @@ func mutexWait() float64 {
 // Cache with it reads the shared tier); it ranges, so a Bus is allowed.
 type nullLocal[V any] struct{}
 
-func (nullLocal[V]) Get(string) (*flightcache.Item[V], bool) { return nil, false }
-func (nullLocal[V]) Set(string, flightcache.Item[V])         {}
-func (nullLocal[V]) Delete(string)                           {}
-func (nullLocal[V]) All() iter.Seq2[string, *flightcache.Item[V]] {
-	return func(func(string, *flightcache.Item[V]) bool) {}
+func (nullLocal[V]) Get(string) (*driver.Item[V], bool) { return nil, false }
+func (nullLocal[V]) Set(string, driver.Item[V])         {}
+func (nullLocal[V]) Delete(string)                      {}
+func (nullLocal[V]) All() iter.Seq2[string, *driver.Item[V]] {
+	return func(func(string, *driver.Item[V]) bool) {}
 }
 
 // roShared is a shared tier filled before the Cache is built and only read
 // after: no lock, so the benchmark measures the Cache's locks alone.
-type roShared map[string]flightcache.Entry
+type roShared map[string]driver.Entry
 
-func (s roShared) Get(_ context.Context, key string) (flightcache.Entry, bool, error) {
+func (s roShared) Get(_ context.Context, key string) (driver.Entry, bool, error) {
 	e, ok := s[key]
 	return e, ok, nil
 }
-func (roShared) Set(context.Context, string, flightcache.Entry) error { return nil }
-func (roShared) Delete(context.Context, string) error                 { return nil }
+func (roShared) Set(context.Context, string, driver.Entry) error { return nil }
+func (roShared) Delete(context.Context, string) error            { return nil }
 
 // int64Codec encodes an int64 in 8 bytes.
 type int64Codec struct{}
@@ -166,12 +167,12 @@ func (int64Codec) Unmarshal(data []byte) (int64, error) {
 
 // capturingBus is a Bus whose subscription is up at once and whose
 // deliveries the test makes by hand, through h.
-type capturingBus struct{ h flightcache.BusHandler }
+type capturingBus struct{ h driver.BusHandler }
 
-func (*capturingBus) Publish(context.Context, string, flightcache.Invalidation) error { return nil }
+func (*capturingBus) Publish(context.Context, string, driver.Invalidation) error { return nil }
 
-func (b *capturingBus) Subscribe(_ string, h flightcache.BusHandler) (func(), error) {
+func (b *capturingBus) Subscribe(_ string, h driver.BusHandler) (func(), error) {
 	b.h = h
-	h.BusChanged(flightcache.BusUp)
+	h.BusChanged(driver.BusUp)
 	return func() {}, nil
 }

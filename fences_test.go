@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // An entry written by a host whose clock runs ahead (by more than
@@ -24,8 +25,8 @@ func TestSharedEntryFromAClockAheadNeverBlocksCachingItsKey(t *testing.T) {
 	// A peer whose clock is an hour ahead wrote k, fresh for 1s of real time.
 	now := time.Now()
 	future := now.Add(time.Hour)
-	data, _ := flightcache.JSONCodec[*product]{}.Marshal(&product{ID: "k", Price: 100})
-	shared.Set(context.Background(), "k", flightcache.Entry{Value: data, Meta: flightcache.Meta{
+	data, _ := driver.JSONCodec[*product]{}.Marshal(&product{ID: "k", Price: 100})
+	shared.Set(context.Background(), "k", driver.Entry{Value: data, Meta: driver.Meta{
 		LoadedAt: future, FreshUntil: now.Add(time.Second), StaleUntil: now.Add(time.Second)}})
 	mustGet(t, c, "k", nil) // served (a shared hit); fence raised to now+1h
 
@@ -84,7 +85,7 @@ func TestFillsNeverPushASetsFenceOut(t *testing.T) {
 	}
 	before := time.Now().Add(-time.Second)
 	old := func() {
-		shared.Set(ctx, "k", flightcache.Entry{Value: []byte(`"old"`), Meta: flightcache.Meta{
+		shared.Set(ctx, "k", driver.Entry{Value: []byte(`"old"`), Meta: driver.Meta{
 			LoadedAt: before, FreshUntil: time.Now().Add(time.Minute), StaleUntil: time.Now().Add(time.Minute)}})
 	}
 	load := func(context.Context) (string, error) { return "new", nil }

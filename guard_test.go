@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // setGuard is a Guard that answers "maybe" only for the keys it holds and
@@ -45,7 +46,7 @@ func TestGuardNoAnswersNotFoundWithoutSharedReadOrLoad(t *testing.T) {
 	if n := o.calls.Load(); n != 0 {
 		t.Fatalf("%d loader calls for a filtered key", n)
 	}
-	if n := rec.count(flightcache.EventFiltered); n != 1 {
+	if n := rec.count(driver.EventFiltered); n != 1 {
 		t.Fatalf("%d EventFiltered, want 1", n)
 	}
 	// Nothing was stored: once the Guard says maybe, the key loads.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/singleflight"
 )
@@ -72,7 +73,7 @@ func mustPanic(t *testing.T, f func()) (p any) {
 func panickingCostStore(t *testing.T) *memstore.Store[*product] {
 	s, err := memstore.New(memstore.Options[*product]{
 		MaxCost: 1 << 20,
-		Cost: func(key string, it flightcache.Item[*product]) uint32 {
+		Cost: func(key string, it driver.Item[*product]) uint32 {
 			if it.Value != nil && it.Value.Name == "boom" {
 				panic("cost of " + key)
 			}
@@ -108,7 +109,7 @@ func TestSetAfterPanickingCostKeepsKeyUsable(t *testing.T) {
 // panickingShared panics in Set, as a buggy store would.
 type panickingShared struct{ *mapShared }
 
-func (panickingShared) Set(context.Context, string, flightcache.Entry) error { panic("store bug") }
+func (panickingShared) Set(context.Context, string, driver.Entry) error { panic("store bug") }
 
 // A write-back that panics (the local store's Cost, a shared store's Set)
 // fails the write, not the load: the value is returned as
@@ -151,11 +152,11 @@ func TestPanickingWriteBackReturnsTheValueAndKeepsKeyUsable(t *testing.T) {
 // tierRecorder records the Tier of every EventWriteFailed.
 type tierRecorder struct {
 	mu    sync.Mutex
-	tiers []flightcache.Tier
+	tiers []driver.Tier
 }
 
-func (r *tierRecorder) ObserveCache(e flightcache.Event) {
-	if e.Kind == flightcache.EventWriteFailed {
+func (r *tierRecorder) ObserveCache(e driver.Event) {
+	if e.Kind == driver.EventWriteFailed {
 		r.mu.Lock()
 		r.tiers = append(r.tiers, e.Tier)
 		r.mu.Unlock()
@@ -176,12 +177,12 @@ func TestWriteBackPanicIsReportedForTheTierThatPanicked(t *testing.T) {
 	boom := func(context.Context) (*product, error) { return &product{Name: "boom"}, nil }
 	for _, tc := range []struct {
 		name  string
-		local flightcache.LocalStore[*product]
-		share flightcache.SharedStore
-		want  flightcache.Tier
+		local driver.LocalStore[*product]
+		share driver.SharedStore
+		want  driver.Tier
 	}{
-		{"local Cost", panickingCostStore(t), nil, flightcache.TierLocal},
-		{"shared Set", newLocal[*product](t, nil), panickingShared{newMapShared(time.Now)}, flightcache.TierShared},
+		{"local Cost", panickingCostStore(t), nil, driver.TierLocal},
+		{"shared Set", newLocal[*product](t, nil), panickingShared{newMapShared(time.Now)}, driver.TierShared},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &tierRecorder{}
@@ -209,7 +210,7 @@ func TestCacheDiagnosticsNeverContainTheKey(t *testing.T) {
 	logs := &logBuffer{}
 	rec := newRecorder()
 	shared := &hungShared{mapShared: newMapShared(time.Now), hangWrites: true}
-	shared.mapShared.m[secret+":corrupt"] = flightcache.Entry{Value: []byte("{not json"), Meta: flightcache.Meta{
+	shared.mapShared.m[secret+":corrupt"] = driver.Entry{Value: []byte("{not json"), Meta: driver.Meta{
 		FreshUntil: time.Now().Add(time.Hour), StaleUntil: time.Now().Add(time.Hour),
 	}}
 	c := newCache(t, flightcache.Options[*product]{
@@ -275,7 +276,7 @@ func TestMaxKeyLenFitsEveryTier(t *testing.T) {
 // panickingObserver panics on every event of both layers.
 type panickingObserver struct{}
 
-func (panickingObserver) ObserveCache(flightcache.Event)   { panic("observer bug") }
+func (panickingObserver) ObserveCache(driver.Event)        { panic("observer bug") }
 func (panickingObserver) ObserveFlight(singleflight.Event) { panic("observer bug") }
 
 // A panicking Observer does not kill the process when the event comes from
@@ -377,7 +378,7 @@ func TestCallerWithEndedContextStartsNothing(t *testing.T) {
 // released (here by Close): the flight, write-back included, is over.
 type lateSignal struct{ late chan struct{} }
 
-func (lateSignal) ObserveCache(flightcache.Event) {}
+func (lateSignal) ObserveCache(driver.Event) {}
 
 func (s lateSignal) ObserveFlight(e singleflight.Event) {
 	if e.Kind == singleflight.EventLateResult {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/singleflight"
 	"go.uber.org/goleak"
@@ -106,40 +107,40 @@ func newCache[V any](t testing.TB, opts flightcache.Options[V]) *flightcache.Cac
 // Cache writes wall-clock times whatever its own clock.
 type mapShared struct {
 	mu sync.Mutex
-	m  map[string]flightcache.Entry
+	m  map[string]driver.Entry
 
 	gets, sets atomic.Int64
-	readErr    error                   // returned by Get when set
-	writeErr   error                   // returned by Set when set
-	afterGet   func(n int64)           // called after each Get with its number
-	onSet      func(flightcache.Entry) // called after each successful Set
+	readErr    error              // returned by Get when set
+	writeErr   error              // returned by Set when set
+	afterGet   func(n int64)      // called after each Get with its number
+	onSet      func(driver.Entry) // called after each successful Set
 }
 
 // newMapShared returns an empty mapShared. The Cache's clock is not its
 // business (see mapShared); the argument documents which clock the test's
 // Cache runs on.
 func newMapShared(cacheClock func() time.Time) *mapShared {
-	return &mapShared{m: make(map[string]flightcache.Entry)}
+	return &mapShared{m: make(map[string]driver.Entry)}
 }
 
-func (s *mapShared) Get(ctx context.Context, key string) (flightcache.Entry, bool, error) {
+func (s *mapShared) Get(ctx context.Context, key string) (driver.Entry, bool, error) {
 	n := s.gets.Add(1)
 	if s.afterGet != nil {
 		defer s.afterGet(n)
 	}
 	if s.readErr != nil {
-		return flightcache.Entry{}, false, s.readErr
+		return driver.Entry{}, false, s.readErr
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.m[key]
 	if ok && !time.Now().Before(e.StaleUntil) {
-		return flightcache.Entry{}, false, nil
+		return driver.Entry{}, false, nil
 	}
 	return e, ok, nil
 }
 
-func (s *mapShared) Set(ctx context.Context, key string, e flightcache.Entry) error {
+func (s *mapShared) Set(ctx context.Context, key string, e driver.Entry) error {
 	s.sets.Add(1)
 	if s.writeErr != nil {
 		return s.writeErr
@@ -163,11 +164,11 @@ func (s *mapShared) Delete(ctx context.Context, key string) error {
 // notifyLocal wraps a LocalStore and reports every Set on a channel, so a
 // test can wait for a background write-back instead of sleeping.
 type notifyLocal[V any] struct {
-	flightcache.LocalStore[V]
-	sets chan flightcache.Item[V]
+	driver.LocalStore[V]
+	sets chan driver.Item[V]
 }
 
-func (n *notifyLocal[V]) Set(key string, it flightcache.Item[V]) {
+func (n *notifyLocal[V]) Set(key string, it driver.Item[V]) {
 	n.LocalStore.Set(key, it)
 	n.sets <- it
 }
@@ -175,16 +176,16 @@ func (n *notifyLocal[V]) Set(key string, it flightcache.Item[V]) {
 // recorder is an Observer of both layers that counts events by kind.
 type recorder struct {
 	mu     sync.Mutex
-	cache  map[flightcache.EventKind]int
+	cache  map[driver.EventKind]int
 	engine map[string]int
 	errs   []error
 }
 
 func newRecorder() *recorder {
-	return &recorder{cache: map[flightcache.EventKind]int{}, engine: map[string]int{}}
+	return &recorder{cache: map[driver.EventKind]int{}, engine: map[string]int{}}
 }
 
-func (r *recorder) ObserveCache(e flightcache.Event) {
+func (r *recorder) ObserveCache(e driver.Event) {
 	r.mu.Lock()
 	r.cache[e.Kind]++
 	if e.Err != nil {
@@ -205,7 +206,7 @@ func (r *recorder) engineCount(kind string) int {
 	return r.engine[kind]
 }
 
-func (r *recorder) count(k flightcache.EventKind) int {
+func (r *recorder) count(k driver.EventKind) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.cache[k]

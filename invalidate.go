@@ -8,8 +8,39 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/coherence"
 )
+
+// Cross-instance invalidation. Every instance keeps hot values in its own
+// local tier, where a hit costs about 100 ns; without a Bus, a write on one
+// instance (Set, Delete, InvalidatePrefix, Clear) leaves the other
+// instances serving their copies until those expire. With a Bus, the
+// writer publishes an Invalidation after its own tiers are updated, and
+// every other instance drops its copies that are older than the write.
+//
+// Versions. An Invalidation carries Version, the wall-clock time at which
+// the writer's change was complete; an item's version is the time its data
+// was read from its source (Meta.LoadedAt minus Meta.LoadDuration: the
+// start of the load, or the time of the Set). An item read before the
+// Invalidation's Version (plus Options.ClockSkew) is older and is dropped;
+// a newer one is kept, so an invalidation that arrives late, twice or out
+// of order never evicts a value loaded after the write. Writes a process
+// makes to its own local tier on the read path (the copy of a shared hit,
+// a load's write-back) that began before an invalidation was applied are
+// refused, whatever their version, so a read in progress cannot put an
+// older value back.
+//
+// While the Bus is down the instance cannot know what it missed: a local
+// item is served only while younger than Options.BusDownTTL, and when the
+// Bus is back the local tier is cleared (resynchronised) before long TTLs
+// are trusted again. docs/ARCHITECTURE.md has the sequence diagrams and the
+// bounds.
+
+// readAt is the version of an item: when its data was read from its source.
+func readAt(m *driver.Meta) time.Time {
+	return m.LoadedAt.Add(-m.LoadDuration)
+}
 
 // This file is the Cache's side of cross-instance invalidation; bus.go has
 // the contracts and the model. The story of one write, say Delete on
@@ -37,20 +68,20 @@ import (
 // untrusted reports whether a local item must not be served, fresh or
 // stale (coherence.Trust): the Bus is down and the item entered the local
 // tier more than BusDownTTL ago.
-func (c *Cache[V]) untrusted(it *Item[V], now time.Time) bool {
-	return c.coh.Down() && !c.coh.Trusted(it.filledAt, readAt(&it.Meta), now)
+func (c *Cache[V]) untrusted(it *driver.Item[V], now time.Time) bool {
+	return c.coh.Down() && !c.coh.Trusted(it.FilledAt, readAt(&it.Meta), now)
 }
 
 // BusState returns the state of the Cache's subscription to its Bus:
 // BusNone without a Bus.
-func (c *Cache[V]) BusState() BusState {
+func (c *Cache[V]) BusState() driver.BusState {
 	switch {
 	case c.bus == nil:
-		return BusNone
+		return driver.BusNone
 	case c.coh.Down():
-		return BusDown
+		return driver.BusDown
 	}
-	return BusUp
+	return driver.BusUp
 }
 
 // InvalidatePrefix drops every value whose key begins with prefix, in
@@ -83,17 +114,17 @@ func (c *Cache[V]) InvalidatePrefix(ctx context.Context, prefix string) error {
 	if !c.validKey(prefix) {
 		return c.keyError(prefix)
 	}
-	return c.invalidateBulk(ctx, InvalidationPrefix, prefix)
+	return c.invalidateBulk(ctx, driver.InvalidationPrefix, prefix)
 }
 
 // Clear drops every value of the Cache, in every tier, on this instance at
 // once and, with a Bus, on every other instance: InvalidatePrefix for
 // every key, with the same shared-tier window and errors.
 func (c *Cache[V]) Clear(ctx context.Context) error {
-	return c.invalidateBulk(ctx, InvalidationAll, "")
+	return c.invalidateBulk(ctx, driver.InvalidationAll, "")
 }
 
-func (c *Cache[V]) invalidateBulk(ctx context.Context, kind InvalidationKind, prefix string) error {
+func (c *Cache[V]) invalidateBulk(ctx context.Context, kind driver.InvalidationKind, prefix string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -104,7 +135,7 @@ func (c *Cache[V]) invalidateBulk(ctx context.Context, kind InvalidationKind, pr
 		return err
 	}
 	if c.local != nil {
-		if _, ok := c.local.(LocalRanger[V]); !ok {
+		if _, ok := c.local.(driver.LocalRanger[V]); !ok {
 			return fmt.Errorf("flightcache: invalidating by %s needs a Local store that implements LocalRanger: %w", kind, errors.ErrUnsupported)
 		}
 	}
@@ -151,25 +182,25 @@ func (c *Cache[V]) fencesDropped(ctx context.Context, bulk bool, dropped int64) 
 // must not keep the others from hearing of it). While the SharedBreaker is
 // open it does not try: the Bus lives on the same Redis, and a write must
 // not wait out a timeout per call on a Redis known to fail.
-func (c *Cache[V]) publish(ctx context.Context, kind InvalidationKind, target string, version time.Time) error {
+func (c *Cache[V]) publish(ctx context.Context, kind driver.InvalidationKind, target string, version time.Time) error {
 	return c.publishVia(ctx, kind, target, version, true)
 }
 
 // publishVia is publish; askBreaker false skips the breaker (the redo).
-func (c *Cache[V]) publishVia(ctx context.Context, kind InvalidationKind, target string, version time.Time, askBreaker bool) error {
+func (c *Cache[V]) publishVia(ctx context.Context, kind driver.InvalidationKind, target string, version time.Time, askBreaker bool) error {
 	if c.bus == nil {
 		return nil
 	}
 	var err error
-	if askBreaker && c.breaker != nil && c.breaker.State() == BreakerOpen {
-		err = ErrBreakerOpen
+	if askBreaker && c.breaker != nil && c.breaker.State() == driver.BreakerOpen {
+		err = driver.ErrBreakerOpen
 	} else {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.sharedTimeout)
-		err = c.bus.Publish(pctx, c.name, Invalidation{Kind: kind, Target: target, Version: version})
+		err = c.bus.Publish(pctx, c.name, driver.Invalidation{Kind: kind, Target: target, Version: version})
 		cancel()
 	}
 	if c.obs != nil {
-		c.observe(Event{Kind: EventInvalidationSent, Ctx: ctx, Cache: c.name, Invalidation: kind, Err: err})
+		c.observe(driver.Event{Kind: driver.EventInvalidationSent, Ctx: ctx, Cache: c.name, Invalidation: kind, Err: err})
 	}
 	if err == nil {
 		return nil
@@ -212,7 +243,7 @@ func (c *Cache[V]) applyKey(key string, version time.Time) (held, dropped bool) 
 func (c *Cache[V]) applyBulk(prefix string, version time.Time) (dropped int) {
 	c.coh.Bulk(prefix)
 	c.group.ForgetFunc(func(k string) bool { return strings.HasPrefix(k, prefix) })
-	r, ok := c.local.(LocalRanger[V])
+	r, ok := c.local.(driver.LocalRanger[V])
 	if !ok {
 		return 0
 	}
@@ -238,8 +269,8 @@ func (c *Cache[V]) resync() {
 // time.
 type busHandler[V any] struct{ c *Cache[V] }
 
-func (h busHandler[V]) Invalidated(inv Invalidation) { h.c.received(inv) }
-func (h busHandler[V]) BusChanged(s BusState)        { h.c.busChanged(s) }
+func (h busHandler[V]) Invalidated(inv driver.Invalidation) { h.c.received(inv) }
+func (h busHandler[V]) BusChanged(s driver.BusState)        { h.c.busChanged(s) }
 
 // received applies an invalidation from another instance. It is applied
 // even when it is not newer than the last one of its target: applying only
@@ -250,12 +281,12 @@ func (h busHandler[V]) BusChanged(s BusState)        { h.c.busChanged(s) }
 // ignored (stale). A Version ahead of this host's clock by more
 // than ClockSkew (a host with a wrong clock) is taken as now: it must not
 // fence this instance's future.
-func (c *Cache[V]) received(inv Invalidation) {
+func (c *Cache[V]) received(inv driver.Invalidation) {
 	if c.coh.Closed() {
 		return
 	}
 	if c.obs != nil {
-		c.observe(Event{Kind: EventInvalidationReceived, Cache: c.name, Invalidation: inv.Kind})
+		c.observe(driver.Event{Kind: driver.EventInvalidationReceived, Cache: c.name, Invalidation: inv.Kind})
 	}
 	ctx := context.Background()
 	wallNow := time.Now()
@@ -271,16 +302,16 @@ func (c *Cache[V]) received(inv Invalidation) {
 	version := shiftTime(inv.Version, time.Duration(c.now().UnixNano()-wallNow.UnixNano()))
 	applied := false
 	switch inv.Kind {
-	case InvalidationKey:
+	case driver.InvalidationKey:
 		if !c.validKey(inv.Target) {
 			break // no key of this Cache: nothing it could cover
 		}
 		fresh := c.fenceKey(ctx, inv.Target, inv.Version)
 		held, dropped := c.applyKey(inv.Target, version)
 		applied = dropped || (fresh && !held)
-	case InvalidationPrefix, InvalidationAll:
+	case driver.InvalidationPrefix, driver.InvalidationAll:
 		prefix := inv.Target
-		if inv.Kind == InvalidationAll {
+		if inv.Kind == driver.InvalidationAll {
 			prefix = ""
 		} else if !c.validKey(prefix) {
 			break
@@ -296,26 +327,26 @@ func (c *Cache[V]) received(inv Invalidation) {
 		applied = c.applyBulk(prefix, version) > 0 || fresh
 	}
 	if c.obs != nil {
-		kind := EventInvalidationIgnored
+		kind := driver.EventInvalidationIgnored
 		if applied {
-			kind = EventInvalidationApplied
+			kind = driver.EventInvalidationApplied
 		}
-		c.observe(Event{Kind: kind, Cache: c.name, Invalidation: inv.Kind})
+		c.observe(driver.Event{Kind: kind, Cache: c.name, Invalidation: inv.Kind})
 	}
 }
 
 // busChanged follows the Bus's state. Down: local items are served only
 // while younger than BusDownTTL. Up: the local tier is emptied
 // (resynchronised) before it is trusted again.
-func (c *Cache[V]) busChanged(s BusState) {
-	if s != BusUp {
-		s = BusDown
+func (c *Cache[V]) busChanged(s driver.BusState) {
+	if s != driver.BusUp {
+		s = driver.BusDown
 	}
 	if c.coh.Closed() || c.BusState() == s {
 		return
 	}
 	ctx := context.Background()
-	if s == BusUp {
+	if s == driver.BusUp {
 		c.resync()
 		// Trusted only now: until the local tier is emptied, items are
 		// judged as with the Bus down.
@@ -329,7 +360,7 @@ func (c *Cache[V]) busChanged(s BusState) {
 			slog.String("cache", c.name), slog.Duration("bus_down_ttl", c.coh.DownTTL))
 	}
 	if c.obs != nil {
-		c.observe(Event{Kind: EventBusChanged, Cache: c.name, Bus: s})
+		c.observe(driver.Event{Kind: driver.EventBusChanged, Cache: c.name, Bus: s})
 	}
 }
 
@@ -339,13 +370,13 @@ func (c *Cache[V]) busChanged(s BusState) {
 // tries until it succeeds, whether or not the Bus went down. When both
 // succeeded it forgets an earlier pending write of the same target. It
 // returns the publish's error.
-func (c *Cache[V]) announce(ctx context.Context, kind InvalidationKind, target string, version time.Time, sharedFailed bool) error {
+func (c *Cache[V]) announce(ctx context.Context, kind driver.InvalidationKind, target string, version time.Time, sharedFailed bool) error {
 	err := c.publish(ctx, kind, target, version)
 	if c.bus == nil {
 		return err
 	}
-	p := coherence.Pending{Kind: uint8(kind), Bulk: kind != InvalidationKey, Target: target, Version: version,
-		DeleteShared: kind == InvalidationKey && c.shared != nil && sharedFailed}
+	p := coherence.Pending{Kind: uint8(kind), Bulk: kind != driver.InvalidationKey, Target: target, Version: version,
+		DeleteShared: kind == driver.InvalidationKey && c.shared != nil && sharedFailed}
 	if err == nil && !sharedFailed {
 		c.redo.Succeeded(p)
 		return nil
@@ -396,5 +427,5 @@ func (c *Cache[V]) redoOne(p coherence.Pending) error {
 			return err
 		}
 	}
-	return c.publishVia(ctx, InvalidationKind(p.Kind), p.Target, p.Version, false)
+	return c.publishVia(ctx, driver.InvalidationKind(p.Kind), p.Target, p.Version, false)
 }

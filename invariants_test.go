@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // recordingCoordinator hands out recordingLeases and remembers them.
@@ -23,12 +24,12 @@ type recordingCoordinator struct {
 	ended chan *recordingLease
 }
 
-func (r *recordingCoordinator) Claim(ctx context.Context, key string, req flightcache.ClaimRequest) (flightcache.Claim, error) {
+func (r *recordingCoordinator) Claim(ctx context.Context, key string, req driver.ClaimRequest) (driver.Grant, error) {
 	l := &recordingLease{coord: r}
 	r.mu.Lock()
 	r.leases = append(r.leases, l)
 	r.mu.Unlock()
-	return flightcache.Claim{Lease: l}, nil
+	return driver.Grant{Lease: l}, nil
 }
 
 func (r *recordingCoordinator) Invalidate(ctx context.Context, key string) error { return nil }
@@ -52,7 +53,7 @@ func (l *recordingLease) Token() uint64         { return 1 }
 func (l *recordingLease) TakenOver() bool       { return false }
 func (l *recordingLease) Lost() <-chan struct{} { return nil }
 
-func (l *recordingLease) Complete(ctx context.Context, e *flightcache.Entry) (bool, error) {
+func (l *recordingLease) Complete(ctx context.Context, e *driver.Entry) (bool, error) {
 	l.completes.Add(1)
 	l.stored.Store(e != nil)
 	if l.coord.ended != nil {
@@ -73,7 +74,7 @@ func (l *recordingLease) Fail(ctx context.Context, err error) error {
 func (l *recordingLease) endings() int { return int(l.completes.Load() + l.fails.Load()) }
 
 // panicCodec panics on Marshal: a codec with a bug.
-type panicCodec[V any] struct{ flightcache.JSONCodec[V] }
+type panicCodec[V any] struct{ driver.JSONCodec[V] }
 
 func (panicCodec[V]) Marshal(V) ([]byte, error) { panic("codec bug") }
 
@@ -172,7 +173,7 @@ func TestUntrustedLocalItemIsNotServedAsStaleWhileTheBusIsDown(t *testing.T) {
 	var price, calls atomic.Int64
 	price.Store(1)
 	mustGet(t, in.c, "p:1", valueLoader(&price, &calls))
-	in.bus.setState(flightcache.BusDown)
+	in.bus.setState(driver.BusDown)
 	clock.Advance(2 * time.Minute) // stale, and well past BusDownTTL
 	failing := func(ctx context.Context) (*product, error) { return nil, errors.New("origin down") }
 	r, err := in.c.Fetch(context.Background(), "p:1", failing)
@@ -180,7 +181,7 @@ func TestUntrustedLocalItemIsNotServedAsStaleWhileTheBusIsDown(t *testing.T) {
 		t.Fatalf("Fetch with the Bus down = %+v, %v; want the origin's error, not an untrusted stale value", r, err)
 	}
 	// With the Bus up again a stale value would stand in as usual.
-	in.bus.setState(flightcache.BusUp)
+	in.bus.setState(driver.BusUp)
 	mustGet(t, in.c, "p:1", valueLoader(&price, &calls))
 	clock.Advance(2 * time.Minute)
 	if r, err := in.c.Fetch(context.Background(), "p:1", failing); err != nil || r.Outcome != flightcache.OutcomeStale {
@@ -247,7 +248,7 @@ func TestFailedPublishIsRedoneWhileTheBusStaysUp(t *testing.T) {
 	net := &busNet{}
 	a := newInstance(t, net, nil, nil, func(o *flightcache.Options[*product]) { o.SharedTimeout = 10 * time.Millisecond })
 	b := newInstance(t, net, nil, nil, nil)
-	a.bus.published = make(chan flightcache.Invalidation, 1)
+	a.bus.published = make(chan driver.Invalidation, 1)
 	var price, calls atomic.Int64
 	mustGet(t, b.c, "k", valueLoader(&price, &calls))
 
@@ -259,7 +260,7 @@ func TestFailedPublishIsRedoneWhileTheBusStaysUp(t *testing.T) {
 	a.bus.failWith.Store(nil) // the bus never went down; nothing else happens on A
 	select {
 	case inv := <-a.bus.published:
-		if inv.Kind != flightcache.InvalidationKey || inv.Target != "k" {
+		if inv.Kind != driver.InvalidationKey || inv.Target != "k" {
 			t.Fatalf("redone: %+v", inv)
 		}
 	case <-time.After(10 * time.Second):
@@ -350,7 +351,7 @@ type leaseTTLCoordinator struct {
 
 func (l *leaseTTLCoordinator) LeaseTTL() time.Duration { return l.ttl }
 
-func (l *leaseTTLCoordinator) Claim(ctx context.Context, key string, req flightcache.ClaimRequest) (flightcache.Claim, error) {
+func (l *leaseTTLCoordinator) Claim(ctx context.Context, key string, req driver.ClaimRequest) (driver.Grant, error) {
 	l.lastWait.Store(int64(req.Wait))
 	return l.recordingCoordinator.Claim(ctx, key, req)
 }
@@ -372,7 +373,7 @@ func TestLoadAfterTheCoalesceWaitReportsItStoredNothing(t *testing.T) {
 // busyCoordinator: another instance always holds the lease.
 type busyCoordinator struct{}
 
-func (busyCoordinator) Claim(ctx context.Context, key string, req flightcache.ClaimRequest) (flightcache.Claim, error) {
-	return flightcache.Claim{Waited: req.Wait}, flightcache.ErrCoalesceTimeout
+func (busyCoordinator) Claim(ctx context.Context, key string, req driver.ClaimRequest) (driver.Grant, error) {
+	return driver.Grant{Waited: req.Wait}, flightcache.ErrCoalesceTimeout
 }
 func (busyCoordinator) Invalidate(ctx context.Context, key string) error { return nil }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/coherence"
 	"github.com/flightcache/flightcache/internal/flightgroup"
 )
@@ -51,7 +52,7 @@ type miss[V any] struct {
 // the thousands of goroutines that may wait on one key (a large result type
 // made each of them grow its stack, which dominated the stampede profile).
 type flight[V any] struct {
-	item Item[V]
+	item driver.Item[V]
 	// found: the double-check found item in a tier; nothing was loaded.
 	found bool
 	// notFound is the loader's error when it said "not found" (item is then
@@ -96,7 +97,7 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 	if c.throttle != nil {
 		if err := c.throttle.check(m.key, now); err != nil {
 			if c.obs != nil {
-				c.emit(ctx, EventThrottled, TierNone, err)
+				c.emit(ctx, driver.EventThrottled, driver.TierNone, err)
 			}
 			return nil, err
 		}
@@ -120,9 +121,9 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 // recheck looks for a usable fresh item in the tiers again, inside the
 // flight: another instance may have filled the shared tier, or an earlier
 // flight the local one, since this caller missed.
-func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket) (Item[V], bool) {
+func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket) (driver.Item[V], bool) {
 	c := m.c
-	usable := func(it *Item[V]) bool {
+	usable := func(it *driver.Item[V]) bool {
 		return now.Before(it.FreshUntil) && it.FreshUntil.UnixNano() > m.newerThan
 	}
 	if c.local != nil {
@@ -137,7 +138,7 @@ func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket
 			return *it, true
 		}
 	}
-	return Item[V]{}, false
+	return driver.Item[V]{}, false
 }
 
 // loadOrigin calls the loader under LoaderTimeout and makes the item to
@@ -202,7 +203,7 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 	if c.throttle != nil {
 		c.throttle.succeed(m.key)
 	}
-	fl.item = Item[V]{Value: v, Meta: Meta{LoadDuration: took, LoadedAt: end, NotFound: fl.notFound != nil}}
+	fl.item = driver.Item[V]{Value: v, Meta: driver.Meta{LoadDuration: took, LoadedAt: end, NotFound: fl.notFound != nil}}
 	fl.item.FreshUntil = end.Add(ttl)
 	fl.item.StaleUntil = fl.item.FreshUntil
 	if !fl.item.NotFound {
@@ -223,11 +224,11 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 // skipped when this Get already found the tier unavailable (sharedDown). A
 // panic in a store or the codec becomes the returned error: the value was
 // loaded and is still returned, and the key stays usable.
-func (m *miss[V]) writeBack(ctx context.Context, t coherence.Ticket, it *Item[V]) (err error) {
+func (m *miss[V]) writeBack(ctx context.Context, t coherence.Ticket, it *driver.Item[V]) (err error) {
 	c := m.c
 	// tier is the tier a failure is reported for: the shared tier's but
 	// while the local tier's Set (a Cost function) runs.
-	tier := TierShared
+	tier := driver.TierShared
 	defer func() {
 		if p := recover(); p != nil {
 			// The panic value is not in the error: it may hold the key.
@@ -238,20 +239,20 @@ func (m *miss[V]) writeBack(ctx context.Context, t coherence.Ticket, it *Item[V]
 		}
 	}()
 	var (
-		e      Entry
+		e      driver.Entry
 		encErr error
 	)
 	writeShared, skipErr := c.sharedWritable(m.sharedDown)
 	if writeShared {
 		e, encErr = c.encode(it)
 	}
-	tier = TierLocal
-	var enc *Entry
+	tier = driver.TierLocal
+	var enc *driver.Entry
 	if writeShared && encErr == nil {
 		enc = &e
 	}
 	c.fill(t, m.key, it, c.wallRead(it, enc), func() {
-		tier = TierShared
+		tier = driver.TierShared
 		switch {
 		case c.coh.Closed():
 			// Close came between the decision and the write: a load

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache/clock"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // Options configures a Cache. The zero value of every field means "use the
@@ -24,11 +25,11 @@ type Options[V any] struct {
 	Name string
 
 	// Local is the in-process typed tier. Local or Shared (or both) is required.
-	Local LocalStore[V]
+	Local driver.LocalStore[V]
 	// Shared is the optional tier shared by every instance (Redis).
-	Shared SharedStore
+	Shared driver.SharedStore
 	// Codec encodes values for Shared. Default JSONCodec[V].
-	Codec Codec[V]
+	Codec driver.Codec[V]
 
 	// TTL is how long a loaded value stays fresh. Must be in [1s, 24h].
 	// Default 5m.
@@ -82,10 +83,10 @@ type Options[V any] struct {
 	// and Delete return an error matching ErrBreakerOpen. Each state
 	// change is reported as EventBreakerChanged and logged. Default none
 	// (package breaker provides one).
-	SharedBreaker SharedBreaker
+	SharedBreaker driver.SharedBreaker
 	// Guard, when set, turns away keys that cannot exist after a local
 	// miss; see Guard. Default none.
-	Guard Guard
+	Guard driver.Guard
 
 	// Coordinator, when set, coalesces loads across every instance that
 	// shares it (cluster mode): one load per key in the whole cluster,
@@ -95,7 +96,7 @@ type Options[V any] struct {
 	// Batch reads (GetMany, FetchMany) are coalesced within the process
 	// only, and write what they load to Local only: their loads hold no
 	// lease, so a shared write could not be fenced.
-	Coordinator Coordinator
+	Coordinator driver.Coordinator
 	// CoalesceWait bounds how long a flight waits for another instance's
 	// load before OnCoalesceTimeout applies (the flight's own load, if it
 	// comes to that, then runs under LoaderTimeout). It must cover a
@@ -120,7 +121,7 @@ type Options[V any] struct {
 	// than their write. See Bus. Local must implement LocalRanger. Name
 	// must be the same on every instance (it names the Cache on the Bus)
 	// and must not be shared by two Caches on one Bus. Default none.
-	Bus Bus
+	Bus driver.Bus
 	// BusDownTTL bounds how long a local item is served while the Bus is
 	// down, counted from when its data was read: the instance may have
 	// missed invalidations, so older items are reloaded (through the
@@ -182,9 +183,9 @@ type Options[V any] struct {
 	Clone func(V) V
 
 	// Observer receives metric events; see Observer. Default none.
-	Observer Observer
+	Observer driver.Observer
 	// Tracer wraps Gets and loads in spans. Default none.
-	Tracer Tracer
+	Tracer driver.Tracer
 	// Logger logs store failures (rate-limited). Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. It decides freshness and, when set, measures load
@@ -300,7 +301,7 @@ func (o Options[V]) withDefaults() (Options[V], error) {
 		return bad("Local", "Local or Shared (or both) is required")
 	}
 	if o.Codec == nil {
-		o.Codec = JSONCodec[V]{}
+		o.Codec = driver.JSONCodec[V]{}
 	}
 
 	if o.TTL == 0 {
@@ -373,7 +374,7 @@ func (o Options[V]) withDefaults() (Options[V], error) {
 		name  string
 		store any
 	}{{"Local", o.Local}, {"Shared", o.Shared}} {
-		kl, ok := tier.store.(KeyLimiter)
+		kl, ok := tier.store.(driver.KeyLimiter)
 		if !ok {
 			continue
 		}
@@ -421,7 +422,7 @@ func (o Options[V]) withDefaults() (Options[V], error) {
 		}
 	}
 	if o.Bus != nil {
-		if _, ok := o.Local.(LocalRanger[V]); !ok {
+		if _, ok := o.Local.(driver.LocalRanger[V]); !ok {
 			return bad("Bus", "needs a Local store that implements LocalRanger (memstore.Store does): invalidations from other instances drop local items")
 		}
 	}

@@ -1,77 +1,37 @@
 package flightcache
 
-// Outcome says how a Get was served. Every Get has exactly one.
-type Outcome uint8
+import "github.com/flightcache/flightcache/driver"
 
-// The outcomes of a Get.
+// Outcome says how a Get was served; every Result has exactly one. Its
+// String is a short, stable label, and Hit reports a value served from a
+// tier without waiting for a load. The type is defined in package driver,
+// where the Observers that count outcomes see it too.
+type Outcome = driver.Outcome
+
+// The outcomes of a Get; see package driver for each one's meaning.
 const (
-	// OutcomeUnknown is the zero value; a returned Result never has it.
-	OutcomeUnknown Outcome = iota
-	// OutcomeHitLocal: a fresh value from the in-process tier.
-	OutcomeHitLocal
-	// OutcomeHitShared: a fresh value from the shared tier (it was copied
-	// into the local tier on the way).
-	OutcomeHitShared
-	// OutcomeLoaded: this caller ran the loader and the write-back succeeded.
-	OutcomeLoaded
-	// OutcomeCoalesced: this caller shared a load that another caller ran, or
-	// found the value in the double-check inside the flight.
-	OutcomeCoalesced
-	// OutcomeLoadedWriteFailed: the load succeeded and the value is returned,
-	// but writing it back to a tier failed (see Result.WriteErr).
-	OutcomeLoadedWriteFailed
-	// OutcomeLoadFailed: the load failed (or was rejected or throttled) and no
-	// stale value could stand in; Get returns the error.
-	OutcomeLoadFailed
-	// OutcomeNegativeHit: a cached "not found"; Get returns ErrNotFound.
-	OutcomeNegativeHit
-	// OutcomeStale: a value past its TTL, served because the load failed or
-	// did not finish within the soft timeout (fail-safe).
-	OutcomeStale
-	// OutcomeRefreshed: a fresh hit that also started a background early
-	// refresh of the entry.
-	OutcomeRefreshed
-	// OutcomeFiltered: the Guard said the key cannot exist; Get returns
-	// ErrNotFound without reading the shared tier or calling the origin.
-	OutcomeFiltered
-	// OutcomeLoadedUncached: this caller ran the loader and the value is
-	// returned, but it was stored in no tier, by design: in cluster mode
-	// another instance held the key's lease past CoalesceWait, and its
-	// fenced write is the one that should land.
-	OutcomeLoadedUncached
-
-	// numOutcomes counts the outcomes; keep it last.
-	numOutcomes
+	OutcomeUnknown           = driver.OutcomeUnknown
+	OutcomeHitLocal          = driver.OutcomeHitLocal
+	OutcomeHitShared         = driver.OutcomeHitShared
+	OutcomeLoaded            = driver.OutcomeLoaded
+	OutcomeCoalesced         = driver.OutcomeCoalesced
+	OutcomeLoadedWriteFailed = driver.OutcomeLoadedWriteFailed
+	OutcomeLoadFailed        = driver.OutcomeLoadFailed
+	OutcomeNegativeHit       = driver.OutcomeNegativeHit
+	OutcomeStale             = driver.OutcomeStale
+	OutcomeRefreshed         = driver.OutcomeRefreshed
+	OutcomeFiltered          = driver.OutcomeFiltered
+	OutcomeLoadedUncached    = driver.OutcomeLoadedUncached
 )
 
-// NumOutcomes is the number of Outcome values, OutcomeUnknown included, for
-// arrays indexed by Outcome.
-const NumOutcomes = int(numOutcomes)
+// Scope is how far a load's coalescing reached (Result.Scope) or reaches
+// (Cache.Scope): ScopeNone, ScopeLocal (this process) or ScopeCluster
+// (every instance, through the Coordinator).
+type Scope = driver.Scope
 
-var outcomeNames = [...]string{
-	OutcomeUnknown:           "unknown",
-	OutcomeHitLocal:          "hit_local",
-	OutcomeHitShared:         "hit_shared",
-	OutcomeLoaded:            "loaded",
-	OutcomeCoalesced:         "coalesced",
-	OutcomeLoadedWriteFailed: "loaded_write_failed",
-	OutcomeLoadFailed:        "load_failed",
-	OutcomeNegativeHit:       "negative_hit",
-	OutcomeStale:             "stale",
-	OutcomeRefreshed:         "refreshed",
-	OutcomeFiltered:          "filtered",
-	OutcomeLoadedUncached:    "loaded_uncached",
-}
-
-// String returns a short, stable, lower-case name, usable as a metric label.
-func (o Outcome) String() string {
-	if int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return "unknown"
-}
-
-// Hit reports whether the value came from a tier without waiting for a load.
-func (o Outcome) Hit() bool {
-	return o == OutcomeHitLocal || o == OutcomeHitShared || o == OutcomeRefreshed
-}
+// The scopes; see package driver.
+const (
+	ScopeNone    = driver.ScopeNone
+	ScopeLocal   = driver.ScopeLocal
+	ScopeCluster = driver.ScopeCluster
+)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -140,7 +141,7 @@ func TestRedisReadFailureCountsAsMiss(t *testing.T) {
 		t.Fatalf("Fetch = %+v, %v; a failed read must be a miss", r, err)
 	}
 	wantOutcome(t, r.Outcome, flightcache.OutcomeLoaded)
-	if n := rec.count(flightcache.EventReadFailed); n != 2 || !errors.Is(rec.errs[0], errInjected) {
+	if n := rec.count(driver.EventReadFailed); n != 2 || !errors.Is(rec.errs[0], errInjected) {
 		t.Fatalf("EventReadFailed = %d (%v), want 2 carrying the injected fault", n, rec.errs)
 	}
 }
@@ -156,8 +157,8 @@ func TestRedisWriteFailureStillReturnsValue(t *testing.T) {
 		t.Fatalf("Fetch = %+v, %v", r, err)
 	}
 	wantOutcome(t, r.Outcome, flightcache.OutcomeLoadedWriteFailed)
-	if !errors.Is(r.WriteErr, errInjected) || rec.count(flightcache.EventWriteFailed) != 1 {
-		t.Fatalf("WriteErr = %v, EventWriteFailed = %d", r.WriteErr, rec.count(flightcache.EventWriteFailed))
+	if !errors.Is(r.WriteErr, errInjected) || rec.count(driver.EventWriteFailed) != 1 {
+		t.Fatalf("WriteErr = %v, EventWriteFailed = %d", r.WriteErr, rec.count(driver.EventWriteFailed))
 	}
 }
 
@@ -186,8 +187,8 @@ func TestRedisUnreachableKeepsServingFromOrigin(t *testing.T) {
 		}
 		wantOutcome(t, r.Outcome, flightcache.OutcomeLoadedWriteFailed)
 	}
-	if rec.count(flightcache.EventReadFailed) == 0 || rec.count(flightcache.EventWriteFailed) != 3 {
-		t.Fatalf("read failures %d, write failures %d", rec.count(flightcache.EventReadFailed), rec.count(flightcache.EventWriteFailed))
+	if rec.count(driver.EventReadFailed) == 0 || rec.count(driver.EventWriteFailed) != 3 {
+		t.Fatalf("read failures %d, write failures %d", rec.count(driver.EventReadFailed), rec.count(driver.EventWriteFailed))
 	}
 }
 
@@ -218,7 +219,7 @@ func TestRedisHitReportsAgeSinceLoad(t *testing.T) {
 	// What another instance wrote 7s ago, on the wall clock.
 	loaded := time.Now().Add(-7 * time.Second)
 	data, _ := json.Marshal(&product{ID: "1"})
-	if err := store.Set(context.Background(), "p:1", flightcache.Entry{Value: data, Meta: flightcache.Meta{
+	if err := store.Set(context.Background(), "p:1", driver.Entry{Value: data, Meta: driver.Meta{
 		LoadedAt: loaded, FreshUntil: loaded.Add(time.Minute), StaleUntil: loaded.Add(time.Minute),
 	}}); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package flightcache
 import (
 	"context"
 	"errors"
+	"github.com/flightcache/flightcache/driver"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -20,7 +21,7 @@ const xfetchCutoff = 40
 // variate, drawn directly. The probability grows as expiry nears and with Δ,
 // the time the value took to load, so slow values start refreshing earlier.
 // A value with no recorded Δ (written by Set) is never refreshed early.
-func (c *Cache[V]) refreshDue(m *Meta, now time.Time) bool {
+func (c *Cache[V]) refreshDue(m *driver.Meta, now time.Time) bool {
 	d := float64(m.LoadDuration) * c.beta
 	if d <= 0 {
 		return false
@@ -48,7 +49,7 @@ func (c *Cache[V]) startRefresh(ctx context.Context, key string, load LoadFunc[V
 	c.bg.Add(1)
 	c.mu.Unlock()
 	if c.obs != nil {
-		c.emit(ctx, EventEarlyRefresh, TierNone, nil)
+		c.emit(ctx, driver.EventEarlyRefresh, driver.TierNone, nil)
 	}
 	// The refresh keeps the triggering request's values (trace IDs) but
 	// not its cancellation: the request is answered already.

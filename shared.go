@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/coherence"
 )
 
@@ -33,8 +34,8 @@ func (c *Cache[V]) sharedCall(ctx context.Context, keepCancel bool, call func(co
 		done, err := c.breaker.Allow()
 		c.noteBreaker(ctx)
 		if err != nil {
-			if !errors.Is(err, ErrBreakerOpen) {
-				err = fmt.Errorf("%w: %w", ErrBreakerOpen, err)
+			if !errors.Is(err, driver.ErrBreakerOpen) {
+				err = fmt.Errorf("%w: %w", driver.ErrBreakerOpen, err)
 			}
 			return err
 		}
@@ -71,7 +72,7 @@ func (c *Cache[V]) sharedCall(ctx context.Context, keepCancel bool, call func(co
 // correctly: a success for the breaker, a miss or a failed write of that
 // key for the caller.
 func entryLevel(err error) bool {
-	return errors.Is(err, ErrEntryRejected) || errors.Is(err, ErrInvalidKey)
+	return errors.Is(err, driver.ErrEntryRejected) || errors.Is(err, ErrInvalidKey)
 }
 
 // isTimeout reports whether err says it is a timeout, as net.Error does.
@@ -93,7 +94,7 @@ const (
 
 var (
 	errSkippedTimedOut = fmt.Errorf("flightcache: shared write-back skipped after a shared read timed out: %w", context.DeadlineExceeded)
-	errSkippedRefused  = fmt.Errorf("flightcache: shared write-back skipped: %w", ErrBreakerOpen)
+	errSkippedRefused  = fmt.Errorf("flightcache: shared write-back skipped: %w", driver.ErrBreakerOpen)
 )
 
 // sharedWritable applies coherence.Model.SharedWritable to a read-path
@@ -133,7 +134,7 @@ func unavailable(ctx context.Context, err error) sharedSkip {
 	switch {
 	case err == nil || ctx.Err() != nil:
 		return sharedUsable
-	case errors.Is(err, ErrBreakerOpen):
+	case errors.Is(err, driver.ErrBreakerOpen):
 		return sharedRefused
 	case errors.Is(err, context.DeadlineExceeded):
 		return sharedTimedOut
@@ -145,18 +146,18 @@ func unavailable(ctx context.Context, err error) sharedSkip {
 // whichever goroutine sees it first.
 func (c *Cache[V]) noteBreaker(ctx context.Context) {
 	s := c.breaker.State()
-	old := BreakerState(c.breakerState.Load())
+	old := driver.BreakerState(c.breakerState.Load())
 	if s == old || !c.breakerState.CompareAndSwap(uint32(old), uint32(s)) {
 		return
 	}
 	level := slog.LevelInfo
-	if s == BreakerOpen {
+	if s == driver.BreakerOpen {
 		level = slog.LevelWarn
 	}
 	c.log.LogAttrs(ctx, level, "flightcache: shared tier circuit breaker changed state",
 		slog.String("cache", c.name), slog.String("from", old.String()), slog.String("to", s.String()))
 	if c.obs != nil {
-		c.observe(Event{Kind: EventBreakerChanged, Ctx: ctx, Cache: c.name, Tier: TierShared, Breaker: s})
+		c.observe(driver.Event{Kind: driver.EventBreakerChanged, Ctx: ctx, Cache: c.name, Tier: driver.TierShared, Breaker: s})
 	}
 }
 
@@ -165,9 +166,9 @@ func (c *Cache[V]) noteBreaker(ctx context.Context) {
 // under ticket t. Every failure is a miss: storeErr is the error of the
 // call itself (a failing, hung or skipped tier), nil for an entry that was
 // missing, expired or undecodable.
-func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t coherence.Ticket) (it *Item[V], storeErr error) {
+func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t coherence.Ticket) (it *driver.Item[V], storeErr error) {
 	var (
-		e  Entry
+		e  driver.Entry
 		ok bool
 	)
 	err := c.sharedCall(ctx, true, func(ctx context.Context) (err error) {
@@ -192,7 +193,7 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 	if !now.Before(m.StaleUntil) {
 		return nil, nil
 	}
-	it = &Item[V]{Meta: m}
+	it = &driver.Item[V]{Meta: m}
 	if !m.NotFound {
 		v, err := c.codec.Unmarshal(e.Value)
 		if err != nil {
@@ -225,7 +226,7 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 // unknown when not kept, or when it is ahead of this host's clock by more
 // than ClockSkew (written by a host with a wrong clock, it must not pass
 // for newer than every fence).
-func (c *Cache[V]) covered(key string, m *Meta, now time.Time) bool {
+func (c *Cache[V]) covered(key string, m *driver.Meta, now time.Time) bool {
 	read := c.sharedReadAt(m)
 	return c.coh.Covered(key, read, !read.IsZero(), now, c.clockSkew)
 }
@@ -236,7 +237,7 @@ func (c *Cache[V]) covered(key string, m *Meta, now time.Time) bool {
 // with a wrong clock: it must neither pass for newer than every fence nor
 // raise the key's fence into the future, which would refuse every correct
 // entry of the key for the fence window).
-func (c *Cache[V]) sharedReadAt(m *Meta) time.Time {
+func (c *Cache[V]) sharedReadAt(m *driver.Meta) time.Time {
 	read := readAt(m)
 	if m.LoadedAt.IsZero() || read.After(time.Now().Add(c.clockSkew)) {
 		return time.Time{}
@@ -247,8 +248,8 @@ func (c *Cache[V]) sharedReadAt(m *Meta) time.Time {
 // encode turns it into the entry the shared tier stores: its value through
 // the codec, its times on the wall clock. Encoding is CPU work in the calling goroutine and has no deadline; only
 // the store call is bounded by SharedTimeout.
-func (c *Cache[V]) encode(it *Item[V]) (Entry, error) {
-	e := Entry{Meta: c.toWall(it.Meta)}
+func (c *Cache[V]) encode(it *driver.Item[V]) (driver.Entry, error) {
+	e := driver.Entry{Meta: c.toWall(it.Meta)}
 	if it.NotFound {
 		return e, nil
 	}
@@ -262,7 +263,7 @@ func (c *Cache[V]) encode(it *Item[V]) (Entry, error) {
 
 // encodeSafely is encode with a panic in the codec turned into an error
 // (whose text leaves out the panic value: it may hold the key).
-func (c *Cache[V]) encodeSafely(it *Item[V]) (e Entry, err error) {
+func (c *Cache[V]) encodeSafely(it *driver.Item[V]) (e driver.Entry, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("flightcache: encode value: codec panicked (%T)", p)
@@ -272,7 +273,7 @@ func (c *Cache[V]) encodeSafely(it *Item[V]) (e Entry, err error) {
 }
 
 // setShared stores e under key in the shared tier.
-func (c *Cache[V]) setShared(ctx context.Context, key string, e Entry) error {
+func (c *Cache[V]) setShared(ctx context.Context, key string, e driver.Entry) error {
 	return c.sharedCall(ctx, false, func(ctx context.Context) error { return c.shared.Set(ctx, key, e) })
 }
 
@@ -285,7 +286,7 @@ func (c *Cache[V]) deleteShared(ctx context.Context, key string) error {
 // for the shared tier: other processes compare them with their own clocks,
 // so they must be real times whatever Options.Now is (a fake clock in
 // tests, a coarse one on the hot path).
-func (c *Cache[V]) toWall(m Meta) Meta {
+func (c *Cache[V]) toWall(m driver.Meta) driver.Meta {
 	off := time.Duration(time.Now().UnixNano() - c.now().UnixNano())
 	m.FreshUntil = shiftTime(m.FreshUntil, off)
 	m.StaleUntil = shiftTime(m.StaleUntil, off)
@@ -301,7 +302,7 @@ func (c *Cache[V]) toWall(m Meta) Meta {
 // tombstone) and never before FreshUntil, LoadDuration at most the loader
 // timeout (XFetch would otherwise refresh on every hit), LoadedAt at most
 // now plus ClockSkew.
-func (c *Cache[V]) fromWall(m Meta) Meta {
+func (c *Cache[V]) fromWall(m driver.Meta) driver.Meta {
 	now := c.now()
 	off := time.Duration(now.UnixNano() - time.Now().UnixNano())
 	m.FreshUntil = shiftTime(m.FreshUntil, off)

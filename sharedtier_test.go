@@ -16,6 +16,7 @@ import (
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/breaker"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // hungShared is a SharedStore that never answers: every call blocks until
@@ -32,7 +33,7 @@ type hungShared struct {
 	hanging     chan struct{} // when set, gets a value as each hanging read starts
 }
 
-func (s *hungShared) Get(ctx context.Context, key string) (flightcache.Entry, bool, error) {
+func (s *hungShared) Get(ctx context.Context, key string) (driver.Entry, bool, error) {
 	s.calls.Add(1)
 	if s.hangReads {
 		if s.hanging != nil {
@@ -40,14 +41,14 @@ func (s *hungShared) Get(ctx context.Context, key string) (flightcache.Entry, bo
 		}
 		<-ctx.Done()
 		if s.netTimeouts {
-			return flightcache.Entry{}, false, errIOTimeout{}
+			return driver.Entry{}, false, errIOTimeout{}
 		}
-		return flightcache.Entry{}, false, ctx.Err()
+		return driver.Entry{}, false, ctx.Err()
 	}
 	return s.mapShared.Get(ctx, key)
 }
 
-func (s *hungShared) Set(ctx context.Context, key string, e flightcache.Entry) error {
+func (s *hungShared) Set(ctx context.Context, key string, e driver.Entry) error {
 	s.calls.Add(1)
 	if s.hangWrites {
 		<-ctx.Done()
@@ -81,12 +82,12 @@ type failingShared struct{ calls atomic.Int64 }
 
 var errSharedDown = errors.New("connection refused")
 
-func (s *failingShared) Get(context.Context, string) (flightcache.Entry, bool, error) {
+func (s *failingShared) Get(context.Context, string) (driver.Entry, bool, error) {
 	s.calls.Add(1)
-	return flightcache.Entry{}, false, errSharedDown
+	return driver.Entry{}, false, errSharedDown
 }
 
-func (s *failingShared) Set(context.Context, string, flightcache.Entry) error {
+func (s *failingShared) Set(context.Context, string, driver.Entry) error {
 	s.calls.Add(1)
 	return errSharedDown
 }
@@ -103,7 +104,7 @@ type countBreaker struct {
 	threshold int
 	mu        sync.Mutex
 	fails     int
-	state     flightcache.BreakerState
+	state     driver.BreakerState
 	refused   int
 	outcomes  []bool // the failed flag of every done, in order
 	pending   int    // Allows not yet done
@@ -112,9 +113,9 @@ type countBreaker struct {
 func (b *countBreaker) Allow() (func(failed bool), error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.state == flightcache.BreakerOpen {
+	if b.state == driver.BreakerOpen {
 		b.refused++
-		return nil, flightcache.ErrBreakerOpen
+		return nil, driver.ErrBreakerOpen
 	}
 	b.pending++
 	return func(failed bool) {
@@ -127,12 +128,12 @@ func (b *countBreaker) Allow() (func(failed bool), error) {
 			return
 		}
 		if b.fails++; b.fails >= b.threshold {
-			b.state = flightcache.BreakerOpen
+			b.state = driver.BreakerOpen
 		}
 	}, nil
 }
 
-func (b *countBreaker) State() flightcache.BreakerState {
+func (b *countBreaker) State() driver.BreakerState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.state
@@ -142,12 +143,12 @@ func (b *countBreaker) State() flightcache.BreakerState {
 type stateRecorder struct {
 	*recorder
 	mu     sync.Mutex
-	states []flightcache.BreakerState
+	states []driver.BreakerState
 }
 
-func (r *stateRecorder) ObserveCache(e flightcache.Event) {
+func (r *stateRecorder) ObserveCache(e driver.Event) {
 	r.recorder.ObserveCache(e)
-	if e.Kind == flightcache.EventBreakerChanged {
+	if e.Kind == driver.EventBreakerChanged {
 		r.mu.Lock()
 		r.states = append(r.states, e.Breaker)
 		r.mu.Unlock()
@@ -218,7 +219,7 @@ func TestWriteBackSlowerThanLoaderTimeoutStillReturnsTheValue(t *testing.T) {
 	if !errors.Is(r.WriteErr, context.DeadlineExceeded) {
 		t.Fatalf("WriteErr = %v, want the shared write's timeout", r.WriteErr)
 	}
-	if n := rec.count(flightcache.EventWriteFailed); n != 1 {
+	if n := rec.count(driver.EventWriteFailed); n != 1 {
 		t.Fatalf("EventWriteFailed = %d, want 1", n)
 	}
 	// The local tier got the value.
@@ -280,7 +281,7 @@ func TestFailingSharedTierIsSkippedByTheBreaker(t *testing.T) {
 	rec.mu.Lock()
 	states := rec.states
 	rec.mu.Unlock()
-	if len(states) != 1 || states[0] != flightcache.BreakerOpen {
+	if len(states) != 1 || states[0] != driver.BreakerOpen {
 		t.Fatalf("EventBreakerChanged states = %v, want [open] once", states)
 	}
 	// The skipped calls are counted, not logged: one warning per failure
@@ -320,7 +321,7 @@ func TestCallerLeavingIsNotReportedAsABreakerFailure(t *testing.T) {
 	if len(br.outcomes) != 1 || br.outcomes[0] {
 		t.Fatalf("breaker outcomes = %v, want one success", br.outcomes)
 	}
-	if br.state != flightcache.BreakerClosed {
+	if br.state != driver.BreakerClosed {
 		t.Fatalf("breaker %v, want closed", br.state)
 	}
 }
@@ -328,12 +329,12 @@ func TestCallerLeavingIsNotReportedAsABreakerFailure(t *testing.T) {
 // While the breaker is open, Set keeps the local tier right and says the
 // shared tier was skipped.
 func TestSetWithBreakerOpenReturnsErrBreakerOpen(t *testing.T) {
-	br := &countBreaker{threshold: 1, state: flightcache.BreakerOpen}
+	br := &countBreaker{threshold: 1, state: driver.BreakerOpen}
 	shared := &failingShared{}
 	local := newLocal[*product](t, nil)
 	c := newCache(t, flightcache.Options[*product]{Local: local, Shared: shared, SharedBreaker: br})
 	err := c.Set(context.Background(), "p:1", &product{ID: "1"})
-	if !errors.Is(err, flightcache.ErrBreakerOpen) {
+	if !errors.Is(err, driver.ErrBreakerOpen) {
 		t.Fatalf("Set = %v, want ErrBreakerOpen", err)
 	}
 	if _, ok := local.Get("p:1"); !ok {
@@ -365,7 +366,7 @@ func TestSharedEntryLifetimeIsCappedAtMaxTTL(t *testing.T) {
 	now := time.Now()
 	data, _ := json.Marshal(&product{ID: "1"})
 	forever := now.Add(100 * 365 * 24 * time.Hour)
-	shared.m["p:1"] = flightcache.Entry{Value: data, Meta: flightcache.Meta{
+	shared.m["p:1"] = driver.Entry{Value: data, Meta: driver.Meta{
 		FreshUntil: forever, StaleUntil: forever.Add(time.Hour), LoadedAt: now, LoadDuration: 1000 * time.Hour,
 	}}
 	local := newLocal[*product](t, nil)
@@ -392,8 +393,8 @@ func TestSharedEntryLifetimeIsCappedAtMaxTTL(t *testing.T) {
 // them right.
 func TestSharedTierTimesAreWallClockWhateverTheCacheClock(t *testing.T) {
 	shared := newMapShared(time.Now)
-	var written flightcache.Entry
-	shared.onSet = func(e flightcache.Entry) { written = e }
+	var written driver.Entry
+	shared.onSet = func(e driver.Entry) { written = e }
 	clockA := newFakeClock() // 2030
 	a := clocked(t, clockA, flightcache.Options[*product]{Shared: shared, TTL: time.Minute, Jitter: flightcache.DisableJitter})
 	var o origin
@@ -436,7 +437,7 @@ func TestFailingSharedTierIsSkippedByPackageBreaker(t *testing.T) {
 	if n := shared.calls.Load(); n != 5 {
 		t.Fatalf("%d calls reached the failing tier, want 5", n)
 	}
-	if br.State() != flightcache.BreakerOpen {
+	if br.State() != driver.BreakerOpen {
 		t.Fatalf("breaker %v, want open", br.State())
 	}
 }
@@ -446,14 +447,14 @@ func TestFailingSharedTierIsSkippedByPackageBreaker(t *testing.T) {
 // errors are about one entry, as redisstore's are.
 type rejectingShared struct{ gets, sets atomic.Int64 }
 
-var errRejected = fmt.Errorf("corrupt payload under key #0123abcd: %w", flightcache.ErrEntryRejected)
+var errRejected = fmt.Errorf("corrupt payload under key #0123abcd: %w", driver.ErrEntryRejected)
 
-func (s *rejectingShared) Get(context.Context, string) (flightcache.Entry, bool, error) {
+func (s *rejectingShared) Get(context.Context, string) (driver.Entry, bool, error) {
 	s.gets.Add(1)
-	return flightcache.Entry{}, false, errRejected
+	return driver.Entry{}, false, errRejected
 }
 
-func (s *rejectingShared) Set(context.Context, string, flightcache.Entry) error {
+func (s *rejectingShared) Set(context.Context, string, driver.Entry) error {
 	s.sets.Add(1)
 	return errRejected
 }
@@ -477,7 +478,7 @@ func TestEntryRejectionsDoNotOpenTheBreaker(t *testing.T) {
 			t.Fatalf("Fetch %d = %+v, %v; a rejected entry is a miss", i, r, err)
 		}
 		wantOutcome(t, r.Outcome, flightcache.OutcomeLoadedWriteFailed)
-		if !errors.Is(r.WriteErr, flightcache.ErrEntryRejected) {
+		if !errors.Is(r.WriteErr, driver.ErrEntryRejected) {
 			t.Fatalf("WriteErr = %v, want the store's rejection", r.WriteErr)
 		}
 	}
@@ -496,7 +497,7 @@ func TestEntryRejectionsDoNotOpenTheBreaker(t *testing.T) {
 			t.Fatalf("FetchMany key %d = %+v; a rejected entry is that key's miss", i, kr)
 		}
 	}
-	if s := br.State(); s != flightcache.BreakerClosed {
+	if s := br.State(); s != driver.BreakerClosed {
 		t.Fatalf("breaker %v after %d entry rejections, want closed", s, 2*n)
 	}
 	br.mu.Lock()
@@ -515,7 +516,7 @@ func TestEntryRejectionsDoNotOpenTheBreaker(t *testing.T) {
 // waits for release and for hold more: a value slow to encode (tens of
 // MiB).
 type slowCodec struct {
-	flightcache.JSONCodec[*product]
+	driver.JSONCodec[*product]
 	encoding chan struct{}
 	release  chan struct{}
 	hold     time.Duration
@@ -541,7 +542,7 @@ func TestSlowEncodingAfterATimelyLoadNeverLosesTheValue(t *testing.T) {
 	})
 }
 
-func testSlowEncodingAfterATimelyLoad(t *testing.T, coord flightcache.Coordinator) {
+func testSlowEncodingAfterATimelyLoad(t *testing.T, coord driver.Coordinator) {
 	const (
 		loaderTimeout = 100 * time.Millisecond
 		sharedTimeout = 10 * time.Millisecond

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/redisstore"
 )
@@ -32,13 +33,13 @@ type fencingCoord struct {
 	tokens map[string]uint64 // guarded by mu
 
 	// claim, when set, answers Claim instead (a slow or busy coordinator).
-	claim func(ctx context.Context, key string, req flightcache.ClaimRequest) (flightcache.Claim, error)
+	claim func(ctx context.Context, key string, req driver.ClaimRequest) (driver.Grant, error)
 	// invalidate, when set, runs before Invalidate fences: it may return
 	// an error (the call failed, nothing was fenced) or wait.
 	invalidate func(ctx context.Context) error
 	// ended, when set, receives the end of every lease: the entry its
 	// Complete was asked to store (nil for none, or for a Fail).
-	ended chan *flightcache.Entry
+	ended chan *driver.Entry
 }
 
 func newFencingCoord(shared *mapShared) *fencingCoord {
@@ -58,11 +59,11 @@ func (f *fencingCoord) newest(key string, token uint64) bool {
 	return f.tokens[key] == token
 }
 
-func (f *fencingCoord) Claim(ctx context.Context, key string, req flightcache.ClaimRequest) (flightcache.Claim, error) {
+func (f *fencingCoord) Claim(ctx context.Context, key string, req driver.ClaimRequest) (driver.Grant, error) {
 	if f.claim != nil {
 		return f.claim(ctx, key, req)
 	}
-	return flightcache.Claim{Lease: f.lease(key)}, nil
+	return driver.Grant{Lease: f.lease(key)}, nil
 }
 
 // lease hands out the key's lease with a new token: what Claim returns to
@@ -91,7 +92,7 @@ func (l *fencedLease) Token() uint64         { return l.token }
 func (l *fencedLease) TakenOver() bool       { return false }
 func (l *fencedLease) Lost() <-chan struct{} { return nil }
 
-func (l *fencedLease) Complete(ctx context.Context, e *flightcache.Entry) (bool, error) {
+func (l *fencedLease) Complete(ctx context.Context, e *driver.Entry) (bool, error) {
 	if l.f.ended != nil {
 		defer func() { l.f.ended <- e }()
 	}
@@ -127,13 +128,13 @@ func sharedPrice(t *testing.T, s *mapShared, key string) int {
 
 // entryOf is the shared-tier entry of p as a load that read its origin at
 // readAt would write it.
-func entryOf(t *testing.T, p *product, readAt time.Time) *flightcache.Entry {
+func entryOf(t *testing.T, p *product, readAt time.Time) *driver.Entry {
 	t.Helper()
 	data, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &flightcache.Entry{Value: data, Meta: flightcache.Meta{
+	return &driver.Entry{Value: data, Meta: driver.Meta{
 		LoadedAt: readAt, FreshUntil: readAt.Add(time.Hour), StaleUntil: readAt.Add(time.Hour),
 	}}
 }
@@ -201,13 +202,13 @@ func TestFlightWithinItsCoordinatorsOwnTimeoutIsNotCutShort(t *testing.T) {
 	)
 	shared := newMapShared(time.Now)
 	coord := newFencingCoord(shared)
-	coord.claim = func(ctx context.Context, key string, req flightcache.ClaimRequest) (flightcache.Claim, error) {
+	coord.claim = func(ctx context.Context, key string, req driver.ClaimRequest) (driver.Grant, error) {
 		select {
 		case <-ctx.Done():
-			return flightcache.Claim{}, ctx.Err()
+			return driver.Grant{}, ctx.Err()
 		case <-time.After(claimTakes): // slow, but inside the coordinator's own bound
 		}
-		return flightcache.Claim{Lease: coord.lease(key)}, nil
+		return driver.Grant{Lease: coord.lease(key)}, nil
 	}
 	c := newCache(t, flightcache.Options[*product]{
 		Shared: shared, Coordinator: coord,
@@ -242,15 +243,15 @@ func TestClusterEarlyRefreshNeverLoadsWithoutStoring(t *testing.T) {
 	shared := newMapShared(clock.Now)
 	coord := newFencingCoord(shared)
 	var claims atomic.Int64
-	coord.claim = func(ctx context.Context, key string, req flightcache.ClaimRequest) (flightcache.Claim, error) {
+	coord.claim = func(ctx context.Context, key string, req driver.ClaimRequest) (driver.Grant, error) {
 		claims.Add(1)
 		// Another instance holds the lease for longer than the wait.
 		select {
 		case <-ctx.Done():
-			return flightcache.Claim{}, ctx.Err()
+			return driver.Grant{}, ctx.Err()
 		case <-time.After(req.Wait):
 		}
-		return flightcache.Claim{Waited: req.Wait}, flightcache.ErrCoalesceTimeout
+		return driver.Grant{Waited: req.Wait}, flightcache.ErrCoalesceTimeout
 	}
 	idle := flightsEnded{ch: make(chan struct{}, 64)}
 	c := clocked(t, clock, flightcache.Options[*product]{
@@ -261,7 +262,7 @@ func TestClusterEarlyRefreshNeverLoadsWithoutStoring(t *testing.T) {
 	// The current value: loaded in 30s (XFetch's Δ), 1ns before expiry,
 	// so a hit all but certainly starts a refresh.
 	now := clock.Now()
-	local.Set("k", flightcache.Item[*product]{Value: &product{ID: "k", Price: 1}, Meta: flightcache.Meta{
+	local.Set("k", driver.Item[*product]{Value: &product{ID: "k", Price: 1}, Meta: driver.Meta{
 		LoadedAt: now, LoadDuration: 30 * time.Second, FreshUntil: now.Add(time.Minute), StaleUntil: now.Add(time.Minute),
 	}})
 	clock.Advance(time.Minute - time.Nanosecond)
@@ -339,7 +340,7 @@ func TestLoadOlderThanABulkInvalidationReplayedWhileTheBusIsDownIsNotServedAfter
 		t.Run("load finishes "+finish, func(t *testing.T) {
 			shared := newMapShared(time.Now)
 			b := newInstance(t, &busNet{}, shared, nil, nil)
-			b.bus.setState(flightcache.BusDown)
+			b.bus.setState(driver.BusDown)
 
 			started, release := make(chan struct{}), make(chan struct{})
 			old := func(ctx context.Context) (*product, error) {
@@ -354,21 +355,21 @@ func TestLoadOlderThanABulkInvalidationReplayedWhileTheBusIsDownIsNotServedAfter
 			}()
 			<-started
 			// Replayed before BusUp: received while the state is BusDown.
-			b.bus.inject(flightcache.Invalidation{Kind: flightcache.InvalidationPrefix, Target: "item:", Version: time.Now()})
+			b.bus.inject(driver.Invalidation{Kind: driver.InvalidationPrefix, Target: "item:", Version: time.Now()})
 			if finish == "before BusUp" {
 				close(release)
 				if r := <-done; r.Value.Price != 1 {
 					t.Fatalf("the load's own caller got %d, want its value 1", r.Value.Price)
 				}
-				b.bus.setState(flightcache.BusUp)
+				b.bus.setState(driver.BusUp)
 			} else {
-				b.bus.setState(flightcache.BusUp)
+				b.bus.setState(driver.BusUp)
 				close(release)
 				if r := <-done; r.Value.Price != 1 {
 					t.Fatalf("the load's own caller got %d, want its value 1", r.Value.Price)
 				}
 			}
-			if b.c.BusState() != flightcache.BusUp {
+			if b.c.BusState() != driver.BusUp {
 				t.Fatalf("bus state %v, want up", b.c.BusState())
 			}
 			if b.local.has("item:1") {

@@ -13,13 +13,13 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/bloomguard"
+	"github.com/flightcache/flightcache/driver"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var _ flightcache.Guard = bloomguard.Guard{}
+var _ driver.Guard = bloomguard.Guard{}
 
 // pair is one (tenant, id).
 type pair struct{ tenant, id string }

@@ -25,6 +25,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // Defaults for the zero fields of Options.
@@ -75,7 +76,7 @@ type Options struct {
 	// logging. It runs while the breaker holds its lock, on the goroutine
 	// of the call that caused the change: it must be quick and must not
 	// call the Breaker.
-	OnStateChange func(from, to flightcache.BreakerState)
+	OnStateChange func(from, to driver.BreakerState)
 }
 
 // Breaker is a flightcache.SharedBreaker. It is safe for concurrent use.
@@ -83,13 +84,13 @@ type Breaker struct {
 	cb *gobreaker.TwoStepCircuitBreaker[struct{}]
 }
 
-var _ flightcache.SharedBreaker = (*Breaker)(nil)
+var _ driver.SharedBreaker = (*Breaker)(nil)
 
 // The errors Allow returns. Both match flightcache.ErrBreakerOpen; they are
 // built once so that a refused call allocates nothing.
 var (
-	errOpen       = fmt.Errorf("breaker: open: %w", flightcache.ErrBreakerOpen)
-	errProbesBusy = fmt.Errorf("breaker: half-open, probes already in flight: %w", flightcache.ErrBreakerOpen)
+	errOpen       = fmt.Errorf("breaker: open: %w", driver.ErrBreakerOpen)
+	errProbesBusy = fmt.Errorf("breaker: half-open, probes already in flight: %w", driver.ErrBreakerOpen)
 	// errFailed stands for a failed call in gobreaker, which counts errors.
 	errFailed = errors.New("breaker: shared-tier call failed")
 )
@@ -152,7 +153,7 @@ func (b *Breaker) Allow() (done func(failed bool), err error) {
 	default:
 		// gobreaker documents no other error; refuse the call all the same,
 		// because a breaker that cannot decide must not let traffic through.
-		return nil, fmt.Errorf("breaker: %v: %w", err, flightcache.ErrBreakerOpen)
+		return nil, fmt.Errorf("breaker: %v: %w", err, driver.ErrBreakerOpen)
 	}
 	return func(failed bool) {
 		if failed {
@@ -165,14 +166,14 @@ func (b *Breaker) Allow() (done func(failed bool), err error) {
 
 // State returns the breaker's current state. An open breaker whose cool-down
 // has passed reports (and becomes) half-open.
-func (b *Breaker) State() flightcache.BreakerState { return stateOf(b.cb.State()) }
+func (b *Breaker) State() driver.BreakerState { return stateOf(b.cb.State()) }
 
-func stateOf(s gobreaker.State) flightcache.BreakerState {
+func stateOf(s gobreaker.State) driver.BreakerState {
 	switch s {
 	case gobreaker.StateOpen:
-		return flightcache.BreakerOpen
+		return driver.BreakerOpen
 	case gobreaker.StateHalfOpen:
-		return flightcache.BreakerHalfOpen
+		return driver.BreakerHalfOpen
 	}
-	return flightcache.BreakerClosed
+	return driver.BreakerClosed
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/breaker"
+	"github.com/flightcache/flightcache/driver"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -20,7 +21,7 @@ type transitions struct {
 	seen []string
 }
 
-func (r *transitions) hook(from, to flightcache.BreakerState) {
+func (r *transitions) hook(from, to driver.BreakerState) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seen = append(r.seen, from.String()+"->"+to.String())
@@ -58,15 +59,15 @@ func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
 
 	call(t, b, true)
 	call(t, b, true)
-	if got := b.State(); got != flightcache.BreakerClosed {
+	if got := b.State(); got != driver.BreakerClosed {
 		t.Fatalf("state after 2 of 3 failures = %v, want closed", got)
 	}
 	call(t, b, true)
-	if got := b.State(); got != flightcache.BreakerOpen {
+	if got := b.State(); got != driver.BreakerOpen {
 		t.Fatalf("state after 3 failures = %v, want open", got)
 	}
 	done, err := b.Allow()
-	if !errors.Is(err, flightcache.ErrBreakerOpen) || done != nil {
+	if !errors.Is(err, driver.ErrBreakerOpen) || done != nil {
 		t.Fatalf("Allow on an open breaker = (%v, %v), want (nil, ErrBreakerOpen)", done != nil, err)
 	}
 	if got, want := rec.list(), []string{"closed->open"}; !equal(got, want) {
@@ -81,7 +82,7 @@ func TestSuccessResetsTheRunOfFailures(t *testing.T) {
 		call(t, b, true)
 		call(t, b, false)
 	}
-	if got := b.State(); got != flightcache.BreakerClosed {
+	if got := b.State(); got != driver.BreakerClosed {
 		t.Fatalf("state after runs of 2 failures broken by successes = %v, want closed", got)
 	}
 }
@@ -97,11 +98,11 @@ func tripAndCoolDown(t *testing.T, o breaker.Options) *breaker.Breaker {
 	o.ConsecutiveFailures, o.CoolDown = 1, coolDown
 	b := newBreaker(t, o)
 	call(t, b, true)
-	if got := b.State(); got != flightcache.BreakerOpen {
+	if got := b.State(); got != driver.BreakerOpen {
 		t.Fatalf("state after the tripping failure = %v, want open", got)
 	}
 	time.Sleep(coolDown)
-	if got := b.State(); got != flightcache.BreakerHalfOpen {
+	if got := b.State(); got != driver.BreakerHalfOpen {
 		t.Fatalf("state after the cool-down = %v, want half_open", got)
 	}
 	return b
@@ -114,15 +115,15 @@ func TestHalfOpenBreakerLetsOnlyTheProbesThrough(t *testing.T) {
 	if err1 != nil || err2 != nil {
 		t.Fatalf("the two probes were refused: %v, %v", err1, err2)
 	}
-	if _, err := b.Allow(); !errors.Is(err, flightcache.ErrBreakerOpen) {
+	if _, err := b.Allow(); !errors.Is(err, driver.ErrBreakerOpen) {
 		t.Fatalf("a third call while two probes are in flight: err = %v, want ErrBreakerOpen", err)
 	}
 	first(false)
-	if got := b.State(); got != flightcache.BreakerHalfOpen {
+	if got := b.State(); got != driver.BreakerHalfOpen {
 		t.Fatalf("state after 1 of 2 successful probes = %v, want half_open", got)
 	}
 	second(false)
-	if got := b.State(); got != flightcache.BreakerClosed {
+	if got := b.State(); got != driver.BreakerClosed {
 		t.Fatalf("state after both probes succeeded = %v, want closed", got)
 	}
 }
@@ -131,7 +132,7 @@ func TestFailedProbeOpensTheBreakerAgain(t *testing.T) {
 	var rec transitions
 	b := tripAndCoolDown(t, breaker.Options{OnStateChange: rec.hook})
 	call(t, b, true)
-	if got := b.State(); got != flightcache.BreakerOpen {
+	if got := b.State(); got != driver.BreakerOpen {
 		t.Fatalf("state after a failed probe = %v, want open", got)
 	}
 	want := []string{"closed->open", "open->half_open", "half_open->open"}
@@ -176,11 +177,11 @@ func TestZeroOptionsTakeTheDefaults(t *testing.T) {
 	for range breaker.DefaultConsecutiveFailures - 1 {
 		call(t, b, true)
 	}
-	if got := b.State(); got != flightcache.BreakerClosed {
+	if got := b.State(); got != driver.BreakerClosed {
 		t.Fatalf("state after %d failures = %v, want closed", breaker.DefaultConsecutiveFailures-1, got)
 	}
 	call(t, b, true)
-	if got := b.State(); got != flightcache.BreakerOpen {
+	if got := b.State(); got != driver.BreakerOpen {
 		t.Fatalf("state after %d failures = %v, want open", breaker.DefaultConsecutiveFailures, got)
 	}
 }
@@ -193,7 +194,7 @@ func TestConcurrentCallsNeverLetTrafficThroughAnOpenBreaker(t *testing.T) {
 			for range 200 {
 				done, err := b.Allow()
 				if err != nil {
-					if !errors.Is(err, flightcache.ErrBreakerOpen) {
+					if !errors.Is(err, driver.ErrBreakerOpen) {
 						t.Errorf("Allow: %v, want ErrBreakerOpen", err)
 					}
 					continue
@@ -203,10 +204,10 @@ func TestConcurrentCallsNeverLetTrafficThroughAnOpenBreaker(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if got := b.State(); got != flightcache.BreakerOpen {
+	if got := b.State(); got != driver.BreakerOpen {
 		t.Fatalf("state after 1600 failing calls = %v, want open", got)
 	}
-	if _, err := b.Allow(); !errors.Is(err, flightcache.ErrBreakerOpen) {
+	if _, err := b.Allow(); !errors.Is(err, driver.ErrBreakerOpen) {
 		t.Fatalf("Allow after the storm: %v, want ErrBreakerOpen", err)
 	}
 }

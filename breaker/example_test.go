@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/breaker"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // A Breaker goes into Options.SharedBreaker; the Cache calls Allow before each
@@ -15,7 +15,7 @@ func Example() {
 	b, err := breaker.New(breaker.Options{
 		ConsecutiveFailures: 3,
 		CoolDown:            5 * time.Second,
-		OnStateChange: func(from, to flightcache.BreakerState) {
+		OnStateChange: func(from, to driver.BreakerState) {
 			fmt.Printf("shared tier breaker: %v -> %v\n", from, to)
 		},
 	})
@@ -26,7 +26,7 @@ func Example() {
 
 	for i := range 4 {
 		done, err := b.Allow()
-		if errors.Is(err, flightcache.ErrBreakerOpen) {
+		if errors.Is(err, driver.ErrBreakerOpen) {
 			fmt.Printf("call %d: skipped, the tier counts as a miss\n", i)
 			continue
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/singleflight"
 )
 
@@ -51,7 +52,7 @@ type Stats struct {
 
 	// Breaker is the shared tier's circuit breaker state at its last change
 	// (closed until the first).
-	Breaker flightcache.BreakerState
+	Breaker driver.BreakerState
 	// BreakerTransitions counts the breaker's changes by new state.
 	BreakerTransitions BreakerTransitions
 
@@ -79,7 +80,7 @@ type Stats struct {
 	LastInvalidationReceived time.Time
 	// Bus is the state of the Bus subscription at its last change
 	// (BusNone until the first).
-	Bus flightcache.BusState
+	Bus driver.BusState
 	// BusDisconnects counts changes of the Bus subscription from up to
 	// down, after which invalidations may have been missed. The report of
 	// a Bus that has not connected yet, or a repeated report of down, is
@@ -141,12 +142,12 @@ func (s Stats) SuppressionRatio() float64 {
 
 // HitRatio is hits / (hits + misses) of tier: the fraction of lookups in
 // that tier that found a fresh value. It is 0 before the first lookup.
-func (s Stats) HitRatio(tier flightcache.Tier) float64 {
+func (s Stats) HitRatio(tier driver.Tier) float64 {
 	var hits, misses uint64
 	switch tier {
-	case flightcache.TierLocal:
+	case driver.TierLocal:
 		hits, misses = s.LocalHits, s.LocalMisses
-	case flightcache.TierShared:
+	case driver.TierShared:
 		hits, misses = s.SharedHits, s.SharedMisses
 	}
 	if hits+misses == 0 {
@@ -189,9 +190,9 @@ type Recorder struct {
 	busDisconnects                      atomic.Uint64
 }
 
-type invalidationCounters [flightcache.InvalidationAll + 1]atomic.Uint64
+type invalidationCounters [driver.InvalidationAll + 1]atomic.Uint64
 
-func (c *invalidationCounters) add(k flightcache.InvalidationKind) {
+func (c *invalidationCounters) add(k driver.InvalidationKind) {
 	if int(k) >= len(c) {
 		k = 0
 	}
@@ -200,16 +201,16 @@ func (c *invalidationCounters) add(k flightcache.InvalidationKind) {
 
 func (c *invalidationCounters) load() InvalidationCounts {
 	return InvalidationCounts{
-		Key:    c[flightcache.InvalidationKey].Load(),
-		Prefix: c[flightcache.InvalidationPrefix].Load(),
-		All:    c[flightcache.InvalidationAll].Load(),
+		Key:    c[driver.InvalidationKey].Load(),
+		Prefix: c[driver.InvalidationPrefix].Load(),
+		All:    c[driver.InvalidationAll].Load(),
 		Other:  c[0].Load(),
 	}
 }
 
 var (
 	_ singleflight.Observer = (*Recorder)(nil)
-	_ flightcache.Observer  = (*Recorder)(nil)
+	_ driver.Observer       = (*Recorder)(nil)
 )
 
 // New returns an empty Recorder.
@@ -255,76 +256,76 @@ func (r *Recorder) ObserveFlight(e singleflight.Event) {
 }
 
 // ObserveCache counts a cache event.
-func (r *Recorder) ObserveCache(e flightcache.Event) {
+func (r *Recorder) ObserveCache(e driver.Event) {
 	switch e.Kind {
-	case flightcache.EventHit:
+	case driver.EventHit:
 		perTier(e.Tier, &r.localHits, &r.sharedHits)
-	case flightcache.EventMiss:
+	case driver.EventMiss:
 		perTier(e.Tier, &r.localMisses, &r.sharedMisses)
-	case flightcache.EventNegativeHit:
+	case driver.EventNegativeHit:
 		r.negativeHits.Add(1)
-	case flightcache.EventStaleServed:
+	case driver.EventStaleServed:
 		r.staleServed.Add(1)
-	case flightcache.EventEarlyRefresh:
+	case driver.EventEarlyRefresh:
 		r.earlyRefreshes.Add(1)
-	case flightcache.EventWriteFailed:
+	case driver.EventWriteFailed:
 		r.writeFailures.Add(1)
-	case flightcache.EventReadFailed:
+	case driver.EventReadFailed:
 		r.readFailures.Add(1)
-	case flightcache.EventThrottled:
+	case driver.EventThrottled:
 		r.throttled.Add(1)
-	case flightcache.EventFiltered:
+	case driver.EventFiltered:
 		r.filtered.Add(1)
-	case flightcache.EventBreakerChanged:
+	case driver.EventBreakerChanged:
 		r.breaker.Store(uint32(e.Breaker))
 		if int(e.Breaker) < len(r.breakerChanges) {
 			r.breakerChanges[e.Breaker].Add(1)
 		}
-	case flightcache.EventLeaseAcquired:
+	case driver.EventLeaseAcquired:
 		r.leasesAcquired.Add(1)
-	case flightcache.EventLeaseTakenOver:
+	case driver.EventLeaseTakenOver:
 		r.leasesTakenOver.Add(1)
-	case flightcache.EventLeaseLost:
+	case driver.EventLeaseLost:
 		r.leasesLost.Add(1)
-	case flightcache.EventFencedWriteRejected:
+	case driver.EventFencedWriteRejected:
 		r.fencedWrites.Add(1)
-	case flightcache.EventFollowerWoken:
+	case driver.EventFollowerWoken:
 		if e.Err == nil {
 			r.followersWoken.Add(1)
 		}
 		r.followerWaits.Add(1)
 		r.followerWaitNanos.Add(int64(e.Duration))
-	case flightcache.EventScopeChanged:
+	case driver.EventScopeChanged:
 		r.scopeChanges.Add(1)
 		r.degraded.Store(e.Scope == flightcache.ScopeLocal)
-	case flightcache.EventInvalidationSent:
+	case driver.EventInvalidationSent:
 		if e.Err != nil {
 			r.invSendFailed.add(e.Invalidation)
 		} else {
 			r.invSent.add(e.Invalidation)
 		}
-	case flightcache.EventInvalidationReceived:
+	case driver.EventInvalidationReceived:
 		r.invReceived.add(e.Invalidation)
 		r.lastReceivedNanos.Store(time.Now().UnixNano())
-	case flightcache.EventInvalidationApplied:
+	case driver.EventInvalidationApplied:
 		r.invApplied.add(e.Invalidation)
-	case flightcache.EventInvalidationIgnored:
+	case driver.EventInvalidationIgnored:
 		r.invIgnored.add(e.Invalidation)
-	case flightcache.EventBusChanged:
-		prev := flightcache.BusState(r.bus.Swap(uint32(e.Bus)))
-		if prev == flightcache.BusUp && e.Bus != flightcache.BusUp && e.Bus != flightcache.BusNone {
+	case driver.EventBusChanged:
+		prev := driver.BusState(r.bus.Swap(uint32(e.Bus)))
+		if prev == driver.BusUp && e.Bus != driver.BusUp && e.Bus != driver.BusNone {
 			r.busDisconnects.Add(1)
 		}
-	case flightcache.EventGet:
+	case driver.EventGet:
 		r.gets.Add(1)
 	}
 }
 
-func perTier(t flightcache.Tier, local, shared *atomic.Uint64) {
+func perTier(t driver.Tier, local, shared *atomic.Uint64) {
 	switch t {
-	case flightcache.TierLocal:
+	case driver.TierLocal:
 		local.Add(1)
-	case flightcache.TierShared:
+	case driver.TierShared:
 		shared.Add(1)
 	}
 }
@@ -363,11 +364,11 @@ func (r *Recorder) Snapshot() Stats {
 		ReadFailures:   r.readFailures.Load(),
 		Throttled:      r.throttled.Load(),
 		Filtered:       r.filtered.Load(),
-		Breaker:        flightcache.BreakerState(r.breaker.Load()),
+		Breaker:        driver.BreakerState(r.breaker.Load()),
 		BreakerTransitions: BreakerTransitions{
-			ToClosed:   r.breakerChanges[flightcache.BreakerClosed].Load(),
-			ToHalfOpen: r.breakerChanges[flightcache.BreakerHalfOpen].Load(),
-			ToOpen:     r.breakerChanges[flightcache.BreakerOpen].Load(),
+			ToClosed:   r.breakerChanges[driver.BreakerClosed].Load(),
+			ToHalfOpen: r.breakerChanges[driver.BreakerHalfOpen].Load(),
+			ToOpen:     r.breakerChanges[driver.BreakerOpen].Load(),
 		},
 		LeasesAcquired:       r.leasesAcquired.Load(),
 		LeasesTakenOver:      r.leasesTakenOver.Load(),
@@ -385,7 +386,7 @@ func (r *Recorder) Snapshot() Stats {
 		InvalidationsApplied:     r.invApplied.load(),
 		InvalidationsIgnored:     r.invIgnored.load(),
 		LastInvalidationReceived: r.lastReceived(),
-		Bus:                      flightcache.BusState(r.bus.Load()),
+		Bus:                      driver.BusState(r.bus.Load()),
 		BusDisconnects:           r.busDisconnects.Load(),
 	}
 }

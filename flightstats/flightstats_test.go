@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/flightstats"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/singleflight"
@@ -46,13 +47,13 @@ func TestRatiosUseTheSeedsFormulas(t *testing.T) {
 
 func TestHitRatioPerTier(t *testing.T) {
 	s := flightstats.Stats{LocalHits: 3, LocalMisses: 1, SharedHits: 1, SharedMisses: 1}
-	if got := s.HitRatio(flightcache.TierLocal); got != 0.75 {
+	if got := s.HitRatio(driver.TierLocal); got != 0.75 {
 		t.Errorf("local = %v, want 0.75", got)
 	}
-	if got := s.HitRatio(flightcache.TierShared); got != 0.5 {
+	if got := s.HitRatio(driver.TierShared); got != 0.5 {
 		t.Errorf("shared = %v, want 0.5", got)
 	}
-	if got := s.HitRatio(flightcache.TierNone); got != 0 {
+	if got := s.HitRatio(driver.TierNone); got != 0 {
 		t.Errorf("none = %v, want 0", got)
 	}
 }
@@ -162,22 +163,22 @@ func TestCacheEventsThroughRealCache(t *testing.T) {
 
 func TestBreakerChangesAndFilteredGetsAreCounted(t *testing.T) {
 	r := flightstats.New()
-	if got := r.Snapshot().Breaker; got != flightcache.BreakerClosed {
+	if got := r.Snapshot().Breaker; got != driver.BreakerClosed {
 		t.Fatalf("breaker before any change = %v, want closed", got)
 	}
-	for _, to := range []flightcache.BreakerState{flightcache.BreakerOpen, flightcache.BreakerHalfOpen, flightcache.BreakerOpen, flightcache.BreakerHalfOpen} {
-		r.ObserveCache(flightcache.Event{Kind: flightcache.EventBreakerChanged, Tier: flightcache.TierShared, Breaker: to})
+	for _, to := range []driver.BreakerState{driver.BreakerOpen, driver.BreakerHalfOpen, driver.BreakerOpen, driver.BreakerHalfOpen} {
+		r.ObserveCache(driver.Event{Kind: driver.EventBreakerChanged, Tier: driver.TierShared, Breaker: to})
 		if got := r.Snapshot().Breaker; got != to {
 			t.Fatalf("breaker after a change to %v = %v", to, got)
 		}
 	}
-	r.ObserveCache(flightcache.Event{Kind: flightcache.EventBreakerChanged, Tier: flightcache.TierShared, Breaker: flightcache.BreakerClosed})
+	r.ObserveCache(driver.Event{Kind: driver.EventBreakerChanged, Tier: driver.TierShared, Breaker: driver.BreakerClosed})
 	for range 4 {
-		r.ObserveCache(flightcache.Event{Kind: flightcache.EventFiltered})
+		r.ObserveCache(driver.Event{Kind: driver.EventFiltered})
 	}
 	s := r.Snapshot()
 	want := flightstats.BreakerTransitions{ToClosed: 1, ToHalfOpen: 2, ToOpen: 2}
-	if s.BreakerTransitions != want || s.Breaker != flightcache.BreakerClosed {
+	if s.BreakerTransitions != want || s.Breaker != driver.BreakerClosed {
 		t.Fatalf("breaker = %v, transitions %+v; want closed, %+v", s.Breaker, s.BreakerTransitions, want)
 	}
 	if s.Filtered != 4 {
@@ -187,13 +188,13 @@ func TestBreakerChangesAndFilteredGetsAreCounted(t *testing.T) {
 
 func TestClusterEventsAreCounted(t *testing.T) {
 	r := flightstats.New()
-	r.ObserveCache(flightcache.Event{Kind: flightcache.EventLeaseAcquired})
-	r.ObserveCache(flightcache.Event{Kind: flightcache.EventLeaseTakenOver})
-	r.ObserveCache(flightcache.Event{Kind: flightcache.EventLeaseLost})
-	r.ObserveCache(flightcache.Event{Kind: flightcache.EventFencedWriteRejected})
-	r.ObserveCache(flightcache.Event{Kind: flightcache.EventFollowerWoken, Duration: 2 * time.Millisecond})
-	r.ObserveCache(flightcache.Event{Kind: flightcache.EventFollowerWoken, Duration: 3 * time.Millisecond, Err: flightcache.ErrLeaderFailed})
-	r.ObserveCache(flightcache.Event{Kind: flightcache.EventScopeChanged, Scope: flightcache.ScopeLocal})
+	r.ObserveCache(driver.Event{Kind: driver.EventLeaseAcquired})
+	r.ObserveCache(driver.Event{Kind: driver.EventLeaseTakenOver})
+	r.ObserveCache(driver.Event{Kind: driver.EventLeaseLost})
+	r.ObserveCache(driver.Event{Kind: driver.EventFencedWriteRejected})
+	r.ObserveCache(driver.Event{Kind: driver.EventFollowerWoken, Duration: 2 * time.Millisecond})
+	r.ObserveCache(driver.Event{Kind: driver.EventFollowerWoken, Duration: 3 * time.Millisecond, Err: flightcache.ErrLeaderFailed})
+	r.ObserveCache(driver.Event{Kind: driver.EventScopeChanged, Scope: flightcache.ScopeLocal})
 	s := r.Snapshot()
 	if s.LeasesAcquired != 1 || s.LeasesTakenOver != 1 || s.LeasesLost != 1 || s.FencedWritesRejected != 1 {
 		t.Fatalf("lease counts %+v", s)
@@ -204,7 +205,7 @@ func TestClusterEventsAreCounted(t *testing.T) {
 	if !s.Degraded || s.ScopeChanges != 1 {
 		t.Fatalf("Degraded %v after %d changes, want true after 1", s.Degraded, s.ScopeChanges)
 	}
-	r.ObserveCache(flightcache.Event{Kind: flightcache.EventScopeChanged, Scope: flightcache.ScopeCluster})
+	r.ObserveCache(driver.Event{Kind: driver.EventScopeChanged, Scope: flightcache.ScopeCluster})
 	if s := r.Snapshot(); s.Degraded || s.ScopeChanges != 2 {
 		t.Fatalf("Degraded %v after recovering, want false", s.Degraded)
 	}
@@ -215,26 +216,26 @@ func TestInvalidationEventsAreCountedByKind(t *testing.T) {
 	if s := r.Snapshot(); !s.LastInvalidationReceived.IsZero() {
 		t.Fatalf("LastInvalidationReceived before any message = %v, want zero", s.LastInvalidationReceived)
 	}
-	obs := func(k flightcache.EventKind, kind flightcache.InvalidationKind, err error) {
-		r.ObserveCache(flightcache.Event{Kind: k, Invalidation: kind, Err: err})
+	obs := func(k driver.EventKind, kind driver.InvalidationKind, err error) {
+		r.ObserveCache(driver.Event{Kind: k, Invalidation: kind, Err: err})
 	}
 	publishErr := fmt.Errorf("publish: %w", context.DeadlineExceeded)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidationKey, nil)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidationKey, nil)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidationKey, publishErr)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidationPrefix, nil)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidationAll, publishErr)
+	obs(driver.EventInvalidationSent, driver.InvalidationKey, nil)
+	obs(driver.EventInvalidationSent, driver.InvalidationKey, nil)
+	obs(driver.EventInvalidationSent, driver.InvalidationKey, publishErr)
+	obs(driver.EventInvalidationSent, driver.InvalidationPrefix, nil)
+	obs(driver.EventInvalidationSent, driver.InvalidationAll, publishErr)
 	before := time.Now()
-	for _, k := range []flightcache.InvalidationKind{flightcache.InvalidationKey, flightcache.InvalidationKey, flightcache.InvalidationKey, flightcache.InvalidationPrefix, flightcache.InvalidationAll} {
-		obs(flightcache.EventInvalidationReceived, k, nil)
+	for _, k := range []driver.InvalidationKind{driver.InvalidationKey, driver.InvalidationKey, driver.InvalidationKey, driver.InvalidationPrefix, driver.InvalidationAll} {
+		obs(driver.EventInvalidationReceived, k, nil)
 	}
 	after := time.Now()
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationKey, nil)
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationKey, nil)
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationPrefix, nil)
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationAll, nil)
-	obs(flightcache.EventInvalidationIgnored, flightcache.InvalidationKey, nil)
-	obs(flightcache.EventInvalidationIgnored, flightcache.InvalidationKind(99), nil) // counted, not dropped
+	obs(driver.EventInvalidationApplied, driver.InvalidationKey, nil)
+	obs(driver.EventInvalidationApplied, driver.InvalidationKey, nil)
+	obs(driver.EventInvalidationApplied, driver.InvalidationPrefix, nil)
+	obs(driver.EventInvalidationApplied, driver.InvalidationAll, nil)
+	obs(driver.EventInvalidationIgnored, driver.InvalidationKey, nil)
+	obs(driver.EventInvalidationIgnored, driver.InvalidationKind(99), nil) // counted, not dropped
 
 	s := r.Snapshot()
 	for _, c := range []struct {
@@ -264,22 +265,22 @@ func TestInvalidationEventsAreCountedByKind(t *testing.T) {
 
 func TestBusChangesSetTheStateAndCountDisconnects(t *testing.T) {
 	r := flightstats.New()
-	if s := r.Snapshot(); s.Bus != flightcache.BusNone || s.BusDisconnects != 0 {
+	if s := r.Snapshot(); s.Bus != driver.BusNone || s.BusDisconnects != 0 {
 		t.Fatalf("before any change: Bus %v, %d disconnects; want none, 0", s.Bus, s.BusDisconnects)
 	}
 	for i, step := range []struct {
-		to          flightcache.BusState
+		to          driver.BusState
 		disconnects uint64
 	}{
-		{flightcache.BusDown, 0}, // not yet connected: no disconnect
-		{flightcache.BusUp, 0},
-		{flightcache.BusDown, 1},
-		{flightcache.BusDown, 1}, // reported twice: one disconnect
-		{flightcache.BusUp, 1},
-		{flightcache.BusUp, 1},
-		{flightcache.BusDown, 2},
+		{driver.BusDown, 0}, // not yet connected: no disconnect
+		{driver.BusUp, 0},
+		{driver.BusDown, 1},
+		{driver.BusDown, 1}, // reported twice: one disconnect
+		{driver.BusUp, 1},
+		{driver.BusUp, 1},
+		{driver.BusDown, 2},
 	} {
-		r.ObserveCache(flightcache.Event{Kind: flightcache.EventBusChanged, Bus: step.to})
+		r.ObserveCache(driver.Event{Kind: driver.EventBusChanged, Bus: step.to})
 		if s := r.Snapshot(); s.Bus != step.to || s.BusDisconnects != step.disconnects {
 			t.Fatalf("step %d: after a change to %v: Bus %v, %d disconnects; want %v, %d", i, step.to, s.Bus, s.BusDisconnects, step.to, step.disconnects)
 		}
@@ -297,9 +298,9 @@ func TestInvalidationCountsUnderConcurrentEvents(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			for i := range per {
-				kind := flightcache.InvalidationKind(1 + (i+w)%3)
-				r.ObserveCache(flightcache.Event{Kind: flightcache.EventInvalidationReceived, Invalidation: kind})
-				r.ObserveCache(flightcache.Event{Kind: flightcache.EventInvalidationApplied, Invalidation: kind})
+				kind := driver.InvalidationKind(1 + (i+w)%3)
+				r.ObserveCache(driver.Event{Kind: driver.EventInvalidationReceived, Invalidation: kind})
+				r.ObserveCache(driver.Event{Kind: driver.EventInvalidationApplied, Invalidation: kind})
 				_ = r.Snapshot()
 			}
 		})

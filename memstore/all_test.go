@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // collect ranges over s.All and returns how many times each key was
@@ -226,8 +226,8 @@ func TestAllUnderConcurrentSetAndDelete(t *testing.T) {
 
 // The interface bulk invalidation consumes, through a plain LocalStore.
 func TestStoreIsALocalRanger(t *testing.T) {
-	var local flightcache.LocalStore[int] = newStore(t, Options[int]{})
-	if _, ok := local.(flightcache.LocalRanger[int]); !ok {
+	var local driver.LocalStore[int] = newStore(t, Options[int]{})
+	if _, ok := local.(driver.LocalRanger[int]); !ok {
 		t.Fatal("*Store does not implement flightcache.LocalRanger")
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/maypok86/otter/v2"
 )
 
@@ -35,7 +35,7 @@ func BenchmarkGet(b *testing.B) {
 		}
 		defer s.Close()
 		for _, k := range keys {
-			s.Set(k, flightcache.Item[*payload]{Value: &payload{k}, Meta: flightcache.Meta{
+			s.Set(k, driver.Item[*payload]{Value: &payload{k}, Meta: driver.Meta{
 				FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(2 * time.Hour),
 			}})
 		}
@@ -74,15 +74,15 @@ func BenchmarkGet(b *testing.B) {
 	// per-item expiry: separates the cost of copying a whole Item out from
 	// the cost of the Store wrapper itself.
 	b.Run("otter-raw-Item", func(b *testing.B) {
-		c := otter.Must(&otter.Options[string, flightcache.Item[*payload]]{
+		c := otter.Must(&otter.Options[string, driver.Item[*payload]]{
 			MaximumSize: DefaultMaxEntries,
-			ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[string, flightcache.Item[*payload]]) time.Duration {
+			ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[string, driver.Item[*payload]]) time.Duration {
 				return time.Until(e.Value.StaleUntil)
 			}),
 		})
 		defer c.StopAllGoroutines()
 		for _, k := range keys {
-			c.Set(k, flightcache.Item[*payload]{Value: &payload{k}, Meta: flightcache.Meta{StaleUntil: now.Add(2 * time.Hour)}})
+			c.Set(k, driver.Item[*payload]{Value: &payload{k}, Meta: driver.Meta{StaleUntil: now.Add(2 * time.Hour)}})
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -102,7 +102,7 @@ func BenchmarkGet(b *testing.B) {
 		}
 		defer s.Close()
 		for _, k := range keys {
-			s.Set(k, flightcache.Item[*payload]{Value: &payload{k}, Meta: flightcache.Meta{StaleUntil: now.Add(2 * time.Hour)}})
+			s.Set(k, driver.Item[*payload]{Value: &payload{k}, Meta: driver.Meta{StaleUntil: now.Add(2 * time.Hour)}})
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -124,7 +124,7 @@ func TestGetDoesNotAllocateForPointerValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	s.Set("k", flightcache.Item[*payload]{Value: &payload{"k"}, Meta: flightcache.Meta{StaleUntil: time.Now().Add(time.Hour)}})
+	s.Set("k", driver.Item[*payload]{Value: &payload{"k"}, Meta: driver.Meta{StaleUntil: time.Now().Add(time.Hour)}})
 	if n := testing.AllocsPerRun(1000, func() { s.Get("k") }); n != 0 {
 		t.Fatalf("Get allocates %.1f times per call; want 0", n)
 	}
@@ -151,7 +151,7 @@ func BenchmarkAll(b *testing.B) {
 			now := time.Now()
 			for i := range items {
 				k := "key:" + strconv.Itoa(i)
-				s.Set(k, flightcache.Item[*payload]{Value: &payload{k}, Meta: flightcache.Meta{StaleUntil: now.Add(time.Hour)}})
+				s.Set(k, driver.Item[*payload]{Value: &payload{k}, Meta: driver.Meta{StaleUntil: now.Add(time.Hour)}})
 			}
 			b.ReportAllocs()
 			b.ResetTimer()

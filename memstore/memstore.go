@@ -33,6 +33,7 @@ import (
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/clock"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/maypok86/otter/v2"
 )
 
@@ -53,7 +54,7 @@ type Options[V any] struct {
 	// It runs once per Set, under a lock of otter's hash table, so it must be
 	// cheap and must not call the Store. A cost of 0 is counted as 1: an item
 	// that no bound applies to would make the memory unbounded.
-	Cost func(key string, it flightcache.Item[V]) uint32
+	Cost func(key string, it driver.Item[V]) uint32
 	// MaxCost is the bound on the summed Cost; required with Cost, invalid
 	// without it.
 	MaxCost uint64
@@ -85,15 +86,15 @@ type Store[V any] struct {
 	// faster hits and much smaller stack frames), for one allocation per
 	// Set. Stored Items are never modified, so Get may copy from them
 	// without a lock.
-	c      *otter.Cache[string, *flightcache.Item[V]]
+	c      *otter.Cache[string, *driver.Item[V]]
 	now    func() time.Time
 	coarse *clock.Coarse // nil unless Options.ClockResolution; owned, stopped by Close
 }
 
 // Compile-time proof that Store satisfies the interfaces the cache consumes.
 var (
-	_ flightcache.LocalStore[int]  = (*Store[int])(nil)
-	_ flightcache.LocalRanger[int] = (*Store[int])(nil)
+	_ driver.LocalStore[int]  = (*Store[int])(nil)
+	_ driver.LocalRanger[int] = (*Store[int])(nil)
 )
 
 // New returns a Store configured by opts. Options out of range are reported
@@ -103,7 +104,7 @@ func New[V any](opts Options[V]) (*Store[V], error) {
 		return nil, err
 	}
 	s := &Store[V]{now: opts.Now}
-	oo := &otter.Options[string, *flightcache.Item[V]]{
+	oo := &otter.Options[string, *driver.Item[V]]{
 		ExpiryCalculator: otter.ExpiryWritingFunc(s.expiresAfter),
 	}
 	switch {
@@ -119,7 +120,7 @@ func New[V any](opts Options[V]) (*Store[V], error) {
 	if opts.Cost != nil {
 		cost := opts.Cost
 		oo.MaximumWeight = opts.MaxCost
-		oo.Weigher = func(key string, it *flightcache.Item[V]) uint32 {
+		oo.Weigher = func(key string, it *driver.Item[V]) uint32 {
 			return max(cost(key, *it), 1)
 		}
 	} else {
@@ -162,7 +163,7 @@ func (o *Options[V]) validate() error {
 // measured on the same clock otter uses. otter adds it to a snapshot of its
 // clock taken before this runs, so the entry expires at or just before
 // StaleUntil, never after.
-func (s *Store[V]) expiresAfter(e otter.Entry[string, *flightcache.Item[V]]) time.Duration {
+func (s *Store[V]) expiresAfter(e otter.Entry[string, *driver.Item[V]]) time.Duration {
 	d := e.Value.StaleUntil.Sub(s.now())
 	if d <= 0 {
 		// Set refuses such items; a clock that moved between Set's check
@@ -178,7 +179,7 @@ func (s *Store[V]) expiresAfter(e otter.Entry[string, *flightcache.Item[V]]) tim
 //
 // The Item is the Store's own copy, shared by every caller: it must not be
 // modified (flightcache.LocalStore's contract).
-func (s *Store[V]) Get(key string) (*flightcache.Item[V], bool) {
+func (s *Store[V]) Get(key string) (*driver.Item[V], bool) {
 	return s.c.GetIfPresent(key)
 }
 
@@ -186,7 +187,7 @@ func (s *Store[V]) Get(key string) (*flightcache.Item[V], bool) {
 // An item that is already past its StaleUntil (including a zero StaleUntil)
 // is not stored, and the previous item under key is removed: Set means
 // "this is the current value", and the current value is gone.
-func (s *Store[V]) Set(key string, it flightcache.Item[V]) {
+func (s *Store[V]) Set(key string, it driver.Item[V]) {
 	if !it.StaleUntil.After(s.now()) {
 		s.c.Invalidate(key)
 		return
@@ -215,7 +216,7 @@ func (s *Store[V]) Delete(key string) {
 // misses and, without ClockResolution, a clock read per item (otter checks
 // each item's expiry as it goes; see BenchmarkAll): bulk operations over a
 // large store are for writes, not for the read path.
-func (s *Store[V]) All() iter.Seq2[string, *flightcache.Item[V]] {
+func (s *Store[V]) All() iter.Seq2[string, *driver.Item[V]] {
 	return s.c.All()
 }
 

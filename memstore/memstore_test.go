@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"go.uber.org/goleak"
 )
 
@@ -41,8 +42,8 @@ func newStore[V any](t *testing.T, opts Options[V]) *Store[V] {
 	return s
 }
 
-func item[V any](v V, now time.Time, fresh, stale time.Duration) flightcache.Item[V] {
-	return flightcache.Item[V]{Value: v, Meta: flightcache.Meta{
+func item[V any](v V, now time.Time, fresh, stale time.Duration) driver.Item[V] {
+	return driver.Item[V]{Value: v, Meta: driver.Meta{
 		FreshUntil:   now.Add(fresh),
 		StaleUntil:   now.Add(stale),
 		LoadDuration: 3 * time.Millisecond,
@@ -118,7 +119,7 @@ func TestSetOfExpiredItemRemovesPreviousItem(t *testing.T) {
 	s := newStore(t, Options[int]{Now: clk.Now})
 	s.Set("k", item(1, clk.Now(), time.Minute, time.Hour))
 
-	for name, it := range map[string]flightcache.Item[int]{
+	for name, it := range map[string]driver.Item[int]{
 		"past StaleUntil":  item(2, clk.Now(), -2*time.Second, -time.Second),
 		"StaleUntil = now": item(3, clk.Now(), 0, 0),
 		"zero StaleUntil":  {Value: 4},
@@ -198,7 +199,7 @@ func TestDefaultMaxEntriesBoundsZeroOptions(t *testing.T) {
 func TestCostBoundsTotalCost(t *testing.T) {
 	clk := newFakeClock()
 	const maxCost = 1000
-	cost := func(_ string, it flightcache.Item[string]) uint32 { return uint32(len(it.Value)) }
+	cost := func(_ string, it driver.Item[string]) uint32 { return uint32(len(it.Value)) }
 	s := newStore(t, Options[string]{Cost: cost, MaxCost: maxCost, Now: clk.Now})
 	val := string(make([]byte, 100))
 	for i := range 100 {
@@ -229,7 +230,7 @@ func TestCostBoundsTotalCost(t *testing.T) {
 func TestZeroCostIsCountedAsOne(t *testing.T) {
 	clk := newFakeClock()
 	s := newStore(t, Options[int]{
-		Cost:    func(string, flightcache.Item[int]) uint32 { return 0 },
+		Cost:    func(string, driver.Item[int]) uint32 { return 0 },
 		MaxCost: 10,
 		Now:     clk.Now,
 	})
@@ -243,7 +244,7 @@ func TestZeroCostIsCountedAsOne(t *testing.T) {
 }
 
 func TestNewRejectsInvalidOptions(t *testing.T) {
-	cost := func(string, flightcache.Item[int]) uint32 { return 1 }
+	cost := func(string, driver.Item[int]) uint32 { return 1 }
 	for _, tc := range []struct {
 		name  string
 		opts  Options[int]

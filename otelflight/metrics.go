@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/metriclabels"
 	"github.com/flightcache/flightcache/singleflight"
 )
@@ -137,7 +138,7 @@ type Metrics struct {
 
 var (
 	_ singleflight.Observer = (*Metrics)(nil)
-	_ flightcache.Observer  = (*Metrics)(nil)
+	_ driver.Observer       = (*Metrics)(nil)
 )
 
 // NewMetrics creates the instruments on meter (typically
@@ -196,7 +197,7 @@ func NewMetrics(meter metric.Meter, opts ...MetricsOption) (*Metrics, error) {
 	if b.err == nil {
 		// A breaker starts closed; recording it now gives the gauge a value
 		// before the first change, as the Prometheus gauge has.
-		m.breakerState.Record(context.Background(), int64(flightcache.BreakerClosed), m.breakerOpts...)
+		m.breakerState.Record(context.Background(), int64(driver.BreakerClosed), m.breakerOpts...)
 	}
 	b.counters(m.leaseEvents[:], "flightcache.cluster.lease.count", "{lease}", "Cluster lease events: acquired, taken_over (after an expiry without result), lost (while loading).", "event", metriclabels.LeaseEventNames[:])
 	b.counter(&m.fencedWrites, "flightcache.cluster.fenced_write_rejected.count", "{write}", "Write-backs refused by the fencing token: a newer lease, Set or Delete superseded the load.")
@@ -235,7 +236,7 @@ func NewMetrics(meter metric.Meter, opts ...MetricsOption) (*Metrics, error) {
 		m.busOpts = []metric.RecordOption{metric.WithAttributeSet(b.set())}
 	}
 	if b.err == nil {
-		m.busState.Record(context.Background(), int64(flightcache.BusNone), m.busOpts...)
+		m.busState.Record(context.Background(), int64(driver.BusNone), m.busOpts...)
 	}
 	b.counter(&m.busDisconnects, "flightcache.bus.disconnect.count", "{disconnect}", "Changes of the invalidation bus subscription from up to down: invalidations may have been missed.")
 	if b.err != nil {
@@ -349,67 +350,67 @@ func (m *Metrics) ObserveFlight(e singleflight.Event) {
 }
 
 // ObserveCache records a cache event.
-func (m *Metrics) ObserveCache(e flightcache.Event) {
+func (m *Metrics) ObserveCache(e driver.Event) {
 	ctx := e.Ctx
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	t := int(e.Tier)
 	if t >= len(metriclabels.TierNames) {
-		t = int(flightcache.TierNone)
+		t = int(driver.TierNone)
 	}
 	switch e.Kind {
-	case flightcache.EventHit:
+	case driver.EventHit:
 		m.hits[t].add(ctx)
-	case flightcache.EventMiss:
+	case driver.EventMiss:
 		m.misses[t].add(ctx)
-	case flightcache.EventNegativeHit:
+	case driver.EventNegativeHit:
 		m.negativeHits[t].add(ctx)
-	case flightcache.EventStaleServed:
+	case driver.EventStaleServed:
 		m.staleServed.add(ctx)
-	case flightcache.EventEarlyRefresh:
+	case driver.EventEarlyRefresh:
 		m.earlyRefreshes.add(ctx)
-	case flightcache.EventWriteFailed:
+	case driver.EventWriteFailed:
 		m.writeFailures[t].add(ctx)
-	case flightcache.EventReadFailed:
+	case driver.EventReadFailed:
 		m.readFailures[t].add(ctx)
-	case flightcache.EventThrottled:
+	case driver.EventThrottled:
 		m.throttled.add(ctx)
-	case flightcache.EventFiltered:
+	case driver.EventFiltered:
 		m.filtered.add(ctx)
-	case flightcache.EventBreakerChanged:
+	case driver.EventBreakerChanged:
 		st := metriclabels.BreakerStateIndex(e.Breaker)
 		m.breakerState.Record(ctx, int64(st), m.breakerOpts...)
 		m.breakerChanges[st].add(ctx)
-	case flightcache.EventLeaseAcquired, flightcache.EventLeaseTakenOver, flightcache.EventLeaseLost:
+	case driver.EventLeaseAcquired, driver.EventLeaseTakenOver, driver.EventLeaseLost:
 		i, _ := metriclabels.LeaseEvent(e.Kind)
 		m.leaseEvents[i].add(ctx)
-	case flightcache.EventFencedWriteRejected:
+	case driver.EventFencedWriteRejected:
 		m.fencedWrites.add(ctx)
-	case flightcache.EventFollowerWoken:
+	case driver.EventFollowerWoken:
 		m.followerWait[metriclabels.FollowerResult(e.Err)].record(ctx, e.Duration.Seconds())
-	case flightcache.EventScopeChanged:
+	case driver.EventScopeChanged:
 		m.scopeChanges[metriclabels.ScopeIndex(e.Scope)].add(ctx)
 		var v int64
 		if e.Scope == flightcache.ScopeLocal {
 			v = 1
 		}
 		m.degraded.Record(ctx, v, m.degradedOpts...)
-	case flightcache.EventInvalidationSent:
+	case driver.EventInvalidationSent:
 		m.invalidationsSent[metriclabels.InvalidationKindIndex(e.Invalidation)][metriclabels.PublishResult(e.Err)].add(ctx)
-	case flightcache.EventInvalidationReceived:
+	case driver.EventInvalidationReceived:
 		m.invalidationsReceived[metriclabels.InvalidationKindIndex(e.Invalidation)].add(ctx)
 		m.lastReceived.Record(ctx, float64(time.Now().UnixNano())/1e9, m.lastReceivedOpts...)
-	case flightcache.EventInvalidationApplied:
+	case driver.EventInvalidationApplied:
 		m.invalidationsApplied[metriclabels.InvalidationKindIndex(e.Invalidation)].add(ctx)
-	case flightcache.EventInvalidationIgnored:
+	case driver.EventInvalidationIgnored:
 		m.invalidationsIgnored[metriclabels.InvalidationKindIndex(e.Invalidation)].add(ctx)
-	case flightcache.EventBusChanged:
+	case driver.EventBusChanged:
 		m.busState.Record(ctx, int64(metriclabels.BusStateIndex(e.Bus)), m.busOpts...)
 		if m.bus.Changed(e.Bus) {
 			m.busDisconnects.add(ctx)
 		}
-	case flightcache.EventGet:
+	case driver.EventGet:
 		o := int(e.Outcome)
 		if o >= metriclabels.NumOutcomes {
 			o = int(flightcache.OutcomeUnknown)

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/otelflight"
 	"github.com/flightcache/flightcache/singleflight"
@@ -317,7 +318,7 @@ func TestNoAttributeDerivesFromAKey(t *testing.T) {
 	}
 }
 
-func newCache(t *testing.T, obs flightcache.Observer, tracer flightcache.Tracer) *flightcache.Cache[int] {
+func newCache(t *testing.T, obs driver.Observer, tracer driver.Tracer) *flightcache.Cache[int] {
 	t.Helper()
 	local, err := memstore.New(memstore.Options[int]{})
 	if err != nil {
@@ -377,13 +378,13 @@ func TestCacheEventsThroughRealCache(t *testing.T) {
 func TestCacheEventsMapToTheirInstruments(t *testing.T) {
 	m, reader := newMetrics(t)
 	errStore := errors.New("store down")
-	for _, e := range []flightcache.Event{
-		{Kind: flightcache.EventNegativeHit, Tier: flightcache.TierShared},
-		{Kind: flightcache.EventStaleServed, Err: errStore},
-		{Kind: flightcache.EventEarlyRefresh},
-		{Kind: flightcache.EventWriteFailed, Tier: flightcache.TierShared, Err: errStore},
-		{Kind: flightcache.EventReadFailed, Tier: flightcache.TierShared, Err: errStore},
-		{Kind: flightcache.EventThrottled, Err: errStore},
+	for _, e := range []driver.Event{
+		{Kind: driver.EventNegativeHit, Tier: driver.TierShared},
+		{Kind: driver.EventStaleServed, Err: errStore},
+		{Kind: driver.EventEarlyRefresh},
+		{Kind: driver.EventWriteFailed, Tier: driver.TierShared, Err: errStore},
+		{Kind: driver.EventReadFailed, Tier: driver.TierShared, Err: errStore},
+		{Kind: driver.EventThrottled, Err: errStore},
 	} {
 		m.ObserveCache(e)
 	}
@@ -419,16 +420,16 @@ func TestBreakerChangesSetTheGaugeAndCountTransitions(t *testing.T) {
 		t.Fatalf("breaker state before any change = %v, want 0 (closed)", v)
 	}
 	for _, step := range []struct {
-		to    flightcache.BreakerState
+		to    driver.BreakerState
 		gauge float64
 	}{
-		{flightcache.BreakerOpen, 2},
-		{flightcache.BreakerHalfOpen, 1},
-		{flightcache.BreakerOpen, 2},
-		{flightcache.BreakerHalfOpen, 1},
-		{flightcache.BreakerClosed, 0},
+		{driver.BreakerOpen, 2},
+		{driver.BreakerHalfOpen, 1},
+		{driver.BreakerOpen, 2},
+		{driver.BreakerHalfOpen, 1},
+		{driver.BreakerClosed, 0},
 	} {
-		m.ObserveCache(flightcache.Event{Kind: flightcache.EventBreakerChanged, Cache: "product", Tier: flightcache.TierShared, Breaker: step.to})
+		m.ObserveCache(driver.Event{Kind: driver.EventBreakerChanged, Cache: "product", Tier: driver.TierShared, Breaker: step.to})
 		if v := collect(t, reader).value(t, state, op); v != step.gauge {
 			t.Fatalf("breaker state after a change to %v = %v, want %v", step.to, v, step.gauge)
 		}
@@ -444,8 +445,8 @@ func TestBreakerChangesSetTheGaugeAndCountTransitions(t *testing.T) {
 func TestFilteredEventsAndOutcomeAreCounted(t *testing.T) {
 	m, reader := newMetrics(t)
 	for range 3 {
-		m.ObserveCache(flightcache.Event{Kind: flightcache.EventFiltered})
-		m.ObserveCache(flightcache.Event{Kind: flightcache.EventGet, Outcome: flightcache.OutcomeFiltered, Duration: time.Microsecond})
+		m.ObserveCache(driver.Event{Kind: driver.EventFiltered})
+		m.ObserveCache(driver.Event{Kind: driver.EventGet, Outcome: flightcache.OutcomeFiltered, Duration: time.Microsecond})
 	}
 	got := collect(t, reader)
 	if v := got.value(t, "flightcache.filtered.count"); v != 3 {
@@ -469,17 +470,17 @@ func TestNewMetricsRejectsBadConfiguration(t *testing.T) {
 
 func TestClusterEventsMapToTheirInstruments(t *testing.T) {
 	m, reader := newMetrics(t, otelflight.WithOperation("product"))
-	obs := func(e flightcache.Event) { e.Cache = "product"; m.ObserveCache(e) }
-	obs(flightcache.Event{Kind: flightcache.EventLeaseAcquired})
-	obs(flightcache.Event{Kind: flightcache.EventLeaseTakenOver})
-	obs(flightcache.Event{Kind: flightcache.EventLeaseLost})
-	obs(flightcache.Event{Kind: flightcache.EventFencedWriteRejected})
-	obs(flightcache.Event{Kind: flightcache.EventFollowerWoken, Duration: time.Millisecond})
-	obs(flightcache.Event{Kind: flightcache.EventFollowerWoken, Duration: time.Millisecond, Err: flightcache.ErrLeaderFailed})
+	obs := func(e driver.Event) { e.Cache = "product"; m.ObserveCache(e) }
+	obs(driver.Event{Kind: driver.EventLeaseAcquired})
+	obs(driver.Event{Kind: driver.EventLeaseTakenOver})
+	obs(driver.Event{Kind: driver.EventLeaseLost})
+	obs(driver.Event{Kind: driver.EventFencedWriteRejected})
+	obs(driver.Event{Kind: driver.EventFollowerWoken, Duration: time.Millisecond})
+	obs(driver.Event{Kind: driver.EventFollowerWoken, Duration: time.Millisecond, Err: flightcache.ErrLeaderFailed})
 	if v := collect(t, reader).value(t, "flightcache.cluster.degraded", op); v != 0 {
 		t.Fatalf("degraded before any scope change = %v, want 0", v)
 	}
-	obs(flightcache.Event{Kind: flightcache.EventScopeChanged, Scope: flightcache.ScopeLocal})
+	obs(driver.Event{Kind: driver.EventScopeChanged, Scope: flightcache.ScopeLocal})
 	got := collect(t, reader)
 	for _, c := range []struct {
 		name string
@@ -503,8 +504,8 @@ func TestClusterEventsMapToTheirInstruments(t *testing.T) {
 
 func TestInvalidationEventsMapToTheirInstruments(t *testing.T) {
 	m, reader := newMetrics(t, otelflight.WithOperation("product"))
-	obs := func(k flightcache.EventKind, kind flightcache.InvalidationKind, err error) {
-		m.ObserveCache(flightcache.Event{Kind: k, Cache: "product", Invalidation: kind, Err: err})
+	obs := func(k driver.EventKind, kind driver.InvalidationKind, err error) {
+		m.ObserveCache(driver.Event{Kind: k, Cache: "product", Invalidation: kind, Err: err})
 	}
 	const last = "flightcache.invalidation.last_received.timestamp"
 	got := collect(t, reader)
@@ -515,22 +516,22 @@ func TestInvalidationEventsMapToTheirInstruments(t *testing.T) {
 		t.Fatalf("%s before any message = %v, want 0", last, v)
 	}
 	publishErr := fmt.Errorf("publish: %w", context.DeadlineExceeded)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidationKey, nil)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidationKey, nil)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidationKey, publishErr)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidationPrefix, nil)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidationAll, publishErr)
+	obs(driver.EventInvalidationSent, driver.InvalidationKey, nil)
+	obs(driver.EventInvalidationSent, driver.InvalidationKey, nil)
+	obs(driver.EventInvalidationSent, driver.InvalidationKey, publishErr)
+	obs(driver.EventInvalidationSent, driver.InvalidationPrefix, nil)
+	obs(driver.EventInvalidationSent, driver.InvalidationAll, publishErr)
 	before := time.Now()
-	for _, k := range []flightcache.InvalidationKind{flightcache.InvalidationKey, flightcache.InvalidationKey, flightcache.InvalidationKey, flightcache.InvalidationPrefix, flightcache.InvalidationAll} {
-		obs(flightcache.EventInvalidationReceived, k, nil)
+	for _, k := range []driver.InvalidationKind{driver.InvalidationKey, driver.InvalidationKey, driver.InvalidationKey, driver.InvalidationPrefix, driver.InvalidationAll} {
+		obs(driver.EventInvalidationReceived, k, nil)
 	}
 	after := time.Now()
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationKey, nil)
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationKey, nil)
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationPrefix, nil)
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationAll, nil)
-	obs(flightcache.EventInvalidationIgnored, flightcache.InvalidationKey, nil)
-	obs(flightcache.EventInvalidationIgnored, flightcache.InvalidationKind(99), nil) // counted, not dropped
+	obs(driver.EventInvalidationApplied, driver.InvalidationKey, nil)
+	obs(driver.EventInvalidationApplied, driver.InvalidationKey, nil)
+	obs(driver.EventInvalidationApplied, driver.InvalidationPrefix, nil)
+	obs(driver.EventInvalidationApplied, driver.InvalidationAll, nil)
+	obs(driver.EventInvalidationIgnored, driver.InvalidationKey, nil)
+	obs(driver.EventInvalidationIgnored, driver.InvalidationKind(99), nil) // counted, not dropped
 
 	got = collect(t, reader)
 	kind := func(k string) attribute.KeyValue { return attribute.String("kind", k) }
@@ -577,20 +578,20 @@ func TestBusChangesSetTheGaugeAndCountDisconnects(t *testing.T) {
 		t.Fatalf("%s before any change = %v, want 0 (none)", state, v)
 	}
 	for i, step := range []struct {
-		to          flightcache.BusState
+		to          driver.BusState
 		gauge       float64
 		disconnects float64
 	}{
-		{flightcache.BusDown, 1, 0}, // not yet connected: no disconnect
-		{flightcache.BusUp, 2, 0},
-		{flightcache.BusDown, 1, 1},
-		{flightcache.BusDown, 1, 1}, // reported twice: one disconnect
-		{flightcache.BusUp, 2, 1},
-		{flightcache.BusDown, 1, 2},
-		{flightcache.BusUp, 2, 2},
-		{flightcache.BusState(9), 1, 3}, // unknown: counted as down
+		{driver.BusDown, 1, 0}, // not yet connected: no disconnect
+		{driver.BusUp, 2, 0},
+		{driver.BusDown, 1, 1},
+		{driver.BusDown, 1, 1}, // reported twice: one disconnect
+		{driver.BusUp, 2, 1},
+		{driver.BusDown, 1, 2},
+		{driver.BusUp, 2, 2},
+		{driver.BusState(9), 1, 3}, // unknown: counted as down
 	} {
-		m.ObserveCache(flightcache.Event{Kind: flightcache.EventBusChanged, Cache: "product", Bus: step.to})
+		m.ObserveCache(driver.Event{Kind: driver.EventBusChanged, Cache: "product", Bus: step.to})
 		got := collect(t, reader)
 		if v := got.value(t, state, op); v != step.gauge {
 			t.Fatalf("step %d: %s after a change to %v = %v, want %v", i, state, step.to, v, step.gauge)

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // Span names and attribute keys, exported so that tests and queries in a
@@ -43,7 +44,7 @@ type Tracer struct {
 	tracer trace.Tracer
 }
 
-var _ flightcache.Tracer = (*Tracer)(nil)
+var _ driver.Tracer = (*Tracer)(nil)
 
 // NewTracer returns a Tracer creating spans with tp's tracer for ScopeName;
 // a nil tp means the global provider (otel.GetTracerProvider).
@@ -55,9 +56,9 @@ func NewTracer(tp trace.TracerProvider) *Tracer {
 }
 
 // StartGet starts a Get span.
-func (t *Tracer) StartGet(ctx context.Context, cache string) (context.Context, func(flightcache.GetSpanInfo)) {
+func (t *Tracer) StartGet(ctx context.Context, cache string) (context.Context, func(driver.SpanInfo)) {
 	ctx, span := t.tracer.Start(ctx, SpanGet, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(AttrCache.String(cache)))
-	return ctx, func(info flightcache.GetSpanInfo) {
+	return ctx, func(info driver.SpanInfo) {
 		shared := false
 		if !info.Led && info.LoadCtx != nil {
 			if sc := trace.SpanContextFromContext(info.LoadCtx); sc.IsValid() && !sc.Equal(span.SpanContext()) {

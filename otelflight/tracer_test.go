@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/otelflight"
 	"github.com/flightcache/flightcache/singleflight"
 )
@@ -30,7 +31,7 @@ func newTracer(t *testing.T) (*otelflight.Tracer, *tracetest.SpanRecorder) {
 type barrier struct{ hook func(singleflight.Event) }
 
 func (b barrier) ObserveFlight(e singleflight.Event) { b.hook(e) }
-func (barrier) ObserveCache(flightcache.Event)       {}
+func (barrier) ObserveCache(driver.Event)            {}
 
 func attr(s sdktrace.ReadOnlySpan, k attribute.Key) (attribute.Value, bool) {
 	for _, kv := range s.Attributes() {

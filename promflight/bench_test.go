@@ -9,6 +9,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/flightstats"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/otelflight"
@@ -19,7 +20,7 @@ import (
 // observer is what both layers accept; nil means none.
 type observer interface {
 	singleflight.Observer
-	flightcache.Observer
+	driver.Observer
 }
 
 // observers returns the adapters compared side by side: none, the
@@ -140,8 +141,8 @@ func TestHitPathDoesNotAllocate(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	hit := flightcache.Event{Kind: flightcache.EventHit, Ctx: ctx, Tier: flightcache.TierLocal}
-	get := flightcache.Event{Kind: flightcache.EventGet, Ctx: ctx, Outcome: flightcache.OutcomeHitLocal, Duration: time.Microsecond}
+	hit := driver.Event{Kind: driver.EventHit, Ctx: ctx, Tier: driver.TierLocal}
+	get := driver.Event{Kind: driver.EventGet, Ctx: ctx, Outcome: flightcache.OutcomeHitLocal, Duration: time.Microsecond}
 	wait := singleflight.Event{Kind: singleflight.EventWaitDone, Ctx: ctx, Duration: time.Microsecond}
 	if n := testing.AllocsPerRun(1000, func() {
 		m.ObserveCache(hit)
@@ -172,7 +173,7 @@ func TestHitPathDoesNotAllocate(t *testing.T) {
 type noop struct{}
 
 func (noop) ObserveFlight(singleflight.Event) {}
-func (noop) ObserveCache(flightcache.Event)   {}
+func (noop) ObserveCache(driver.Event)        {}
 
 // doEvents are the six events one uncontended Do reports, in order.
 func doEvents() []singleflight.Event {
@@ -212,8 +213,8 @@ func BenchmarkObservePerDo(b *testing.B) {
 // and get events.
 func BenchmarkObservePerHit(b *testing.B) {
 	ctx := context.Background()
-	hit := flightcache.Event{Kind: flightcache.EventHit, Ctx: ctx, Cache: "bench", Tier: flightcache.TierLocal}
-	get := flightcache.Event{Kind: flightcache.EventGet, Ctx: ctx, Cache: "bench", Outcome: flightcache.OutcomeHitLocal, Duration: 300 * time.Nanosecond}
+	hit := driver.Event{Kind: driver.EventHit, Ctx: ctx, Cache: "bench", Tier: driver.TierLocal}
+	get := driver.Event{Kind: driver.EventGet, Ctx: ctx, Cache: "bench", Outcome: flightcache.OutcomeHitLocal, Duration: 300 * time.Nanosecond}
 	for _, o := range observers(b) {
 		obs := o.obs()
 		if obs == nil {

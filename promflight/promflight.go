@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/metriclabels"
 	"github.com/flightcache/flightcache/singleflight"
 )
@@ -121,7 +122,7 @@ type Metrics struct {
 
 var (
 	_ singleflight.Observer = (*Metrics)(nil)
-	_ flightcache.Observer  = (*Metrics)(nil)
+	_ driver.Observer       = (*Metrics)(nil)
 )
 
 // New creates the metrics and registers them with reg. It returns an error
@@ -313,39 +314,39 @@ func (m *Metrics) ObserveFlight(e singleflight.Event) {
 }
 
 // ObserveCache records a cache event.
-func (m *Metrics) ObserveCache(e flightcache.Event) {
+func (m *Metrics) ObserveCache(e driver.Event) {
 	t := metriclabels.TierIndex(e.Tier)
 	switch e.Kind {
-	case flightcache.EventHit:
+	case driver.EventHit:
 		m.hits[t].Inc()
-	case flightcache.EventMiss:
+	case driver.EventMiss:
 		m.misses[t].Inc()
-	case flightcache.EventNegativeHit:
+	case driver.EventNegativeHit:
 		m.negativeHits[t].Inc()
-	case flightcache.EventStaleServed:
+	case driver.EventStaleServed:
 		m.staleServed.Inc()
-	case flightcache.EventEarlyRefresh:
+	case driver.EventEarlyRefresh:
 		m.earlyRefreshes.Inc()
-	case flightcache.EventWriteFailed:
+	case driver.EventWriteFailed:
 		m.writeFailures[t].Inc()
-	case flightcache.EventReadFailed:
+	case driver.EventReadFailed:
 		m.readFailures[t].Inc()
-	case flightcache.EventThrottled:
+	case driver.EventThrottled:
 		m.throttled.Inc()
-	case flightcache.EventFiltered:
+	case driver.EventFiltered:
 		m.filtered.Inc()
-	case flightcache.EventBreakerChanged:
+	case driver.EventBreakerChanged:
 		st := metriclabels.BreakerStateIndex(e.Breaker)
 		m.breakerState.Set(float64(st))
 		m.breakerChanges[st].Inc()
-	case flightcache.EventLeaseAcquired, flightcache.EventLeaseTakenOver, flightcache.EventLeaseLost:
+	case driver.EventLeaseAcquired, driver.EventLeaseTakenOver, driver.EventLeaseLost:
 		i, _ := metriclabels.LeaseEvent(e.Kind)
 		m.leaseEvents[i].Inc()
-	case flightcache.EventFencedWriteRejected:
+	case driver.EventFencedWriteRejected:
 		m.fencedWrites.Inc()
-	case flightcache.EventFollowerWoken:
+	case driver.EventFollowerWoken:
 		m.followerWait[metriclabels.FollowerResult(e.Err)].observe(e.Duration)
-	case flightcache.EventScopeChanged:
+	case driver.EventScopeChanged:
 		s := metriclabels.ScopeIndex(e.Scope)
 		m.scopeChanges[s].Inc()
 		if e.Scope == flightcache.ScopeLocal {
@@ -353,21 +354,21 @@ func (m *Metrics) ObserveCache(e flightcache.Event) {
 		} else {
 			m.degraded.Set(0)
 		}
-	case flightcache.EventInvalidationSent:
+	case driver.EventInvalidationSent:
 		m.invalidationsSent[metriclabels.InvalidationKindIndex(e.Invalidation)][metriclabels.PublishResult(e.Err)].Inc()
-	case flightcache.EventInvalidationReceived:
+	case driver.EventInvalidationReceived:
 		m.invalidationsReceived[metriclabels.InvalidationKindIndex(e.Invalidation)].Inc()
 		m.lastReceived.Set(float64(time.Now().UnixNano()) / 1e9)
-	case flightcache.EventInvalidationApplied:
+	case driver.EventInvalidationApplied:
 		m.invalidationsApplied[metriclabels.InvalidationKindIndex(e.Invalidation)].Inc()
-	case flightcache.EventInvalidationIgnored:
+	case driver.EventInvalidationIgnored:
 		m.invalidationsIgnored[metriclabels.InvalidationKindIndex(e.Invalidation)].Inc()
-	case flightcache.EventBusChanged:
+	case driver.EventBusChanged:
 		m.busState.Set(float64(metriclabels.BusStateIndex(e.Bus)))
 		if m.bus.Changed(e.Bus) {
 			m.busDisconnects.Inc()
 		}
-	case flightcache.EventGet:
+	case driver.EventGet:
 		if o := int(e.Outcome); o < metriclabels.NumOutcomes {
 			m.gets[o].Inc()
 		} else {

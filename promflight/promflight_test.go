@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/metriclabels"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/promflight"
@@ -380,7 +381,7 @@ func TestNoLabelValueDerivesFromAKey(t *testing.T) {
 	}
 }
 
-func newCache(t *testing.T, obs flightcache.Observer, name string) *flightcache.Cache[int] {
+func newCache(t *testing.T, obs driver.Observer, name string) *flightcache.Cache[int] {
 	t.Helper()
 	local, err := memstore.New(memstore.Options[int]{})
 	if err != nil {
@@ -457,16 +458,16 @@ func TestCacheEventsMapToTheirCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	errStore := errors.New("store down")
-	events := []flightcache.Event{
-		{Kind: flightcache.EventHit, Tier: flightcache.TierShared},
-		{Kind: flightcache.EventMiss, Tier: flightcache.TierShared},
-		{Kind: flightcache.EventNegativeHit, Tier: flightcache.TierLocal},
-		{Kind: flightcache.EventStaleServed, Err: errStore},
-		{Kind: flightcache.EventEarlyRefresh},
-		{Kind: flightcache.EventWriteFailed, Tier: flightcache.TierShared, Err: errStore},
-		{Kind: flightcache.EventReadFailed, Tier: flightcache.TierShared, Err: errStore},
-		{Kind: flightcache.EventThrottled, Err: errStore},
-		{Kind: flightcache.EventGet, Outcome: flightcache.OutcomeStale, Duration: time.Millisecond},
+	events := []driver.Event{
+		{Kind: driver.EventHit, Tier: driver.TierShared},
+		{Kind: driver.EventMiss, Tier: driver.TierShared},
+		{Kind: driver.EventNegativeHit, Tier: driver.TierLocal},
+		{Kind: driver.EventStaleServed, Err: errStore},
+		{Kind: driver.EventEarlyRefresh},
+		{Kind: driver.EventWriteFailed, Tier: driver.TierShared, Err: errStore},
+		{Kind: driver.EventReadFailed, Tier: driver.TierShared, Err: errStore},
+		{Kind: driver.EventThrottled, Err: errStore},
+		{Kind: driver.EventGet, Outcome: flightcache.OutcomeStale, Duration: time.Millisecond},
 	}
 	for _, e := range events {
 		m.ObserveCache(e)
@@ -510,18 +511,18 @@ func TestBreakerChangesSetTheGaugeAndCountTransitions(t *testing.T) {
 	if v := got.get(t, state, "product"); v != 0 {
 		t.Fatalf("breaker state before any change = %v, want 0 (closed)", v)
 	}
-	changed := func(s flightcache.BreakerState) {
-		m.ObserveCache(flightcache.Event{Kind: flightcache.EventBreakerChanged, Cache: "product", Tier: flightcache.TierShared, Breaker: s})
+	changed := func(s driver.BreakerState) {
+		m.ObserveCache(driver.Event{Kind: driver.EventBreakerChanged, Cache: "product", Tier: driver.TierShared, Breaker: s})
 	}
 	for _, step := range []struct {
-		to    flightcache.BreakerState
+		to    driver.BreakerState
 		gauge float64
 	}{
-		{flightcache.BreakerOpen, 2},
-		{flightcache.BreakerHalfOpen, 1},
-		{flightcache.BreakerOpen, 2},
-		{flightcache.BreakerHalfOpen, 1},
-		{flightcache.BreakerClosed, 0},
+		{driver.BreakerOpen, 2},
+		{driver.BreakerHalfOpen, 1},
+		{driver.BreakerOpen, 2},
+		{driver.BreakerHalfOpen, 1},
+		{driver.BreakerClosed, 0},
 	} {
 		changed(step.to)
 		if v := gather(t, reg).get(t, state, "product"); v != step.gauge {
@@ -543,8 +544,8 @@ func TestFilteredEventsAndOutcomeAreCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		m.ObserveCache(flightcache.Event{Kind: flightcache.EventFiltered})
-		m.ObserveCache(flightcache.Event{Kind: flightcache.EventGet, Outcome: flightcache.OutcomeFiltered, Duration: time.Microsecond})
+		m.ObserveCache(driver.Event{Kind: driver.EventFiltered})
+		m.ObserveCache(driver.Event{Kind: driver.EventGet, Outcome: flightcache.OutcomeFiltered, Duration: time.Microsecond})
 	}
 	got := gather(t, reg)
 	if v := got.get(t, "flightcache_filtered_total", "default"); v != 3 {
@@ -655,24 +656,24 @@ func TestClusterEventsMapToTheirSeries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	obs := func(e flightcache.Event) { e.Cache = "product"; m.ObserveCache(e) }
-	obs(flightcache.Event{Kind: flightcache.EventLeaseAcquired})
-	obs(flightcache.Event{Kind: flightcache.EventLeaseAcquired})
-	obs(flightcache.Event{Kind: flightcache.EventLeaseTakenOver})
-	obs(flightcache.Event{Kind: flightcache.EventLeaseLost})
-	obs(flightcache.Event{Kind: flightcache.EventFencedWriteRejected})
-	obs(flightcache.Event{Kind: flightcache.EventFollowerWoken, Duration: time.Millisecond})
-	obs(flightcache.Event{Kind: flightcache.EventFollowerWoken, Duration: time.Millisecond})
-	obs(flightcache.Event{Kind: flightcache.EventFollowerWoken, Duration: time.Millisecond, Err: fmt.Errorf("x: %w", flightcache.ErrLeaderFailed)})
-	obs(flightcache.Event{Kind: flightcache.EventFollowerWoken, Duration: time.Second, Err: flightcache.ErrCoalesceTimeout})
+	obs := func(e driver.Event) { e.Cache = "product"; m.ObserveCache(e) }
+	obs(driver.Event{Kind: driver.EventLeaseAcquired})
+	obs(driver.Event{Kind: driver.EventLeaseAcquired})
+	obs(driver.Event{Kind: driver.EventLeaseTakenOver})
+	obs(driver.Event{Kind: driver.EventLeaseLost})
+	obs(driver.Event{Kind: driver.EventFencedWriteRejected})
+	obs(driver.Event{Kind: driver.EventFollowerWoken, Duration: time.Millisecond})
+	obs(driver.Event{Kind: driver.EventFollowerWoken, Duration: time.Millisecond})
+	obs(driver.Event{Kind: driver.EventFollowerWoken, Duration: time.Millisecond, Err: fmt.Errorf("x: %w", flightcache.ErrLeaderFailed)})
+	obs(driver.Event{Kind: driver.EventFollowerWoken, Duration: time.Second, Err: flightcache.ErrCoalesceTimeout})
 	if v := gather(t, reg).get(t, "flightcache_cluster_degraded", "product"); v != 0 {
 		t.Fatalf("degraded before any scope change = %v, want 0", v)
 	}
-	obs(flightcache.Event{Kind: flightcache.EventScopeChanged, Scope: flightcache.ScopeLocal})
+	obs(driver.Event{Kind: driver.EventScopeChanged, Scope: flightcache.ScopeLocal})
 	if v := gather(t, reg).get(t, "flightcache_cluster_degraded", "product"); v != 1 {
 		t.Fatalf("degraded after a change to local = %v, want 1", v)
 	}
-	obs(flightcache.Event{Kind: flightcache.EventScopeChanged, Scope: flightcache.ScopeCluster})
+	obs(driver.Event{Kind: driver.EventScopeChanged, Scope: flightcache.ScopeCluster})
 	got := gather(t, reg)
 	for _, c := range []struct {
 		name  string
@@ -706,31 +707,31 @@ func TestInvalidationEventsMapToTheirSeries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	obs := func(k flightcache.EventKind, kind flightcache.InvalidationKind, err error) {
-		m.ObserveCache(flightcache.Event{Kind: k, Cache: "product", Invalidation: kind, Err: err})
+	obs := func(k driver.EventKind, kind driver.InvalidationKind, err error) {
+		m.ObserveCache(driver.Event{Kind: k, Cache: "product", Invalidation: kind, Err: err})
 	}
 	const last = "flightcache_invalidation_last_received_timestamp_seconds"
 	if v := gather(t, reg).get(t, last, "product"); v != 0 {
 		t.Fatalf("%s before any message = %v, want 0", last, v)
 	}
 	publishErr := fmt.Errorf("publish: %w", context.DeadlineExceeded)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidationKey, nil)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidationKey, nil)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidationKey, publishErr)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidationPrefix, nil)
-	obs(flightcache.EventInvalidationSent, flightcache.InvalidationAll, publishErr)
+	obs(driver.EventInvalidationSent, driver.InvalidationKey, nil)
+	obs(driver.EventInvalidationSent, driver.InvalidationKey, nil)
+	obs(driver.EventInvalidationSent, driver.InvalidationKey, publishErr)
+	obs(driver.EventInvalidationSent, driver.InvalidationPrefix, nil)
+	obs(driver.EventInvalidationSent, driver.InvalidationAll, publishErr)
 
 	before := time.Now()
-	for _, k := range []flightcache.InvalidationKind{flightcache.InvalidationKey, flightcache.InvalidationKey, flightcache.InvalidationKey, flightcache.InvalidationPrefix, flightcache.InvalidationAll} {
-		obs(flightcache.EventInvalidationReceived, k, nil)
+	for _, k := range []driver.InvalidationKind{driver.InvalidationKey, driver.InvalidationKey, driver.InvalidationKey, driver.InvalidationPrefix, driver.InvalidationAll} {
+		obs(driver.EventInvalidationReceived, k, nil)
 	}
 	after := time.Now()
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationKey, nil)
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationKey, nil)
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationPrefix, nil)
-	obs(flightcache.EventInvalidationApplied, flightcache.InvalidationAll, nil)
-	obs(flightcache.EventInvalidationIgnored, flightcache.InvalidationKey, nil)
-	obs(flightcache.EventInvalidationIgnored, flightcache.InvalidationKind(99), nil) // counted, not dropped
+	obs(driver.EventInvalidationApplied, driver.InvalidationKey, nil)
+	obs(driver.EventInvalidationApplied, driver.InvalidationKey, nil)
+	obs(driver.EventInvalidationApplied, driver.InvalidationPrefix, nil)
+	obs(driver.EventInvalidationApplied, driver.InvalidationAll, nil)
+	obs(driver.EventInvalidationIgnored, driver.InvalidationKey, nil)
+	obs(driver.EventInvalidationIgnored, driver.InvalidationKind(99), nil) // counted, not dropped
 
 	got := gather(t, reg)
 	for _, c := range []struct {
@@ -774,22 +775,22 @@ func TestBusChangesSetTheGaugeAndCountDisconnects(t *testing.T) {
 		t.Fatalf("%s before any change = %v, want 0 (none)", state, v)
 	}
 	for i, step := range []struct {
-		to          flightcache.BusState
+		to          driver.BusState
 		gauge       float64
 		disconnects float64
 	}{
-		{flightcache.BusDown, 1, 0}, // not yet connected: no disconnect
-		{flightcache.BusUp, 2, 0},
-		{flightcache.BusDown, 1, 1},
-		{flightcache.BusDown, 1, 1}, // reported twice: one disconnect
-		{flightcache.BusUp, 2, 1},
-		{flightcache.BusUp, 2, 1},
-		{flightcache.BusDown, 1, 2},
-		{flightcache.BusState(9), 1, 2}, // unknown: counted as down, but it was down already
-		{flightcache.BusUp, 2, 2},
-		{flightcache.BusState(9), 1, 3},
+		{driver.BusDown, 1, 0}, // not yet connected: no disconnect
+		{driver.BusUp, 2, 0},
+		{driver.BusDown, 1, 1},
+		{driver.BusDown, 1, 1}, // reported twice: one disconnect
+		{driver.BusUp, 2, 1},
+		{driver.BusUp, 2, 1},
+		{driver.BusDown, 1, 2},
+		{driver.BusState(9), 1, 2}, // unknown: counted as down, but it was down already
+		{driver.BusUp, 2, 2},
+		{driver.BusState(9), 1, 3},
 	} {
-		m.ObserveCache(flightcache.Event{Kind: flightcache.EventBusChanged, Cache: "product", Bus: step.to})
+		m.ObserveCache(driver.Event{Kind: driver.EventBusChanged, Cache: "product", Bus: step.to})
 		got := gather(t, reg)
 		if v := got.get(t, state, "product"); v != step.gauge {
 			t.Fatalf("step %d: %s after a change to %v = %v, want %v", i, state, step.to, v, step.gauge)
@@ -804,24 +805,24 @@ func TestBusChangesSetTheGaugeAndCountDisconnects(t *testing.T) {
 // instances published; Publish fails with err when set.
 type stubBus struct {
 	mu  sync.Mutex
-	h   flightcache.BusHandler
+	h   driver.BusHandler
 	err error
 }
 
-func (b *stubBus) Publish(context.Context, string, flightcache.Invalidation) error {
+func (b *stubBus) Publish(context.Context, string, driver.Invalidation) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.err
 }
 
-func (b *stubBus) Subscribe(_ string, h flightcache.BusHandler) (func(), error) {
+func (b *stubBus) Subscribe(_ string, h driver.BusHandler) (func(), error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.h = h
 	return func() {}, nil
 }
 
-func (b *stubBus) handler() flightcache.BusHandler {
+func (b *stubBus) handler() driver.BusHandler {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.h
@@ -859,7 +860,7 @@ func TestInvalidationEventsThroughRealCache(t *testing.T) {
 		t.Fatal("New did not subscribe to the Bus")
 	}
 	ctx := context.Background()
-	h.BusChanged(flightcache.BusUp)
+	h.BusChanged(driver.BusUp)
 
 	for i := range 3 {
 		if err := c.Set(ctx, fmt.Sprintf("%s%d", marker, i), i); err != nil {
@@ -886,17 +887,17 @@ func TestInvalidationEventsThroughRealCache(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
-	inv := flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: marker + "held", Version: time.Now()}
+	inv := driver.Invalidation{Kind: driver.InvalidationKey, Target: marker + "held", Version: time.Now()}
 	before := time.Now()
 	h.Invalidated(inv) // newer than the Set: applied
 	h.Invalidated(inv) // the same again: ignored
-	h.Invalidated(flightcache.Invalidation{Kind: flightcache.InvalidationPrefix, Target: marker, Version: time.Now()})
+	h.Invalidated(driver.Invalidation{Kind: driver.InvalidationPrefix, Target: marker, Version: time.Now()})
 	after := time.Now()
 	if _, ok := local.Get(marker + "held"); ok {
 		t.Fatal("the local copy survived an invalidation newer than it")
 	}
-	h.BusChanged(flightcache.BusDown)
-	h.BusChanged(flightcache.BusUp)
+	h.BusChanged(driver.BusDown)
+	h.BusChanged(driver.BusUp)
 
 	got := gather(t, reg)
 	for _, w := range []struct {

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // Defaults and bounds of the bus's Options.
@@ -34,7 +34,7 @@ const (
 	busQueueBytes = 16 << 20
 )
 
-var _ flightcache.Bus = (*Coordinator)(nil)
+var _ driver.Bus = (*Coordinator)(nil)
 
 // ErrAlreadySubscribed is returned by Subscribe for a cache name that
 // already has an active subscription on the Coordinator: Caches of the same
@@ -88,7 +88,7 @@ type BusStats struct {
 	// included) arrived on the bus's channels; zero if none did.
 	LastMessage time.Time
 	// State is the bus's state: BusNone while nothing is subscribed.
-	State flightcache.BusState
+	State driver.BusState
 }
 
 // bus is the Coordinator's flightcache.Bus. It runs while something is
@@ -129,7 +129,7 @@ type bus struct {
 	// its sequence number is at least minSeq, which moves past every
 	// heartbeat sent so far whenever the bus channel is confirmed (again)
 	// or the bus goes down: BusUp needs a heartbeat sent after both.
-	state        flightcache.BusState
+	state        driver.BusState
 	busConfirmed bool // the bus channel's subscription was confirmed
 	hbConfirmed  bool // the heartbeat channel's subscription was confirmed
 	nextSeq      uint64
@@ -180,7 +180,7 @@ func newBus(c *Coordinator, interval, downAfter, retention time.Duration) *bus {
 // empty cache name, or one longer than 255 bytes, a Target longer than 64
 // KiB), or when Redis did not accept the message (a bulk invalidation that
 // could not be recorded is not published).
-func (c *Coordinator) Publish(ctx context.Context, cache string, inv flightcache.Invalidation) error {
+func (c *Coordinator) Publish(ctx context.Context, cache string, inv driver.Invalidation) error {
 	b := c.bus
 	if c.isClosed() {
 		return errClosed
@@ -195,7 +195,7 @@ func (c *Coordinator) Publish(ctx context.Context, cache string, inv flightcache
 	if e != nil {
 		defer b.forgetEcho(msg, e)
 	}
-	if inv.Kind == flightcache.InvalidationKey {
+	if inv.Kind == driver.InvalidationKey {
 		err = c.publishTo(ctx, b.channel, msg)
 	} else {
 		err = c.publishBulk(ctx, cache, inv, msg)
@@ -323,7 +323,7 @@ func (c *Coordinator) isClosed() bool {
 // is up), after a replay. stop is idempotent, cancels a replay's read and
 // waits for a call to h in progress, so it must not be called from h's
 // methods.
-func (c *Coordinator) Subscribe(cache string, h flightcache.BusHandler) (stop func(), err error) {
+func (c *Coordinator) Subscribe(cache string, h driver.BusHandler) (stop func(), err error) {
 	switch {
 	case h == nil:
 		return nil, errors.New("redislease: bus: nil handler")
@@ -333,7 +333,7 @@ func (c *Coordinator) Subscribe(cache string, h flightcache.BusHandler) (stop fu
 		return nil, errors.New("redislease: bus: cache name longer than " + strconv.Itoa(maxBusCache) + " bytes")
 	}
 	b := c.bus
-	s := &busSub{b: b, cache: cache, h: h, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), delivered: flightcache.BusDown}
+	s := &busSub{b: b, cache: cache, h: h, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), delivered: driver.BusDown}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	b.mu.Lock()
 	if b.closed || c.isClosed() {
@@ -349,8 +349,8 @@ func (c *Coordinator) Subscribe(cache string, h flightcache.BusHandler) (stop fu
 		b.startRun()
 	}
 	s.global = b.state
-	if b.state == flightcache.BusUp {
-		s.push(busEvent{state: flightcache.BusUp})
+	if b.state == driver.BusUp {
+		s.push(busEvent{state: driver.BusUp})
 	}
 	b.mu.Unlock()
 	go s.deliver()
@@ -393,7 +393,7 @@ func (b *bus) startRun() {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &busRun{b: b, prev: b.prev, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), done: make(chan struct{})}
 	b.run = r
-	b.state, b.downSince = flightcache.BusDown, time.Now()
+	b.state, b.downSince = driver.BusDown, time.Now()
 	b.busConfirmed, b.hbConfirmed = false, false
 	b.minSeq = b.nextSeq
 	go r.monitor()
@@ -401,18 +401,18 @@ func (b *bus) startRun() {
 
 // setState moves the run's state to st and tells every subscription. The
 // caller holds b.mu.
-func (b *bus) setState(st flightcache.BusState) {
-	if st == flightcache.BusDown {
+func (b *bus) setState(st driver.BusState) {
+	if st == driver.BusDown {
 		// BusUp again needs a heartbeat sent from now on.
 		b.minSeq = b.nextSeq
 	}
 	if b.state == st {
 		return
 	}
-	if b.state == flightcache.BusUp {
+	if b.state == driver.BusUp {
 		b.disconnects.Add(1)
 	}
-	if st == flightcache.BusDown {
+	if st == driver.BusDown {
 		b.downSince = time.Now()
 	}
 	b.state = st
@@ -476,8 +476,8 @@ func (r *busRun) monitor() {
 		case <-r.kick:
 		case now := <-t.C:
 			b.mu.Lock()
-			if b.run == r && b.state == flightcache.BusUp && now.Sub(b.lastBack) > b.downAfter {
-				b.setState(flightcache.BusDown)
+			if b.run == r && b.state == driver.BusUp && now.Sub(b.lastBack) > b.downAfter {
+				b.setState(driver.BusDown)
 			}
 			// Subscribe again while the channels are not confirmed, and
 			// also while the bus stays down although they are: go-redis
@@ -488,7 +488,7 @@ func (r *busRun) monitor() {
 			// Only once it has been down for DownAfter: a short outage
 			// (Redis paused) ends without a new subscription, whose
 			// confirmation would take the bus down once more.
-			stuck := !(b.busConfirmed && b.hbConfirmed) || (b.state != flightcache.BusUp && now.Sub(b.downSince) >= b.downAfter)
+			stuck := !(b.busConfirmed && b.hbConfirmed) || (b.state != driver.BusUp && now.Sub(b.downSince) >= b.downAfter)
 			b.mu.Unlock()
 			if r.sub == nil || (stuck && now.Sub(r.attachedAt) >= b.downAfter) {
 				r.attach()
@@ -521,7 +521,7 @@ func (r *busRun) heartbeats(pub <-chan struct{}) {
 		if err := b.c.publishTo(r.ctx, b.hbChannel, buf); err != nil && r.ctx.Err() == nil {
 			b.mu.Lock()
 			if b.run == r {
-				b.setState(flightcache.BusDown)
+				b.setState(driver.BusDown)
 			}
 			b.mu.Unlock()
 		}
@@ -570,7 +570,7 @@ func (r *busRun) subscribed(channel string) {
 			b.resubscribed.Add(1)
 		}
 		b.busConfirmed = true
-		b.setState(flightcache.BusDown)
+		b.setState(driver.BusDown)
 	case b.hbChannel:
 		b.hbConfirmed = true
 	}
@@ -595,7 +595,7 @@ func (r *busRun) unsubscribed(channel string) {
 	case b.hbChannel:
 		b.hbConfirmed = false
 	}
-	b.setState(flightcache.BusDown)
+	b.setState(driver.BusDown)
 }
 
 // message implements listener.
@@ -612,13 +612,13 @@ func (r *busRun) message(channel, payload string) {
 		b.mu.Lock()
 		if b.run == r && b.busConfirmed && seq >= b.minSeq && seq < b.nextSeq {
 			b.lastBack = now
-			if b.state == flightcache.BusUp {
+			if b.state == driver.BusUp {
 				// Subscriptions whose replay failed try again.
 				for _, s := range b.subs {
 					s.retryUp()
 				}
 			}
-			b.setState(flightcache.BusUp)
+			b.setState(driver.BusUp)
 		}
 		b.mu.Unlock()
 		return
@@ -646,8 +646,8 @@ func (r *busRun) message(channel, payload string) {
 // busEvent is one call to a handler: Invalidated(inv), or BusChanged(state)
 // when state is set.
 type busEvent struct {
-	inv   flightcache.Invalidation
-	state flightcache.BusState
+	inv   driver.Invalidation
+	state driver.BusState
 }
 
 // busSub is one subscription: a bounded queue of events and the goroutine
@@ -655,7 +655,7 @@ type busEvent struct {
 type busSub struct {
 	b     *bus
 	cache string
-	h     flightcache.BusHandler
+	h     driver.BusHandler
 	wake  chan struct{} // something was queued
 	stop  chan struct{} // closed by end
 	done  chan struct{} // closed when deliver returned
@@ -673,7 +673,7 @@ type busSub struct {
 	bytes   int
 	// global is the bus's state as last queued; lagging is set from an
 	// overflow until the queue drained, and holds BusUp back meanwhile.
-	global  flightcache.BusState
+	global  driver.BusState
 	lagging bool
 	// flushes counts the times the queue was emptied (BusDown, overflow):
 	// a replay begun before one must not end in BusUp. retry is set when a
@@ -682,7 +682,7 @@ type busSub struct {
 	flushes uint64
 	retry   bool
 
-	delivered flightcache.BusState // owned by deliver
+	delivered driver.BusState // owned by deliver
 }
 
 // push queues ev. The caller holds b.mu, so events are queued in the order
@@ -693,11 +693,11 @@ type busSub struct {
 func (s *busSub) push(ev busEvent) {
 	s.mu.Lock()
 	switch ev.state {
-	case flightcache.BusDown:
-		s.global = flightcache.BusDown
+	case driver.BusDown:
+		s.global = driver.BusDown
 		s.flush()
-	case flightcache.BusUp:
-		s.global = flightcache.BusUp
+	case driver.BusUp:
+		s.global = driver.BusUp
 		s.retry = false
 		if s.lagging {
 			s.mu.Unlock()
@@ -709,7 +709,7 @@ func (s *busSub) push(ev busEvent) {
 			// ev, and the subscription is down until it caught up.
 			s.b.overflowed.Add(uint64(s.flush()) + 1)
 			s.lagging = true
-			ev = busEvent{state: flightcache.BusDown}
+			ev = busEvent{state: driver.BusDown}
 		}
 	}
 	if s.n == len(s.q) {
@@ -752,7 +752,7 @@ func (s *busSub) retryUp() {
 	retry := s.retry
 	s.mu.Unlock()
 	if retry {
-		s.push(busEvent{state: flightcache.BusUp})
+		s.push(busEvent{state: driver.BusUp})
 	}
 }
 
@@ -771,8 +771,8 @@ func (s *busSub) next() (busEvent, uint64, bool) {
 	}
 	if s.lagging {
 		s.lagging = false
-		if s.global == flightcache.BusUp {
-			return busEvent{state: flightcache.BusUp}, s.flushes, true
+		if s.global == driver.BusUp {
+			return busEvent{state: driver.BusUp}, s.flushes, true
 		}
 	}
 	return busEvent{}, 0, false
@@ -833,7 +833,7 @@ func (s *busSub) deliver() {
 			case ev.state == 0:
 				s.h.Invalidated(ev.inv)
 			case ev.state == s.delivered:
-			case ev.state == flightcache.BusUp && !s.replay(flushes):
+			case ev.state == driver.BusUp && !s.replay(flushes):
 			default:
 				s.delivered = ev.state
 				s.h.BusChanged(ev.state)
@@ -856,7 +856,7 @@ func (s *busSub) end() {
 		if len(b.subs) == 0 && b.run != nil {
 			r = b.run
 			b.run, b.prev = nil, r
-			b.state = flightcache.BusNone
+			b.state = driver.BusNone
 		}
 		b.mu.Unlock()
 		close(s.stop)

@@ -14,13 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
 // benchInvalidation is a typical invalidation: one key of a named cache.
-var benchInvalidation = flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: "product:1234567", Version: time.Now()}
+var benchInvalidation = driver.Invalidation{Kind: driver.InvalidationKey, Target: "product:1234567", Version: time.Now()}
 
 const benchCache = "product"
 
@@ -66,14 +66,14 @@ func newCountingHandler() *countingHandler {
 	return &countingHandler{reached: make(chan struct{}, 1), up: make(chan struct{}, 1)}
 }
 
-func (h *countingHandler) Invalidated(flightcache.Invalidation) {
+func (h *countingHandler) Invalidated(driver.Invalidation) {
 	if h.n.Add(1) == h.target.Load() {
 		h.reached <- struct{}{}
 	}
 }
 
-func (h *countingHandler) BusChanged(s flightcache.BusState) {
-	if s == flightcache.BusUp {
+func (h *countingHandler) BusChanged(s driver.BusState) {
+	if s == driver.BusUp {
 		select {
 		case h.up <- struct{}{}:
 		default:
@@ -167,7 +167,7 @@ func BenchmarkBusPublish(b *testing.B) {
 		b.Fatalf("subscribers of the bus channel %v, %v; want 1", n, err)
 	}
 	ctx := context.Background()
-	run := func(b *testing.B, parallel bool, inv flightcache.Invalidation) {
+	run := func(b *testing.B, parallel bool, inv driver.Invalidation) {
 		msg, err := appendBusMessage(nil, pub.bus.origin, benchCache, inv)
 		if err != nil {
 			b.Fatal(err)
@@ -200,7 +200,7 @@ func BenchmarkBusPublish(b *testing.B) {
 	b.Run("parallel", func(b *testing.B) { run(b, true, benchInvalidation) })
 	// A prefix invalidation is recorded in the cache's retained set by
 	// the script that publishes it.
-	prefix := flightcache.Invalidation{Kind: flightcache.InvalidationPrefix, Target: "tenant-a:", Version: time.Now()}
+	prefix := driver.Invalidation{Kind: driver.InvalidationPrefix, Target: "tenant-a:", Version: time.Now()}
 	b.Run("bulk-serial", func(b *testing.B) { run(b, false, prefix) })
 	// The same three with the publisher subscribed, as a Cache with a Bus
 	// always is: each Publish then also waits for its message to come
@@ -210,7 +210,7 @@ func BenchmarkBusPublish(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer stop()
-	eventually(b, 10*time.Second, "bus up", func() bool { return pub.BusStats().State == flightcache.BusUp })
+	eventually(b, 10*time.Second, "bus up", func() bool { return pub.BusStats().State == driver.BusUp })
 	b.Run("serial-echo", func(b *testing.B) { run(b, false, benchInvalidation) })
 	b.Run("parallel-echo", func(b *testing.B) { run(b, true, benchInvalidation) })
 	b.Run("bulk-serial-echo", func(b *testing.B) { run(b, false, prefix) })
@@ -336,10 +336,10 @@ type latencyHandler struct {
 	up  chan struct{}
 }
 
-func (h *latencyHandler) Invalidated(flightcache.Invalidation) { h.got <- time.Now() }
+func (h *latencyHandler) Invalidated(driver.Invalidation) { h.got <- time.Now() }
 
-func (h *latencyHandler) BusChanged(s flightcache.BusState) {
-	if s == flightcache.BusUp {
+func (h *latencyHandler) BusChanged(s driver.BusState) {
+	if s == driver.BusUp {
 		select {
 		case h.up <- struct{}{}:
 		default:
@@ -355,13 +355,13 @@ type seqHandler struct {
 	up      chan struct{}
 }
 
-func (h *seqHandler) Invalidated(flightcache.Invalidation) {
+func (h *seqHandler) Invalidated(driver.Invalidation) {
 	h.applied.Add(1)
 	h.got <- time.Now()
 }
 
-func (h *seqHandler) BusChanged(s flightcache.BusState) {
-	if s == flightcache.BusUp {
+func (h *seqHandler) BusChanged(s driver.BusState) {
+	if s == driver.BusUp {
 		select {
 		case h.up <- struct{}{}:
 		default:

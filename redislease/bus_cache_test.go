@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // Through real Caches: a write on one instance drops the other instance's
@@ -19,7 +20,7 @@ func TestBusKeepsOtherInstancesLocalTiersFresh(t *testing.T) {
 	a := newInstance(t, newClient(t, addr), prefix, withBus)
 	b := newInstance(t, newClient(t, addr), prefix, withBus)
 	for _, in := range []*instance{a, b} {
-		eventually(t, 10*time.Second, "bus up", func() bool { return in.cache.BusState() == flightcache.BusUp })
+		eventually(t, 10*time.Second, "bus up", func() bool { return in.cache.BusState() == driver.BusUp })
 	}
 	ctx := context.Background()
 	old := &origin{value: "v1"}
@@ -29,12 +30,12 @@ func TestBusKeepsOtherInstancesLocalTiersFresh(t *testing.T) {
 	if r, err := b.cache.Fetch(ctx, "product:42", old.load); err != nil || r.Outcome != flightcache.OutcomeHitLocal {
 		t.Fatalf("b's second read = %+v, %v; want a local hit", r, err)
 	}
-	applied := b.rec.count(flightcache.EventInvalidationApplied)
+	applied := b.rec.count(driver.EventInvalidationApplied)
 	if err := a.cache.Set(ctx, "product:42", "v2"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "b applied a's invalidation", func() bool {
-		return b.rec.count(flightcache.EventInvalidationApplied) > applied
+		return b.rec.count(driver.EventInvalidationApplied) > applied
 	})
 	r, err := b.cache.Fetch(ctx, "product:42", old.load)
 	if err != nil || r.Value != "v2" {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -41,7 +41,7 @@ type publishResult struct {
 }
 
 // publishAsync runs Publish in a goroutine and delivers its answer.
-func publishAsync(ctx context.Context, c *Coordinator, inv flightcache.Invalidation) <-chan publishResult {
+func publishAsync(ctx context.Context, c *Coordinator, inv driver.Invalidation) <-chan publishResult {
 	ch := make(chan publishResult, 1)
 	go func() {
 		err := c.Publish(ctx, "c", inv)
@@ -75,7 +75,7 @@ func echoSetup(t *testing.T, opts Options) (pub, other *Coordinator, p *pubsubPr
 func TestPublishReturnsOnlyAfterItsOwnSubscriptionSawTheMessage(t *testing.T) {
 	pub, _, p, published, rb := echoSetup(t, Options{HeartbeatInterval: time.Second, DownAfter: time.Minute})
 	p.down.shut()
-	want := inv(flightcache.InvalidationKey, "k")
+	want := inv(driver.InvalidationKey, "k")
 	res := publishAsync(context.Background(), pub, want)
 	if got := rb.nextInv(t, 10*time.Second); !sameInv(got, want) {
 		t.Fatalf("the other instance received %+v, want %+v", got, want)
@@ -114,7 +114,7 @@ func TestPublishWhoseMessageDoesNotComeBackFails(t *testing.T) {
 	defer p.down.lift()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	err := pub.Publish(ctx, "c", inv(flightcache.InvalidationKey, "k"))
+	err := pub.Publish(ctx, "c", inv(driver.InvalidationKey, "k"))
 	if !errors.Is(err, ErrNotDelivered) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Publish = %v, want ErrNotDelivered and the deadline", err)
 	}
@@ -131,7 +131,7 @@ func TestPublishWhoseMessageDoesNotComeBackFails(t *testing.T) {
 	}
 
 	// A bulk invalidation waits the same way (its script publishes).
-	res := publishAsync(context.Background(), pub, inv(flightcache.InvalidationPrefix, "p:"))
+	res := publishAsync(context.Background(), pub, inv(driver.InvalidationPrefix, "p:"))
 	rb.nextInv(t, 10*time.Second)
 	pub.Close() // ends the only subscription
 	select {
@@ -187,7 +187,7 @@ func TestAnotherInstanceHasTheInvalidationWhenPublishReturns(t *testing.T) {
 	before := 0
 	ctx := context.Background()
 	for i := range rounds {
-		if err := pub.Publish(ctx, "c", inv(flightcache.InvalidationKey, "k")); err != nil {
+		if err := pub.Publish(ctx, "c", inv(driver.InvalidationKey, "k")); err != nil {
 			t.Fatal(err)
 		}
 		returned := time.Now()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/testenv"
 	"github.com/flightcache/flightcache/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -20,8 +21,8 @@ import (
 // busCall is one call to a handler: Invalidated(inv), or BusChanged(state)
 // when state is set.
 type busCall struct {
-	inv   flightcache.Invalidation
-	state flightcache.BusState
+	inv   driver.Invalidation
+	state driver.BusState
 }
 
 // busRecorder is a BusHandler that hands every call to the test, in order.
@@ -35,7 +36,7 @@ type busRecorder struct {
 	held    chan struct{}
 	once    sync.Once
 	// replayed holds what subscribeUpAfter saw before BusChanged(up).
-	replayed []flightcache.Invalidation
+	replayed []driver.Invalidation
 }
 
 func newBusRecorder() *busRecorder { return &busRecorder{calls: make(chan busCall, 1<<14)} }
@@ -47,7 +48,7 @@ func (r *busRecorder) holdFirst() (release func()) {
 	return sync.OnceFunc(func() { close(r.hold) })
 }
 
-func (r *busRecorder) Invalidated(inv flightcache.Invalidation) {
+func (r *busRecorder) Invalidated(inv driver.Invalidation) {
 	if r.stopped.Load() {
 		r.late.Add(1)
 	}
@@ -60,7 +61,7 @@ func (r *busRecorder) Invalidated(inv flightcache.Invalidation) {
 	r.calls <- busCall{inv: inv}
 }
 
-func (r *busRecorder) BusChanged(s flightcache.BusState) {
+func (r *busRecorder) BusChanged(s driver.BusState) {
 	if r.stopped.Load() {
 		r.late.Add(1)
 	}
@@ -81,11 +82,11 @@ func (r *busRecorder) next(t testing.TB, d time.Duration) busCall {
 
 // waitState reads calls until BusChanged(s) and returns how long that
 // took and the invalidations before it.
-func (r *busRecorder) waitState(t testing.TB, s flightcache.BusState, d time.Duration) (time.Duration, []flightcache.Invalidation) {
+func (r *busRecorder) waitState(t testing.TB, s driver.BusState, d time.Duration) (time.Duration, []driver.Invalidation) {
 	t.Helper()
 	start := time.Now()
 	deadline := time.After(d)
-	var invs []flightcache.Invalidation
+	var invs []driver.Invalidation
 	for {
 		select {
 		case c := <-r.calls:
@@ -103,7 +104,7 @@ func (r *busRecorder) waitState(t testing.TB, s flightcache.BusState, d time.Dur
 
 // nextInv returns the next invalidation, skipping state changes (a shared
 // and slow test machine may make a heartbeat late).
-func (r *busRecorder) nextInv(t testing.TB, d time.Duration) flightcache.Invalidation {
+func (r *busRecorder) nextInv(t testing.TB, d time.Duration) driver.Invalidation {
 	t.Helper()
 	deadline := time.After(d)
 	for {
@@ -158,17 +159,17 @@ func subscribeUp(t testing.TB, c *Coordinator, cache string, r *busRecorder) fun
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	if first := r.next(t, 10*time.Second); first.state != flightcache.BusUp {
+	if first := r.next(t, 10*time.Second); first.state != driver.BusUp {
 		t.Fatalf("first call %+v, want BusChanged(up)", first)
 	}
 	return stop
 }
 
-func inv(kind flightcache.InvalidationKind, target string) flightcache.Invalidation {
-	return flightcache.Invalidation{Kind: kind, Target: target, Version: time.Now()}
+func inv(kind driver.InvalidationKind, target string) driver.Invalidation {
+	return driver.Invalidation{Kind: kind, Target: target, Version: time.Now()}
 }
 
-func sameInv(a, b flightcache.Invalidation) bool {
+func sameInv(a, b driver.Invalidation) bool {
 	return a.Kind == b.Kind && a.Target == b.Target && a.Version.Equal(b.Version.Truncate(time.Microsecond))
 }
 
@@ -198,21 +199,21 @@ func TestBusDeliversToOtherInstancesOnly(t *testing.T) {
 	subscribeUp(t, b, "other", rbOther)
 	ctx := context.Background()
 
-	sent := []flightcache.Invalidation{
-		inv(flightcache.InvalidationKey, "user:42"),
-		inv(flightcache.InvalidationPrefix, "tenant-a:"),
-		inv(flightcache.InvalidationAll, ""),
+	sent := []driver.Invalidation{
+		inv(driver.InvalidationKey, "user:42"),
+		inv(driver.InvalidationPrefix, "tenant-a:"),
+		inv(driver.InvalidationAll, ""),
 	}
 	for _, i := range sent {
 		if err := a.Publish(ctx, "c", i); err != nil {
 			t.Fatal(err)
 		}
 	}
-	fromB := inv(flightcache.InvalidationKey, "k2")
+	fromB := inv(driver.InvalidationKey, "k2")
 	if err := b.Publish(ctx, "c", fromB); err != nil {
 		t.Fatal(err)
 	}
-	toOther := inv(flightcache.InvalidationKey, "x")
+	toOther := inv(driver.InvalidationKey, "x")
 	if err := a.Publish(ctx, "other", toOther); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +234,7 @@ func TestBusDeliversToOtherInstancesOnly(t *testing.T) {
 	if sa.Published != 4 || sb.Published != 1 || sa.Received != 1 || sb.Received != 4 || sa.Dropped+sb.Dropped != 0 {
 		t.Fatalf("stats a %+v, b %+v", sa, sb)
 	}
-	if sa.State != flightcache.BusUp || sa.LastMessage.IsZero() {
+	if sa.State != driver.BusUp || sa.LastMessage.IsZero() {
 		t.Fatalf("a's state %v, last message %v", sa.State, sa.LastMessage)
 	}
 
@@ -259,14 +260,14 @@ func TestBusSharesTheLeaseSubscriptionConnection(t *testing.T) {
 	follower := newBusCoordinator(t, newClient(t, srv.Addr, heldHook{}), "conn:", Options{})
 	subscribeUp(t, follower, "c", newBusRecorder())
 	ctx := context.Background()
-	lc, err := leader.Claim(ctx, "k", flightcache.ClaimRequest{Wait: time.Minute})
+	lc, err := leader.Claim(ctx, "k", driver.ClaimRequest{Wait: time.Minute})
 	if err != nil || lc.Lease == nil {
 		t.Fatalf("leader Claim = %+v, %v", lc, err)
 	}
 	held := make(chan struct{}, 2)
 	res := make(chan error, 1)
 	go func() {
-		_, err := follower.Claim(context.WithValue(ctx, heldKey{}, held), "k", flightcache.ClaimRequest{Wait: time.Minute})
+		_, err := follower.Claim(context.WithValue(ctx, heldKey{}, held), "k", driver.ClaimRequest{Wait: time.Minute})
 		res <- err
 	}()
 	<-held // found the lease held; subscribes
@@ -350,7 +351,7 @@ func TestBusKeepsOrder(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		for i := range n {
-			if err := a.Publish(ctx, "c", inv(flightcache.InvalidationKey, strconv.Itoa(i))); err != nil {
+			if err := a.Publish(ctx, "c", inv(driver.InvalidationKey, strconv.Itoa(i))); err != nil {
 				done <- err
 				return
 			}
@@ -377,7 +378,7 @@ func TestBusDropsGarbage(t *testing.T) {
 	subscribeUp(t, b, "c", rb)
 	ctx := context.Background()
 	raw := newClient(t, addr)
-	own, err := appendBusMessage(nil, b.bus.origin, "c", inv(flightcache.InvalidationKey, "own"))
+	own, err := appendBusMessage(nil, b.bus.origin, "c", inv(driver.InvalidationKey, "own"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +405,7 @@ func TestBusDropsGarbage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	good := inv(flightcache.InvalidationKey, "good")
+	good := inv(driver.InvalidationKey, "good")
 	if err := a.Publish(ctx, "c", good); err != nil {
 		t.Fatal(err)
 	}
@@ -426,7 +427,7 @@ const busDetectionSlack = 500 * time.Millisecond
 // publishArrives checks from publishes an invalidation that to receives.
 func publishArrives(t *testing.T, from, to *Coordinator, r *busRecorder, target string) {
 	t.Helper()
-	want := inv(flightcache.InvalidationKey, target)
+	want := inv(driver.InvalidationKey, target)
 	if err := from.Publish(context.Background(), "c", want); err != nil {
 		t.Fatal(err)
 	}
@@ -447,20 +448,20 @@ func TestBusDownWhenRedisDiesUpWhenItReturns(t *testing.T) {
 	subscribeUp(t, b, "c", rb)
 
 	srv.Kill()
-	took, _ := ra.waitState(t, flightcache.BusDown, 10*time.Second)
+	took, _ := ra.waitState(t, driver.BusDown, 10*time.Second)
 	t.Logf("down %v after the kill", took)
 	if limit := busFaultOptions.DownAfter + busFaultOptions.HeartbeatInterval + busDetectionSlack; took > limit {
 		t.Fatalf("down %v after the kill, want within %v", took, limit)
 	}
-	if s := a.BusStats(); s.State != flightcache.BusDown || s.Disconnects == 0 {
+	if s := a.BusStats(); s.State != driver.BusDown || s.Disconnects == 0 {
 		t.Fatalf("stats after the kill %+v", s)
 	}
-	rb.waitState(t, flightcache.BusDown, 10*time.Second)
+	rb.waitState(t, driver.BusDown, 10*time.Second)
 
 	srv.Start()
-	took, _ = ra.waitState(t, flightcache.BusUp, 10*time.Second)
+	took, _ = ra.waitState(t, driver.BusUp, 10*time.Second)
 	t.Logf("up %v after the restart", took)
-	rb.waitState(t, flightcache.BusUp, 10*time.Second)
+	rb.waitState(t, driver.BusUp, 10*time.Second)
 	if s := a.BusStats(); s.Resubscribed < 1 {
 		t.Fatalf("stats after the restart %+v, want a resubscription", s)
 	}
@@ -497,14 +498,14 @@ func TestBusDownWhileRedisIsPausedUpWhenResumed(t *testing.T) {
 					srv.Resume()
 				}
 			}()
-			took, _ := ra.waitState(t, flightcache.BusDown, 10*time.Second)
+			took, _ := ra.waitState(t, driver.BusDown, 10*time.Second)
 			t.Logf("down %v after SIGSTOP", took)
 			if limit := c.limit + busDetectionSlack; took > limit {
 				t.Fatalf("down %v after SIGSTOP, want within %v", took, limit)
 			}
 			srv.Resume()
 			paused = false
-			took, _ = ra.waitState(t, flightcache.BusUp, 10*time.Second)
+			took, _ = ra.waitState(t, driver.BusUp, 10*time.Second)
 			t.Logf("up %v after SIGCONT", took)
 			if s := a.BusStats(); s.Resubscribed != 0 {
 				t.Fatalf("stats %+v: the connection survived, nothing to resubscribe", s)
@@ -529,8 +530,8 @@ func TestBusDownAndUpWhenTheSubscriptionIsReestablished(t *testing.T) {
 	if err := admin.Do(ctx, "client", "kill", "type", "pubsub").Err(); err != nil {
 		t.Fatal(err)
 	}
-	ra.waitState(t, flightcache.BusDown, 10*time.Second)
-	took, _ := ra.waitState(t, flightcache.BusUp, 10*time.Second)
+	ra.waitState(t, driver.BusDown, 10*time.Second)
+	took, _ := ra.waitState(t, driver.BusUp, 10*time.Second)
 	t.Logf("up %v after down", took)
 	if s := a.BusStats(); s.Resubscribed == 0 || s.Disconnects == 0 {
 		t.Fatalf("stats %+v, want a resubscription and a disconnect", s)
@@ -594,7 +595,7 @@ func TestBusOverflowGoesDownThenUp(t *testing.T) {
 		t.Helper()
 		p := raw.Pipeline()
 		for i := from; i < from+n; i++ {
-			msg, err := appendBusMessage(nil, 1, "c", inv(flightcache.InvalidationKey, strconv.Itoa(i)))
+			msg, err := appendBusMessage(nil, 1, "c", inv(driver.InvalidationKey, strconv.Itoa(i)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -609,7 +610,7 @@ func TestBusOverflowGoesDownThenUp(t *testing.T) {
 	<-rb.held // the handler is stuck in its first call
 	publishBurst(1, total-1)
 	eventually(t, 10*time.Second, "overflow while the handler is stuck", func() bool { return b.BusStats().Received == total })
-	if s := b.BusStats(); s.Overflowed == 0 || s.State != flightcache.BusUp {
+	if s := b.BusStats(); s.Overflowed == 0 || s.State != driver.BusUp {
 		t.Fatalf("stats with the handler stuck %+v, want an overflow and the bus up", s)
 	}
 	release()
@@ -622,9 +623,9 @@ func TestBusOverflowGoesDownThenUp(t *testing.T) {
 	for up := false; !up; {
 		c := rb.next(t, 10*time.Second)
 		switch c.state {
-		case flightcache.BusDown:
+		case driver.BusDown:
 			sawDown = true
-		case flightcache.BusUp:
+		case driver.BusUp:
 			if !sawDown {
 				t.Fatal("BusChanged(up) before BusChanged(down)")
 			}
@@ -660,7 +661,7 @@ func rawBurst(t *testing.T, raw redis.UniversalClient, channel, cache, prefix st
 	ctx := context.Background()
 	p := raw.Pipeline()
 	for i := from; i < from+n; i++ {
-		msg, err := appendBusMessage(nil, 1, cache, inv(flightcache.InvalidationKey, prefix+strconv.Itoa(i)))
+		msg, err := appendBusMessage(nil, 1, cache, inv(driver.InvalidationKey, prefix+strconv.Itoa(i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -698,10 +699,10 @@ func TestBusDownDoesNotWaitForQueuedInvalidations(t *testing.T) {
 	if got := rb.next(t, 5*time.Second); got.state != 0 || got.inv.Target != "0" {
 		t.Fatalf("first call %+v, want the invalidation in progress", got)
 	}
-	if got := rb.next(t, 5*time.Second); got.state != flightcache.BusDown {
+	if got := rb.next(t, 5*time.Second); got.state != driver.BusDown {
 		t.Fatalf("call after the one in progress: %+v, want BusChanged(down) before the %d queued invalidations", got, queued)
 	}
-	_, invs := rb.waitState(t, flightcache.BusUp, 10*time.Second)
+	_, invs := rb.waitState(t, driver.BusUp, 10*time.Second)
 	if len(invs) != 0 {
 		t.Fatalf("%d queued invalidations delivered after BusChanged(down), want them dropped", len(invs))
 	}
@@ -744,10 +745,10 @@ func TestBusQueueIsBoundedInBytes(t *testing.T) {
 	if got := rb.next(t, 5*time.Second); got.state != 0 || got.inv.Target != "0" {
 		t.Fatalf("first call %+v, want the invalidation in progress", got)
 	}
-	if got := rb.next(t, 5*time.Second); got.state != flightcache.BusDown {
+	if got := rb.next(t, 5*time.Second); got.state != driver.BusDown {
 		t.Fatalf("call after the overflow %+v, want BusChanged(down)", got)
 	}
-	_, invs := rb.waitState(t, flightcache.BusUp, 10*time.Second)
+	_, invs := rb.waitState(t, driver.BusUp, 10*time.Second)
 	if uint64(len(invs))+s.Overflowed != n {
 		t.Fatalf("%d delivered + %d overflowed, want %d", len(invs), s.Overflowed, n)
 	}
@@ -788,7 +789,7 @@ func TestBusStopEndsDelivery(t *testing.T) {
 
 	// The last stop ends the run and unsubscribes.
 	stopWitness()
-	if s := b.BusStats(); s.State != flightcache.BusNone {
+	if s := b.BusStats(); s.State != driver.BusNone {
 		t.Fatalf("state with nothing subscribed %v, want none", s.State)
 	}
 	admin := newClient(t, addr)
@@ -817,7 +818,7 @@ func startStream(t *testing.T, c *Coordinator, caches ...string) *stream {
 	go func() {
 		defer close(s.done)
 		for i := 0; ctx.Err() == nil; i++ {
-			if c.Publish(context.Background(), caches[i%len(caches)], inv(flightcache.InvalidationKey, strconv.Itoa(i))) != nil {
+			if c.Publish(context.Background(), caches[i%len(caches)], inv(driver.InvalidationKey, strconv.Itoa(i))) != nil {
 				return
 			}
 			s.sent.Store(int64(i + 1))
@@ -883,10 +884,10 @@ func TestBusCloseEndsEverything(t *testing.T) {
 	if _, err := b.Subscribe("c", newBusRecorder()); !errors.Is(err, errClosed) {
 		t.Fatalf("Subscribe after Close = %v, want errClosed", err)
 	}
-	if err := b.Publish(context.Background(), "c", inv(flightcache.InvalidationAll, "")); !errors.Is(err, errClosed) {
+	if err := b.Publish(context.Background(), "c", inv(driver.InvalidationAll, "")); !errors.Is(err, errClosed) {
 		t.Fatalf("Publish after Close = %v, want errClosed", err)
 	}
-	if s := b.BusStats(); s.State != flightcache.BusNone {
+	if s := b.BusStats(); s.State != driver.BusNone {
 		t.Fatalf("state after Close %v", s.State)
 	}
 }
@@ -954,10 +955,10 @@ func TestBusRefusesBadArguments(t *testing.T) {
 		t.Error("Subscribe with a long cache name")
 	}
 	ctx := context.Background()
-	for _, bad := range []flightcache.Invalidation{
-		{Kind: flightcache.InvalidationKey, Version: time.Now()},
-		{Kind: flightcache.InvalidationAll, Target: "secret-key", Version: time.Now()},
-		{Kind: flightcache.InvalidationKey, Target: "secret-key"},
+	for _, bad := range []driver.Invalidation{
+		{Kind: driver.InvalidationKey, Version: time.Now()},
+		{Kind: driver.InvalidationAll, Target: "secret-key", Version: time.Now()},
+		{Kind: driver.InvalidationKey, Target: "secret-key"},
 		{Kind: 0, Target: "secret-key", Version: time.Now()},
 	} {
 		err := c.Publish(ctx, "c", bad)
@@ -967,7 +968,7 @@ func TestBusRefusesBadArguments(t *testing.T) {
 			t.Errorf("error %q quotes the key", err)
 		}
 	}
-	if s := c.BusStats(); s.Published != 0 || s.State != flightcache.BusNone {
+	if s := c.BusStats(); s.Published != 0 || s.State != driver.BusNone {
 		t.Fatalf("stats %+v", s)
 	}
 }
@@ -1047,7 +1048,7 @@ func TestBusSubscribeStopChurn(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if s := b.BusStats(); s.State != flightcache.BusNone {
+	if s := b.BusStats(); s.State != driver.BusNone {
 		t.Fatalf("state after the churn %v, want none", s.State)
 	}
 	r := newBusRecorder()

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -102,7 +102,7 @@ return {0, items}
 `)
 
 // publishBulk records inv for cache and publishes msg, its encoding.
-func (c *Coordinator) publishBulk(ctx context.Context, cache string, inv flightcache.Invalidation, msg []byte) error {
+func (c *Coordinator) publishBulk(ctx context.Context, cache string, inv driver.Invalidation, msg []byte) error {
 	b := c.bus
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
@@ -123,7 +123,7 @@ var errBadRetained = errors.New("redislease: bus: malformed reply reading the re
 // retained reads cache's bulk invalidations within the retention window,
 // oldest first. Members that do not decode (not written by Publish) are
 // skipped and counted in BusStats.Dropped.
-func (b *bus) retained(ctx context.Context, cache string) ([]flightcache.Invalidation, error) {
+func (b *bus) retained(ctx context.Context, cache string) ([]driver.Invalidation, error) {
 	ctx, cancel := b.c.opCtx(ctx)
 	defer cancel()
 	cutoff := b.now().Add(-b.retention).UnixMicro()
@@ -140,13 +140,13 @@ func (b *bus) retained(ctx context.Context, cache string) ([]flightcache.Invalid
 		if !ok {
 			return nil, errBadRetained
 		}
-		return []flightcache.Invalidation{{Kind: flightcache.InvalidationAll, Version: version}}, nil
+		return []driver.Invalidation{{Kind: driver.InvalidationAll, Version: version}}, nil
 	}
 	items, ok := v[1].([]any)
 	if !ok || len(items)%2 != 0 {
 		return nil, errBadRetained
 	}
-	invs := make([]flightcache.Invalidation, 0, len(items)/2)
+	invs := make([]driver.Invalidation, 0, len(items)/2)
 	for i := 0; i < len(items); i += 2 {
 		member, _ := items[i].(string)
 		score, _ := items[i+1].(string)
@@ -161,8 +161,8 @@ func (b *bus) retained(ctx context.Context, cache string) ([]flightcache.Invalid
 }
 
 // decodeRetained decodes one member of a cache's set and its score.
-func decodeRetained(member, score string) (flightcache.Invalidation, bool) {
-	var inv flightcache.Invalidation
+func decodeRetained(member, score string) (driver.Invalidation, bool) {
+	var inv driver.Invalidation
 	version, ok := parseScore(score)
 	if !ok || member == "" {
 		return inv, false
@@ -170,10 +170,10 @@ func decodeRetained(member, score string) (flightcache.Invalidation, bool) {
 	inv.Version = version
 	switch member[0] {
 	case 'p':
-		inv.Kind, inv.Target = flightcache.InvalidationPrefix, member[1:]
+		inv.Kind, inv.Target = driver.InvalidationPrefix, member[1:]
 		return inv, inv.Target != "" && len(inv.Target) <= maxBusTarget
 	case 'a':
-		inv.Kind = flightcache.InvalidationAll
+		inv.Kind = driver.InvalidationAll
 		return inv, member == "a"
 	}
 	return inv, false

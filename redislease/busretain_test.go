@@ -7,22 +7,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
 // untilUp reads r's calls until BusChanged(up) and returns the
 // invalidations before it, failing on a BusChanged(down) meanwhile.
-func untilUp(t *testing.T, r *busRecorder) []flightcache.Invalidation {
+func untilUp(t *testing.T, r *busRecorder) []driver.Invalidation {
 	t.Helper()
-	var invs []flightcache.Invalidation
+	var invs []driver.Invalidation
 	for {
 		c := r.next(t, 10*time.Second)
 		switch c.state {
-		case flightcache.BusUp:
+		case driver.BusUp:
 			return invs
-		case flightcache.BusDown:
+		case driver.BusDown:
 			t.Fatalf("BusChanged(down) after %d invalidations, before BusChanged(up)", len(invs))
 		default:
 			invs = append(invs, c.inv)
@@ -32,7 +32,7 @@ func untilUp(t *testing.T, r *busRecorder) []flightcache.Invalidation {
 
 // sameInvs fails the test unless got and want hold the same
 // invalidations, in order.
-func sameInvs(t *testing.T, what string, got, want []flightcache.Invalidation) {
+func sameInvs(t *testing.T, what string, got, want []driver.Invalidation) {
 	t.Helper()
 	ok := len(got) == len(want)
 	for i := 0; ok && i < len(got); i++ {
@@ -44,8 +44,8 @@ func sameInvs(t *testing.T, what string, got, want []flightcache.Invalidation) {
 }
 
 // at returns an invalidation of kind and target with Version v.
-func at(kind flightcache.InvalidationKind, target string, v time.Time) flightcache.Invalidation {
-	return flightcache.Invalidation{Kind: kind, Target: target, Version: v}
+func at(kind driver.InvalidationKind, target string, v time.Time) driver.Invalidation {
+	return driver.Invalidation{Kind: kind, Target: target, Version: v}
 }
 
 // An instance that subscribes after bulk invalidations were published
@@ -59,15 +59,15 @@ func TestBusReplaysBulkInvalidationsToLateSubscribers(t *testing.T) {
 	base := time.Now().Add(-time.Minute)
 	for _, p := range []struct {
 		cache string
-		inv   flightcache.Invalidation
+		inv   driver.Invalidation
 	}{
-		{"c", at(flightcache.InvalidationPrefix, "tenant-a:", base)},
-		{"c", at(flightcache.InvalidationKey, "k", base.Add(time.Second))},
-		{"c", at(flightcache.InvalidationAll, "", base.Add(2*time.Second))},
-		{"c", at(flightcache.InvalidationPrefix, "tenant-a:", base.Add(3*time.Second))},
-		{"c", at(flightcache.InvalidationPrefix, "tenant-b:", base.Add(time.Second))},
-		{"c", at(flightcache.InvalidationPrefix, "tenant-b:", base.Add(-time.Second))}, // older: kept at its newest
-		{"other", at(flightcache.InvalidationPrefix, "tenant-o:", base)},
+		{"c", at(driver.InvalidationPrefix, "tenant-a:", base)},
+		{"c", at(driver.InvalidationKey, "k", base.Add(time.Second))},
+		{"c", at(driver.InvalidationAll, "", base.Add(2*time.Second))},
+		{"c", at(driver.InvalidationPrefix, "tenant-a:", base.Add(3*time.Second))},
+		{"c", at(driver.InvalidationPrefix, "tenant-b:", base.Add(time.Second))},
+		{"c", at(driver.InvalidationPrefix, "tenant-b:", base.Add(-time.Second))}, // older: kept at its newest
+		{"other", at(driver.InvalidationPrefix, "tenant-o:", base)},
 	} {
 		if err := a.Publish(ctx, p.cache, p.inv); err != nil {
 			t.Fatal(err)
@@ -80,10 +80,10 @@ func TestBusReplaysBulkInvalidationsToLateSubscribers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	sameInvs(t, "before the first BusChanged(up)", untilUp(t, rb), []flightcache.Invalidation{
-		at(flightcache.InvalidationPrefix, "tenant-b:", base.Add(time.Second)),
-		at(flightcache.InvalidationAll, "", base.Add(2*time.Second)),
-		at(flightcache.InvalidationPrefix, "tenant-a:", base.Add(3*time.Second)),
+	sameInvs(t, "before the first BusChanged(up)", untilUp(t, rb), []driver.Invalidation{
+		at(driver.InvalidationPrefix, "tenant-b:", base.Add(time.Second)),
+		at(driver.InvalidationAll, "", base.Add(2*time.Second)),
+		at(driver.InvalidationPrefix, "tenant-a:", base.Add(3*time.Second)),
 	})
 	if s := b.BusStats(); s.Replayed != 3 {
 		t.Fatalf("stats %+v, want 3 replayed", s)
@@ -105,15 +105,15 @@ func TestBusReplaysWhatWasMissedWhileDown(t *testing.T) {
 	// Nothing comes back on b's subscription connection: its heartbeats
 	// are late, so its bus goes down.
 	p.down.shut()
-	rb.waitState(t, flightcache.BusDown, 10*time.Second)
-	missed := inv(flightcache.InvalidationPrefix, "tenant-a:")
+	rb.waitState(t, driver.BusDown, 10*time.Second)
+	missed := inv(driver.InvalidationPrefix, "tenant-a:")
 	if err := a.Publish(context.Background(), "c", missed); err != nil {
 		t.Fatal(err)
 	}
 	// The connection dies with the message in it; go-redis reconnects.
 	p.cutSubscriptions()
 	p.down.lift()
-	sameInvs(t, "before BusChanged(up) again", untilUp(t, rb), []flightcache.Invalidation{missed})
+	sameInvs(t, "before BusChanged(up) again", untilUp(t, rb), []driver.Invalidation{missed})
 	if s := b.BusStats(); s.Replayed != 1 || s.Resubscribed == 0 {
 		t.Fatalf("stats %+v, want 1 replayed after a resubscription", s)
 	}
@@ -134,14 +134,14 @@ func TestBusReplaysAfterAnOverflow(t *testing.T) {
 	raw := newClient(t, addr)
 	rawBurst(t, raw, b.bus.channel, "c", "", 0, 1)
 	<-rb.held
-	bulk := inv(flightcache.InvalidationPrefix, "tenant-a:")
+	bulk := inv(driver.InvalidationPrefix, "tenant-a:")
 	if err := a.Publish(context.Background(), "c", bulk); err != nil {
 		t.Fatal(err)
 	}
 	rawBurst(t, raw, b.bus.channel, "c", "", 1, busQueueLen+10)
 	eventually(t, 10*time.Second, "an overflow", func() bool { return b.BusStats().Overflowed > 0 })
 	release()
-	rb.waitState(t, flightcache.BusDown, 10*time.Second)
+	rb.waitState(t, driver.BusDown, 10*time.Second)
 	invs := untilUp(t, rb)
 	if len(invs) == 0 || !sameInv(invs[len(invs)-1], bulk) {
 		t.Fatalf("the last invalidation before BusChanged(up) is not the retained one: %d delivered", len(invs))
@@ -173,10 +173,10 @@ func TestBusTrimsRetainedInvalidations(t *testing.T) {
 	a.bus.now = func() time.Time { return now }
 
 	// By age, at the publisher.
-	if err := a.Publish(ctx, "c", at(flightcache.InvalidationPrefix, "old:", now.Add(-50*time.Minute))); err != nil {
+	if err := a.Publish(ctx, "c", at(driver.InvalidationPrefix, "old:", now.Add(-50*time.Minute))); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Publish(ctx, "c", at(flightcache.InvalidationPrefix, "older:", now.Add(-61*time.Minute))); err != nil {
+	if err := a.Publish(ctx, "c", at(driver.InvalidationPrefix, "older:", now.Add(-61*time.Minute))); err != nil {
 		t.Fatal(err)
 	}
 	if m := members(); strings.Join(m, ",") != "pold:" {
@@ -186,7 +186,7 @@ func TestBusTrimsRetainedInvalidations(t *testing.T) {
 		t.Fatalf("the set's TTL is %v, %v; want the retention window", ttl, err)
 	}
 	now = now.Add(15 * time.Minute)
-	if err := a.Publish(ctx, "c", at(flightcache.InvalidationPrefix, "new:", now)); err != nil {
+	if err := a.Publish(ctx, "c", at(driver.InvalidationPrefix, "new:", now)); err != nil {
 		t.Fatal(err)
 	}
 	if m := members(); strings.Join(m, ",") != "pnew:" {
@@ -204,7 +204,7 @@ func TestBusTrimsRetainedInvalidations(t *testing.T) {
 	b := newBusCoordinator(t, newClient(t, addr), prefix, Options{BulkRetention: time.Hour})
 	rb := newBusRecorder()
 	stop := subscribeUpAfter(t, b, "c", rb)
-	sameInvs(t, "replayed", rb.replayed, []flightcache.Invalidation{at(flightcache.InvalidationPrefix, "new:", now)})
+	sameInvs(t, "replayed", rb.replayed, []driver.Invalidation{at(driver.InvalidationPrefix, "new:", now)})
 	if s := b.BusStats(); s.Dropped != 1 {
 		t.Fatalf("stats %+v, want the junk member dropped", s)
 	}
@@ -219,7 +219,7 @@ func TestBusTrimsRetainedInvalidations(t *testing.T) {
 	for i := range 8 {
 		v := now.Add(time.Duration(i) * time.Second)
 		versions = append(versions, v)
-		if err := a.Publish(ctx, "c", at(flightcache.InvalidationPrefix, "p"+strconv.Itoa(i)+":", v)); err != nil {
+		if err := a.Publish(ctx, "c", at(driver.InvalidationPrefix, "p"+strconv.Itoa(i)+":", v)); err != nil {
 			t.Fatal(err)
 		}
 		if n := len(members()); n > 5 {
@@ -228,12 +228,12 @@ func TestBusTrimsRetainedInvalidations(t *testing.T) {
 	}
 	rb = newBusRecorder()
 	subscribeUpAfter(t, b, "c", rb)
-	sameInvs(t, "replayed after trimming by size", rb.replayed, []flightcache.Invalidation{
-		at(flightcache.InvalidationAll, "", versions[3]), // covers p0: to p3:
-		at(flightcache.InvalidationPrefix, "p4:", versions[4]),
-		at(flightcache.InvalidationPrefix, "p5:", versions[5]),
-		at(flightcache.InvalidationPrefix, "p6:", versions[6]),
-		at(flightcache.InvalidationPrefix, "p7:", versions[7]),
+	sameInvs(t, "replayed after trimming by size", rb.replayed, []driver.Invalidation{
+		at(driver.InvalidationAll, "", versions[3]), // covers p0: to p3:
+		at(driver.InvalidationPrefix, "p4:", versions[4]),
+		at(driver.InvalidationPrefix, "p5:", versions[5]),
+		at(driver.InvalidationPrefix, "p6:", versions[6]),
+		at(driver.InvalidationPrefix, "p7:", versions[7]),
 	})
 }
 
@@ -270,7 +270,7 @@ func TestBusReplayIsBoundedInBytes(t *testing.T) {
 	}
 	rb := newBusRecorder()
 	subscribeUpAfter(t, b, "c", rb)
-	sameInvs(t, "replayed", rb.replayed, []flightcache.Invalidation{at(flightcache.InvalidationAll, "", newest)})
+	sameInvs(t, "replayed", rb.replayed, []driver.Invalidation{at(driver.InvalidationAll, "", newest)})
 }
 
 // A subscription whose replay cannot read the retained invalidations
@@ -287,7 +287,7 @@ func TestBusStaysDownUntilTheReplayReads(t *testing.T) {
 	if err := admin.Set(ctx, key, "not a sorted set", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Publish(ctx, "c", inv(flightcache.InvalidationAll, "")); err == nil {
+	if err := a.Publish(ctx, "c", inv(driver.InvalidationAll, "")); err == nil {
 		t.Fatal("published a bulk invalidation that could not be retained")
 	}
 	rb := newBusRecorder()
@@ -296,12 +296,12 @@ func TestBusStaysDownUntilTheReplayReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	eventually(t, 10*time.Second, "the bus up", func() bool { return b.BusStats().State == flightcache.BusUp })
+	eventually(t, 10*time.Second, "the bus up", func() bool { return b.BusStats().State == driver.BusUp })
 	rb.quiet(t, 10*busFaultOptions.HeartbeatInterval) // ten heartbeats: ten failed replays
 	if err := admin.Del(ctx, key).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if got := rb.next(t, 10*time.Second); got.state != flightcache.BusUp {
+	if got := rb.next(t, 10*time.Second); got.state != driver.BusUp {
 		t.Fatalf("first call %+v, want BusChanged(up) once the replay could read", got)
 	}
 	publishArrives(t, a, b, rb, "live")
@@ -323,7 +323,7 @@ func TestBusReplaysOnRedisCluster(t *testing.T) {
 	b := newBusCoordinator(t, newCluster(), "cluster:", Options{})
 	rb := newBusRecorder()
 	subscribeUp(t, b, "c", rb)
-	bulk := inv(flightcache.InvalidationPrefix, "tenant-a:")
+	bulk := inv(driver.InvalidationPrefix, "tenant-a:")
 	if err := a.Publish(context.Background(), "c", bulk); err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +333,7 @@ func TestBusReplaysOnRedisCluster(t *testing.T) {
 	late := newBusCoordinator(t, newCluster(), "cluster:", Options{})
 	rl := newBusRecorder()
 	subscribeUpAfter(t, late, "c", rl)
-	sameInvs(t, "replayed on the cluster", rl.replayed, []flightcache.Invalidation{bulk})
+	sameInvs(t, "replayed on the cluster", rl.replayed, []driver.Invalidation{bulk})
 	if a.cluster.ClusterKeySlot(context.Background(), a.bus.bulkKey("c")).Val() != a.cluster.ClusterKeySlot(context.Background(), a.bus.channel).Val() {
 		t.Fatal("the retained set is not in the bus channel's slot")
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // The bus's wire format, version 1. One message is one invalidation:
@@ -41,18 +41,18 @@ var errBadMessage = errors.New("redislease: malformed bus message")
 type busMessage struct {
 	origin uint64
 	cache  string
-	inv    flightcache.Invalidation
+	inv    driver.Invalidation
 }
 
 var busKinds = [...]byte{
-	flightcache.InvalidationKey:    'k',
-	flightcache.InvalidationPrefix: 'p',
-	flightcache.InvalidationAll:    'a',
+	driver.InvalidationKey:    'k',
+	driver.InvalidationPrefix: 'p',
+	driver.InvalidationAll:    'a',
 }
 
 // checkInvalidation reports what is wrong with publishing inv for cache,
 // without quoting either.
-func checkInvalidation(cache string, inv flightcache.Invalidation) error {
+func checkInvalidation(cache string, inv driver.Invalidation) error {
 	switch {
 	case cache == "":
 		return errors.New("redislease: bus: empty cache name")
@@ -62,14 +62,14 @@ func checkInvalidation(cache string, inv flightcache.Invalidation) error {
 		return errors.New("redislease: bus: Version must be a wall-clock time after 1970")
 	}
 	switch inv.Kind {
-	case flightcache.InvalidationKey, flightcache.InvalidationPrefix:
+	case driver.InvalidationKey, driver.InvalidationPrefix:
 		if inv.Target == "" {
 			return errors.New("redislease: bus: empty Target for a " + inv.Kind.String() + " invalidation")
 		}
 		if len(inv.Target) > maxBusTarget {
 			return errors.New("redislease: bus: Target longer than " + strconv.Itoa(maxBusTarget) + " bytes")
 		}
-	case flightcache.InvalidationAll:
+	case driver.InvalidationAll:
 		if inv.Target != "" {
 			return errors.New("redislease: bus: Target must be empty for an all invalidation")
 		}
@@ -81,7 +81,7 @@ func checkInvalidation(cache string, inv flightcache.Invalidation) error {
 
 // appendBusMessage appends the encoding of inv, published by origin for
 // cache, to dst.
-func appendBusMessage(dst []byte, origin uint64, cache string, inv flightcache.Invalidation) ([]byte, error) {
+func appendBusMessage(dst []byte, origin uint64, cache string, inv driver.Invalidation) ([]byte, error) {
 	if err := checkInvalidation(cache, inv); err != nil {
 		return dst, err
 	}
@@ -130,11 +130,11 @@ func decodeBusMessage(s string) (busMessage, error) {
 	}
 	switch rest[0] {
 	case 'k':
-		m.inv.Kind = flightcache.InvalidationKey
+		m.inv.Kind = driver.InvalidationKey
 	case 'p':
-		m.inv.Kind = flightcache.InvalidationPrefix
+		m.inv.Kind = driver.InvalidationPrefix
 	case 'a':
-		m.inv.Kind = flightcache.InvalidationAll
+		m.inv.Kind = driver.InvalidationAll
 	default:
 		return m, errBadMessage
 	}
@@ -160,8 +160,8 @@ func decodeBusMessage(s string) (busMessage, error) {
 	rest = rest[i+1:]
 	m.cache, m.inv.Target = rest[:n], rest[n:]
 	switch {
-	case m.inv.Kind == flightcache.InvalidationAll && m.inv.Target != "",
-		m.inv.Kind != flightcache.InvalidationAll && m.inv.Target == "",
+	case m.inv.Kind == driver.InvalidationAll && m.inv.Target != "",
+		m.inv.Kind != driver.InvalidationAll && m.inv.Target == "",
 		len(m.inv.Target) > maxBusTarget:
 		return m, errBadMessage
 	}

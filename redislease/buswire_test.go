@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // randomInvalidation returns a well-formed invalidation, with arbitrary
 // bytes in the cache name and the target.
-func randomInvalidation(r *rand.Rand) (string, flightcache.Invalidation) {
+func randomInvalidation(r *rand.Rand) (string, driver.Invalidation) {
 	bytesOf := func(n int) string {
 		b := make([]byte, n)
 		for i := range b {
@@ -22,11 +22,11 @@ func randomInvalidation(r *rand.Rand) (string, flightcache.Invalidation) {
 	}
 	lengths := []int{1, 2, 17, 255, 1024, maxBusTarget}
 	cache := bytesOf(1 + r.IntN(maxBusCache))
-	inv := flightcache.Invalidation{
-		Kind:    flightcache.InvalidationKind(1 + r.IntN(3)),
+	inv := driver.Invalidation{
+		Kind:    driver.InvalidationKind(1 + r.IntN(3)),
 		Version: time.UnixMicro(r.Int64N(1 << 62)),
 	}
-	if inv.Kind != flightcache.InvalidationAll {
+	if inv.Kind != driver.InvalidationAll {
 		inv.Target = bytesOf(lengths[r.IntN(len(lengths))])
 	}
 	return cache, inv
@@ -39,18 +39,18 @@ func TestBusMessageRoundTrips(t *testing.T) {
 	now := time.Now()
 	cases := []struct {
 		cache string
-		inv   flightcache.Invalidation
+		inv   driver.Invalidation
 	}{
-		{"product", flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: "product:42", Version: now}},
-		{"c", flightcache.Invalidation{Kind: flightcache.InvalidationPrefix, Target: "tenant-a:", Version: now}},
-		{"c", flightcache.Invalidation{Kind: flightcache.InvalidationAll, Version: time.UnixMicro(0)}},
-		{"k with spaces: and {braces}", flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: "fc1 0000000000000000 k 1 1:x", Version: now}},
+		{"product", driver.Invalidation{Kind: driver.InvalidationKey, Target: "product:42", Version: now}},
+		{"c", driver.Invalidation{Kind: driver.InvalidationPrefix, Target: "tenant-a:", Version: now}},
+		{"c", driver.Invalidation{Kind: driver.InvalidationAll, Version: time.UnixMicro(0)}},
+		{"k with spaces: and {braces}", driver.Invalidation{Kind: driver.InvalidationKey, Target: "fc1 0000000000000000 k 1 1:x", Version: now}},
 	}
 	for range 2000 {
 		c, inv := randomInvalidation(r)
 		cases = append(cases, struct {
 			cache string
-			inv   flightcache.Invalidation
+			inv   driver.Invalidation
 		}{c, inv})
 	}
 	for i, c := range cases {
@@ -73,7 +73,7 @@ func TestBusMessageRoundTrips(t *testing.T) {
 				origin, c.cache, c.inv.Kind, len(c.inv.Target), c.inv.Version)
 		}
 	}
-	msg, _ := appendBusMessage(nil, 0xfedcba9876543210, "product", flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: "product:42", Version: time.UnixMicro(1764524459123456)})
+	msg, _ := appendBusMessage(nil, 0xfedcba9876543210, "product", driver.Invalidation{Kind: driver.InvalidationKey, Target: "product:42", Version: time.UnixMicro(1764524459123456)})
 	if want := "fc1 fedcba9876543210 k 1764524459123456 7:productproduct:42"; string(msg) != want {
 		t.Fatalf("encoding = %q, want %q", msg, want)
 	}
@@ -85,18 +85,18 @@ func TestBusMessageRefusesWhatCannotBeDecoded(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		cache string
-		inv   flightcache.Invalidation
+		inv   driver.Invalidation
 	}{
-		{"empty cache", "", flightcache.Invalidation{Kind: flightcache.InvalidationAll, Version: now}},
-		{"long cache", strings.Repeat("c", maxBusCache+1), flightcache.Invalidation{Kind: flightcache.InvalidationAll, Version: now}},
-		{"zero version", "c", flightcache.Invalidation{Kind: flightcache.InvalidationAll}},
-		{"before 1970", "c", flightcache.Invalidation{Kind: flightcache.InvalidationAll, Version: time.Date(1969, 12, 31, 0, 0, 0, 0, time.UTC)}},
-		{"no kind", "c", flightcache.Invalidation{Version: now}},
-		{"unknown kind", "c", flightcache.Invalidation{Kind: 9, Version: now}},
-		{"key without target", "c", flightcache.Invalidation{Kind: flightcache.InvalidationKey, Version: now}},
-		{"prefix without target", "c", flightcache.Invalidation{Kind: flightcache.InvalidationPrefix, Version: now}},
-		{"all with target", "c", flightcache.Invalidation{Kind: flightcache.InvalidationAll, Target: "secret-key", Version: now}},
-		{"long target", "c", flightcache.Invalidation{Kind: flightcache.InvalidationKey, Target: strings.Repeat("k", maxBusTarget+1), Version: now}},
+		{"empty cache", "", driver.Invalidation{Kind: driver.InvalidationAll, Version: now}},
+		{"long cache", strings.Repeat("c", maxBusCache+1), driver.Invalidation{Kind: driver.InvalidationAll, Version: now}},
+		{"zero version", "c", driver.Invalidation{Kind: driver.InvalidationAll}},
+		{"before 1970", "c", driver.Invalidation{Kind: driver.InvalidationAll, Version: time.Date(1969, 12, 31, 0, 0, 0, 0, time.UTC)}},
+		{"no kind", "c", driver.Invalidation{Version: now}},
+		{"unknown kind", "c", driver.Invalidation{Kind: 9, Version: now}},
+		{"key without target", "c", driver.Invalidation{Kind: driver.InvalidationKey, Version: now}},
+		{"prefix without target", "c", driver.Invalidation{Kind: driver.InvalidationPrefix, Version: now}},
+		{"all with target", "c", driver.Invalidation{Kind: driver.InvalidationAll, Target: "secret-key", Version: now}},
+		{"long target", "c", driver.Invalidation{Kind: driver.InvalidationKey, Target: strings.Repeat("k", maxBusTarget+1), Version: now}},
 	} {
 		_, err := appendBusMessage(nil, 1, c.cache, c.inv)
 		if err == nil {

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/testenv"
 	"github.com/flightcache/flightcache/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -87,8 +88,8 @@ func TestClusterModeLoadsOnceForEightInstances(t *testing.T) {
 	// their double-check. Those that waited report ScopeCluster.
 	var leaders, woken int
 	for _, in := range ins {
-		leaders += in.rec.count(flightcache.EventLeaseAcquired)
-		woken += in.rec.count(flightcache.EventFollowerWoken)
+		leaders += in.rec.count(driver.EventLeaseAcquired)
+		woken += in.rec.count(driver.EventFollowerWoken)
 	}
 	if leaders != 1 {
 		t.Fatalf("%d leases, want 1", leaders)
@@ -156,7 +157,7 @@ func crashedLeaderIsTakenOver(t *testing.T, newClient func(...redis.Hook) redis.
 		}
 	}
 	for _, f := range followers {
-		takeovers += f.rec.count(flightcache.EventLeaseTakenOver)
+		takeovers += f.rec.count(driver.EventLeaseTakenOver)
 	}
 	if takeovers != 1 {
 		t.Fatalf("%d takeovers, want exactly 1", takeovers)
@@ -196,7 +197,7 @@ func TestPausedLeaderWriteIsRejectedByFencing(t *testing.T) {
 	if r.err != nil || r.r.Value != "new" || o2.calls.Load() != 1 {
 		t.Fatalf("takeover Get = %q, %v after %d loads; want new, loaded once", r.r.Value, r.err, o2.calls.Load())
 	}
-	if next.rec.count(flightcache.EventLeaseTakenOver) != 1 {
+	if next.rec.count(driver.EventLeaseTakenOver) != 1 {
 		t.Fatalf("the second instance did not take the lease over")
 	}
 	t2, err := reader.coord.Token(ctx, "k")
@@ -210,8 +211,8 @@ func TestPausedLeaderWriteIsRejectedByFencing(t *testing.T) {
 	if r.err != nil || r.r.Value != "new" {
 		t.Fatalf("the old leader's Get = %q, %v; want the newer value it was fenced by", r.r.Value, r.err)
 	}
-	if old.rec.count(flightcache.EventFencedWriteRejected) != 1 {
-		t.Fatalf("EventFencedWriteRejected = %d on the old leader, want 1", old.rec.count(flightcache.EventFencedWriteRejected))
+	if old.rec.count(driver.EventFencedWriteRejected) != 1 {
+		t.Fatalf("EventFencedWriteRejected = %d on the old leader, want 1", old.rec.count(driver.EventFencedWriteRejected))
 	}
 	e, ok, err := reader.store.Get(ctx, "k")
 	if err != nil || !ok || string(e.Value) != `"new"` {
@@ -356,14 +357,14 @@ func TestLeaderFailureNeverCarriesTheOriginsErrorText(t *testing.T) {
 		{nil, errFailedError},
 	} {
 		key := "k" + strconv.Itoa(i)
-		cl, err := leader.Claim(ctx, key, flightcache.ClaimRequest{Wait: time.Second})
+		cl, err := leader.Claim(ctx, key, driver.ClaimRequest{Wait: time.Second})
 		if err != nil || cl.Lease == nil {
 			t.Fatalf("Claim = %+v, %v; want a lease", cl, err)
 		}
 		if err := cl.Lease.Fail(ctx, c.err); err != nil {
 			t.Fatal(err)
 		}
-		_, err = follower.Claim(ctx, key, flightcache.ClaimRequest{Wait: time.Second})
+		_, err = follower.Claim(ctx, key, driver.ClaimRequest{Wait: time.Second})
 		if !errors.Is(err, flightcache.ErrLeaderFailed) || err != c.want {
 			t.Fatalf("case %d: follower's Claim = %v, want %v", i, err, c.want)
 		}
@@ -379,7 +380,7 @@ func TestLeaderFailureNeverCarriesTheOriginsErrorText(t *testing.T) {
 	if err := leader.client.Set(ctx, k.fail, "1 "+secret[:len(secret)-1], time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := follower.Claim(ctx, "old", flightcache.ClaimRequest{Wait: time.Second}); err != errFailedError {
+	if _, err := follower.Claim(ctx, "old", driver.ClaimRequest{Wait: time.Second}); err != errFailedError {
 		t.Fatalf("follower's Claim on an old marker = %v, want %v", err, errFailedError)
 	}
 }

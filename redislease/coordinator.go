@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -100,7 +101,7 @@ type Coordinator struct {
 	closed bool                   // guarded by mu
 }
 
-var _ flightcache.Coordinator = (*Coordinator)(nil)
+var _ driver.Coordinator = (*Coordinator)(nil)
 
 // New returns a Coordinator on client, for the keys of store. It checks
 // the options, then PINGs Redis (every master, on a Cluster) and returns an
@@ -266,10 +267,10 @@ func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64) (acquir
 // over when it expired without a result. When the server ends the
 // subscription (a Redis Cluster moved the key's slot to another master),
 // the follower looks again at once and subscribes anew, on the new master.
-func (c *Coordinator) Claim(ctx context.Context, key string, req flightcache.ClaimRequest) (flightcache.Claim, error) {
+func (c *Coordinator) Claim(ctx context.Context, key string, req driver.ClaimRequest) (driver.Grant, error) {
 	k, err := c.keysFor(key)
 	if err != nil {
-		return flightcache.Claim{}, err
+		return driver.Grant{}, err
 	}
 	start := time.Now()
 	deadline := start.Add(req.Wait)
@@ -291,16 +292,16 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req flightcache.Cla
 	for {
 		r, err := c.acquire(ctx, k, req.After)
 		if err != nil {
-			return flightcache.Claim{Waited: time.Since(start)}, err
+			return driver.Grant{Waited: time.Since(start)}, err
 		}
 		switch r.kind {
 		case 0:
 			l := c.startLease(k, r.token, observed != 0)
-			return flightcache.Claim{Lease: l, Waited: time.Since(start)}, nil
+			return driver.Grant{Lease: l, Waited: time.Since(start)}, nil
 		case 2:
-			return flightcache.Claim{Done: r.token, Waited: time.Since(start)}, nil
+			return driver.Grant{Done: r.token, Waited: time.Since(start)}, nil
 		case 3:
-			return flightcache.Claim{Waited: time.Since(start)}, leaderFailed(r.msg)
+			return driver.Grant{Waited: time.Since(start)}, leaderFailed(r.msg)
 		}
 		if w == nil {
 			nw, err := c.subscribe(ctx, k.channel)
@@ -309,7 +310,7 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req flightcache.Cla
 				continue // look again: from now on no broadcast is missed
 			}
 			if !resub {
-				return flightcache.Claim{Waited: time.Since(start)}, err
+				return driver.Grant{Waited: time.Since(start)}, err
 			}
 			// Subscribing again after the server ended the subscription
 			// (a Cluster moved the key's slot) can fail while this
@@ -319,7 +320,7 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req flightcache.Cla
 		observed = r.token
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
-			return flightcache.Claim{Waited: time.Since(start)}, flightcache.ErrCoalesceTimeout
+			return driver.Grant{Waited: time.Since(start)}, flightcache.ErrCoalesceTimeout
 		}
 		// Jitter in [backoff/2, backoff): followers on many instances do
 		// not look in step.
@@ -345,7 +346,7 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req flightcache.Cla
 			}
 		case <-timer.C:
 		case <-ctx.Done():
-			return flightcache.Claim{Waited: time.Since(start)}, ctx.Err()
+			return driver.Grant{Waited: time.Since(start)}, ctx.Err()
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/testenv"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/redisstore"
@@ -188,15 +189,15 @@ func (o *origin) load(ctx context.Context) (string, error) {
 // recorder counts a Cache's events by kind.
 type recorder struct {
 	mu     sync.Mutex
-	counts map[flightcache.EventKind]int
+	counts map[driver.EventKind]int
 	waits  []time.Duration
 	scopes []flightcache.Scope
 	errs   []error
 }
 
-func newRecorder() *recorder { return &recorder{counts: make(map[flightcache.EventKind]int)} }
+func newRecorder() *recorder { return &recorder{counts: make(map[driver.EventKind]int)} }
 
-func (r *recorder) ObserveCache(e flightcache.Event) {
+func (r *recorder) ObserveCache(e driver.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.counts[e.Kind]++
@@ -204,14 +205,14 @@ func (r *recorder) ObserveCache(e flightcache.Event) {
 		r.errs = append(r.errs, e.Err)
 	}
 	switch e.Kind {
-	case flightcache.EventFollowerWoken:
+	case driver.EventFollowerWoken:
 		r.waits = append(r.waits, e.Duration)
-	case flightcache.EventScopeChanged:
+	case driver.EventScopeChanged:
 		r.scopes = append(r.scopes, e.Scope)
 	}
 }
 
-func (r *recorder) count(k flightcache.EventKind) int {
+func (r *recorder) count(k driver.EventKind) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.counts[k]

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // lease is a held lease. Its heartbeat goroutine extends it every TTL/3
@@ -26,7 +27,7 @@ type lease struct {
 	stopOnce sync.Once
 }
 
-var _ flightcache.Lease = (*lease)(nil)
+var _ driver.Lease = (*lease)(nil)
 
 func (c *Coordinator) startLease(k keys, token uint64, takenOver bool) *lease {
 	l := &lease{
@@ -80,7 +81,7 @@ func (l *lease) end() {
 
 // Complete implements flightcache.Lease: the fenced write, the done marker
 // and the release in one script, then the broadcast.
-func (l *lease) Complete(ctx context.Context, e *flightcache.Entry) (bool, error) {
+func (l *lease) Complete(ctx context.Context, e *driver.Entry) (bool, error) {
 	l.end()
 	store, payload, px := "0", []byte(nil), int64(0)
 	if e != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // A follower that waits CoalesceWait while the leader still loads applies
@@ -44,7 +45,7 @@ func TestFollowerWaitBoundAppliesItsPolicy(t *testing.T) {
 	if !errors.Is(r.err, flightcache.ErrCoalesceTimeout) || own.calls.Load() != 1 {
 		t.Fatalf("WaitFail = %q, %v after %d loads; want ErrCoalesceTimeout without a load", r.r.Value, r.err, own.calls.Load())
 	}
-	if n := fail.rec.count(flightcache.EventFollowerWoken); n != 1 {
+	if n := fail.rec.count(driver.EventFollowerWoken); n != 1 {
 		t.Fatalf("EventFollowerWoken = %d for the timed-out wait, want 1", n)
 	}
 	close(slow.gate)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/testenv"
 	"github.com/redis/go-redis/v9"
 )
@@ -150,10 +150,10 @@ func TestBusFollowsItsSlotToAnotherMaster(t *testing.T) {
 		t.Fatal(err)
 	}
 	to := cl.move(ctx, slot)
-	ra.waitState(t, flightcache.BusDown, 10*time.Second)
-	rb.waitState(t, flightcache.BusDown, 10*time.Second)
-	ra.waitState(t, flightcache.BusUp, 10*time.Second)
-	rb.waitState(t, flightcache.BusUp, 10*time.Second)
+	ra.waitState(t, driver.BusDown, 10*time.Second)
+	rb.waitState(t, driver.BusDown, 10*time.Second)
+	ra.waitState(t, driver.BusUp, 10*time.Second)
+	rb.waitState(t, driver.BusUp, 10*time.Second)
 	if n := cl.shardSubscribers(ctx, to, a.bus.channel); n != 2 {
 		t.Fatalf("the bus channel has %d sharded subscribers on its new master, want 2", n)
 	}
@@ -174,14 +174,14 @@ func TestFollowersFollowTheirKeysSlotToAnotherMaster(t *testing.T) {
 	follow := &faultHook{following: make(chan struct{}, 16)}
 	follower := newBusCoordinator(t, cl.client(follow), "move:", lease)
 
-	lc, err := leader.Claim(ctx, "k", flightcache.ClaimRequest{Wait: time.Minute})
+	lc, err := leader.Claim(ctx, "k", driver.ClaimRequest{Wait: time.Minute})
 	if err != nil || lc.Lease == nil {
 		t.Fatalf("leader Claim = %+v, %v; want a lease", lc, err)
 	}
 	res := make(chan error, 1)
 	var done uint64
 	go func() {
-		cl, err := follower.Claim(ctx, "k", flightcache.ClaimRequest{Wait: time.Minute})
+		cl, err := follower.Claim(ctx, "k", driver.ClaimRequest{Wait: time.Minute})
 		done = cl.Done
 		res <- err
 	}()
@@ -254,13 +254,13 @@ func TestShardedSubscriptionOfSeveralSlotsSurvivesAReconnect(t *testing.T) {
 			key = "k" + strconv.Itoa(i)
 		}
 	}
-	lc, err := leader.Claim(ctx, key, flightcache.ClaimRequest{Wait: time.Minute})
+	lc, err := leader.Claim(ctx, key, driver.ClaimRequest{Wait: time.Minute})
 	if err != nil || lc.Lease == nil {
 		t.Fatalf("leader Claim = %+v, %v; want a lease", lc, err)
 	}
 	res := make(chan error, 1)
 	go func() {
-		_, err := follower.Claim(ctx, key, flightcache.ClaimRequest{Wait: time.Minute})
+		_, err := follower.Claim(ctx, key, driver.ClaimRequest{Wait: time.Minute})
 		res <- err
 	}()
 	<-follow.following
@@ -268,8 +268,8 @@ func TestShardedSubscriptionOfSeveralSlotsSurvivesAReconnect(t *testing.T) {
 	if err := cl.admin[master].Do(ctx, "client", "kill", "type", "pubsub").Err(); err != nil {
 		t.Fatal(err)
 	}
-	rf.waitState(t, flightcache.BusDown, 10*time.Second)
-	rf.waitState(t, flightcache.BusUp, 10*time.Second)
+	rf.waitState(t, driver.BusDown, 10*time.Second)
+	rf.waitState(t, driver.BusUp, 10*time.Second)
 	completed := time.Now()
 	if ok, err := lc.Lease.Complete(ctx, nil); err != nil || !ok {
 		t.Fatalf("Complete = %v, %v", ok, err)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -203,7 +203,7 @@ func TestALateConfirmationDoesNotVouchForAResubscription(t *testing.T) {
 	p := startProxy(t, addr)
 	in := newInstance(t, newClient(t, p.ln.Addr().String(), heldHook{}), prefix, instanceConfig{lease: Options{Timeout: 300 * time.Millisecond}})
 	ctx := context.Background()
-	lc, err := leader.coord.Claim(ctx, "k", flightcache.ClaimRequest{Wait: time.Minute})
+	lc, err := leader.coord.Claim(ctx, "k", driver.ClaimRequest{Wait: time.Minute})
 	if err != nil || lc.Lease == nil {
 		t.Fatalf("leader Claim = %+v, %v; want a lease", lc, err)
 	}
@@ -215,7 +215,7 @@ func TestALateConfirmationDoesNotVouchForAResubscription(t *testing.T) {
 	// The first Claim subscribes; Redis's confirmation is held back, so
 	// the Claim gives up on it.
 	p.down.shut()
-	if _, err := in.coord.Claim(ctx, "k", flightcache.ClaimRequest{Wait: time.Minute}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := in.coord.Claim(ctx, "k", driver.ClaimRequest{Wait: time.Minute}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("first Claim = %v, want a subscription timeout", err)
 	}
 
@@ -225,7 +225,7 @@ func TestALateConfirmationDoesNotVouchForAResubscription(t *testing.T) {
 	held := make(chan struct{}, 1)
 	res := make(chan error, 1)
 	go func() {
-		cl, err := in.coord.Claim(context.WithValue(ctx, heldKey{}, held), "k", flightcache.ClaimRequest{Wait: time.Minute})
+		cl, err := in.coord.Claim(context.WithValue(ctx, heldKey{}, held), "k", driver.ClaimRequest{Wait: time.Minute})
 		if err == nil && cl.Done != lc.Lease.Token() {
 			err = errors.New("not the leader's completion")
 		}
@@ -268,7 +268,7 @@ func TestAChannelAbandonedBeforeItsConfirmationIsUnsubscribed(t *testing.T) {
 	p := startProxy(t, addr)
 	in := newInstance(t, newClient(t, p.ln.Addr().String()), prefix, instanceConfig{lease: Options{Timeout: 300 * time.Millisecond}})
 	ctx := context.Background()
-	lc, err := leader.coord.Claim(ctx, "k", flightcache.ClaimRequest{Wait: time.Minute})
+	lc, err := leader.coord.Claim(ctx, "k", driver.ClaimRequest{Wait: time.Minute})
 	if err != nil || lc.Lease == nil {
 		t.Fatalf("leader Claim = %+v, %v; want a lease", lc, err)
 	}
@@ -278,7 +278,7 @@ func TestAChannelAbandonedBeforeItsConfirmationIsUnsubscribed(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.down.shut()
-	if _, err := in.coord.Claim(ctx, "k", flightcache.ClaimRequest{Wait: time.Minute}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := in.coord.Claim(ctx, "k", driver.ClaimRequest{Wait: time.Minute}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Claim = %v, want a subscription timeout", err)
 	}
 	p.down.lift()

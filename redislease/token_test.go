@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // A key's token key lives LeaseTTL past its last use, not an hour: it
@@ -25,7 +25,7 @@ func TestTokenKeyLivesNoLongerThanTheLease(t *testing.T) {
 			t.Fatalf("after %s the token key's PTTL is %v, %v; want at most the lease TTL %v", what, ttl, err, c.leaseTTL)
 		}
 	}
-	cl, err := c.Claim(ctx, "k", flightcache.ClaimRequest{Wait: time.Second})
+	cl, err := c.Claim(ctx, "k", driver.ClaimRequest{Wait: time.Second})
 	if err != nil || cl.Lease == nil {
 		t.Fatalf("Claim = %+v, %v", cl, err)
 	}
@@ -47,7 +47,7 @@ func TestALoadLongerThanTheLeaseTTLStillWrites(t *testing.T) {
 	const ttl = 300 * time.Millisecond
 	c := newBusCoordinator(t, newClient(t, addr), prefix, Options{LeaseTTL: ttl})
 	ctx := context.Background()
-	cl, err := c.Claim(ctx, "k", flightcache.ClaimRequest{Wait: time.Second})
+	cl, err := c.Claim(ctx, "k", driver.ClaimRequest{Wait: time.Second})
 	if err != nil || cl.Lease == nil {
 		t.Fatalf("Claim = %+v, %v", cl, err)
 	}
@@ -87,9 +87,9 @@ func TestTokensKeepGrowingAcrossTheTokenKeysExpiry(t *testing.T) {
 	// after is the completion already seen: the first's "done" marker may
 	// outlive its token key, and must not be reported again.
 	var after uint64
-	claim := func() flightcache.Lease {
+	claim := func() driver.Lease {
 		t.Helper()
-		cl, err := c.Claim(ctx, "k", flightcache.ClaimRequest{After: after, Wait: time.Second})
+		cl, err := c.Claim(ctx, "k", driver.ClaimRequest{After: after, Wait: time.Second})
 		if err != nil || cl.Lease == nil {
 			t.Fatalf("Claim = %+v, %v", cl, err)
 		}
@@ -131,7 +131,7 @@ func TestTokensKeepGrowingAcrossTheTokenKeysExpiry(t *testing.T) {
 }
 
 // entryOf is an entry of value, fresh for a minute.
-func entryOf(value string) flightcache.Entry {
+func entryOf(value string) driver.Entry {
 	now := time.Now()
-	return flightcache.Entry{Value: []byte(value), Meta: flightcache.Meta{LoadedAt: now, FreshUntil: now.Add(time.Minute), StaleUntil: now.Add(time.Minute)}}
+	return driver.Entry{Value: []byte(value), Meta: driver.Meta{LoadedAt: now, FreshUntil: now.Add(time.Minute), StaleUntil: now.Add(time.Minute)}}
 }

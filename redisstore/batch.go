@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/redis/go-redis/v9"
 )
 
-var _ flightcache.BatchSharedStore = (*Store)(nil)
+var _ driver.BatchSharedStore = (*Store)(nil)
 
 // maxMGetKeys bounds the keys of one MGET: one command of 10,000 keys
 // would make Redis build its whole reply, up to 10,000 payloads, in one
@@ -29,8 +29,8 @@ const maxMGetKeys = 512
 // invalid key is that key's error and is not sent. A Redis failure of the
 // whole read is returned as err; one that hit only some of the MGETs is
 // their keys' error.
-func (s *Store) GetMany(ctx context.Context, keys []string) ([]flightcache.Lookup, error) {
-	out := make([]flightcache.Lookup, len(keys))
+func (s *Store) GetMany(ctx context.Context, keys []string) ([]driver.Lookup, error) {
+	out := make([]driver.Lookup, len(keys))
 	rks := make([]string, 0, len(keys))
 	idx := make([]int, 0, len(keys)) // idx[n]: the index in keys of rks[n]
 	for i, k := range keys {
@@ -137,7 +137,7 @@ func allFailed(cmds []*redis.StringCmd) bool {
 // whose envelope cannot be built or exceeds MaxPayload is not sent and gets
 // Set's typed error; the others are written. It returns nil when every
 // write succeeded, else errors aligned with keys.
-func (s *Store) SetMany(ctx context.Context, keys []string, entries []flightcache.Entry) []error {
+func (s *Store) SetMany(ctx context.Context, keys []string, entries []driver.Entry) []error {
 	var errs []error
 	fail := func(i int, err error) {
 		if errs == nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -149,7 +150,7 @@ func TestSetManyWritesEveryEntryInOnePipeline(t *testing.T) {
 	expired := liveEntry("gone")
 	expired.FreshUntil, expired.StaleUntil = time.Now().Add(-time.Minute), time.Now().Add(-time.Second)
 	keys := []string{"a", "b", "big", "old"}
-	entries := []flightcache.Entry{liveEntry("va"), liveEntry("vb"), liveEntry(strings.Repeat("x", 300)), expired}
+	entries := []driver.Entry{liveEntry("va"), liveEntry("vb"), liveEntry(strings.Repeat("x", 300)), expired}
 	counter.reset()
 	errs := s.SetMany(ctx, keys, entries)
 	if len(errs) != len(keys) || errs[0] != nil || errs[1] != nil || errs[3] != nil || !errors.Is(errs[2], ErrPayloadTooLarge) {
@@ -183,7 +184,7 @@ func TestGetManyPipelinesGETsOnAShardedClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if errs := s.SetMany(ctx, []string{"a", "b"}, []flightcache.Entry{liveEntry("va"), liveEntry("vb")}); errs != nil {
+	if errs := s.SetMany(ctx, []string{"a", "b"}, []driver.Entry{liveEntry("va"), liveEntry("vb")}); errs != nil {
 		t.Fatal(errs)
 	}
 	counter.reset()
@@ -252,14 +253,14 @@ func TestGetManyReadsALargeBatchInBoundedMGETs(t *testing.T) {
 	ctx := context.Background()
 	const n = 10000
 	keys := make([]string, n)
-	entries := make([]flightcache.Entry, n)
+	entries := make([]driver.Entry, n)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("k%d", i)
 		entries[i] = liveEntry(fmt.Sprintf("v%d", i))
 	}
 	// Every third key stays missing.
 	var stored []string
-	var storedEntries []flightcache.Entry
+	var storedEntries []driver.Entry
 	for i := range keys {
 		if i%3 != 0 {
 			stored, storedEntries = append(stored, keys[i]), append(storedEntries, entries[i])

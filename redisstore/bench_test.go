@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // BenchmarkGet compares a Store.Get hit with what a caller would do by hand:
@@ -19,7 +19,7 @@ func BenchmarkGet(b *testing.B) {
 		s, c := newTestStore(b, Options{})
 		ctx := context.Background()
 		now := time.Now()
-		e := flightcache.Entry{Value: []byte(strings.Repeat("v", size)), Meta: flightcache.Meta{
+		e := driver.Entry{Value: []byte(strings.Repeat("v", size)), Meta: driver.Meta{
 			FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(2 * time.Hour), LoadDuration: 5 * time.Millisecond,
 		}}
 		if err := s.Set(ctx, "bench", e); err != nil {
@@ -54,7 +54,7 @@ func BenchmarkGet(b *testing.B) {
 func BenchmarkDecode(b *testing.B) {
 	now := time.Now()
 	for _, size := range []int{64, 4096} {
-		payload, err := Encode(testKey, flightcache.Entry{Value: []byte(strings.Repeat("v", size)), Meta: flightcache.Meta{
+		payload, err := Encode(testKey, driver.Entry{Value: []byte(strings.Repeat("v", size)), Meta: driver.Meta{
 			FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(2 * time.Hour), LoadDuration: 5 * time.Millisecond,
 		}})
 		if err != nil {

@@ -8,7 +8,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 const (
@@ -75,11 +75,11 @@ func keyHandle(redisKey string) string {
 // or after StaleUntil, a non-zero LoadedAt before 1970 or after StaleUntil,
 // negative LoadDuration. A zero LoadedAt (unknown) is stored as absent. A
 // tombstone's Value is not stored: it decodes as nil.
-func Encode(redisKey string, e flightcache.Entry) ([]byte, error) {
+func Encode(redisKey string, e driver.Entry) ([]byte, error) {
 	return appendEnvelope(nil, redisKey, e)
 }
 
-func appendEnvelope(dst []byte, redisKey string, e flightcache.Entry) ([]byte, error) {
+func appendEnvelope(dst []byte, redisKey string, e driver.Entry) ([]byte, error) {
 	if !e.StaleUntil.After(time.Unix(0, 0)) || e.StaleUntil.After(maxUnixNano) {
 		return nil, &EntryError{Reason: "StaleUntil must be between 1970 and 2262"}
 	}
@@ -145,9 +145,9 @@ func appendEnvelope(dst []byte, redisKey string, e flightcache.Entry) ([]byte, e
 // which also matches ErrKeyMismatch. Decode never panics and never returns a
 // partly decoded Entry. The returned Value is a copy: it does not alias
 // payload.
-func Decode(redisKey string, payload []byte) (flightcache.Entry, error) {
-	corrupt := func(reason string) (flightcache.Entry, error) {
-		return flightcache.Entry{}, &CorruptError{KeyHandle: keyHandle(redisKey), Reason: reason}
+func Decode(redisKey string, payload []byte) (driver.Entry, error) {
+	corrupt := func(reason string) (driver.Entry, error) {
+		return driver.Entry{}, &CorruptError{KeyHandle: keyHandle(redisKey), Reason: reason}
 	}
 	if len(payload) < minEnvelope {
 		return corrupt("shorter than the smallest envelope")
@@ -172,7 +172,7 @@ func Decode(redisKey string, payload []byte) (flightcache.Entry, error) {
 	// Checked after the checksum, so that a mismatch means a well-formed
 	// entry of another key, not a damaged one.
 	if binary.LittleEndian.Uint64(body[3:]) != keyHash(redisKey) {
-		return flightcache.Entry{}, &CorruptError{KeyHandle: keyHandle(redisKey), Reason: "entry belongs to another key", Err: ErrKeyMismatch}
+		return driver.Entry{}, &CorruptError{KeyHandle: keyHandle(redisKey), Reason: "entry belongs to another key", Err: ErrKeyMismatch}
 	}
 
 	rest := body[3+keyHashSize:]
@@ -207,7 +207,7 @@ func Decode(redisKey string, payload []byte) (flightcache.Entry, error) {
 		return corrupt("value length does not match payload length")
 	}
 
-	e := flightcache.Entry{Meta: flightcache.Meta{
+	e := driver.Entry{Meta: driver.Meta{
 		StaleUntil:   time.Unix(0, int64(stale)),
 		FreshUntil:   time.Unix(0, int64(stale-freshBefore)),
 		LoadDuration: time.Duration(load),

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // testKey is the Redis key (prefix included) the envelope tests bind to.
@@ -20,9 +20,9 @@ func withKeyHash(b []byte) []byte {
 	return binary.LittleEndian.AppendUint64(b, keyHash(testKey))
 }
 
-func sampleEntry() flightcache.Entry {
+func sampleEntry() driver.Entry {
 	stale := time.Date(2031, 5, 6, 7, 8, 9, 123456789, time.UTC)
-	return flightcache.Entry{Value: []byte(`{"name":"Ada"}`), Meta: flightcache.Meta{
+	return driver.Entry{Value: []byte(`{"name":"Ada"}`), Meta: driver.Meta{
 		FreshUntil:   stale.Add(-90 * time.Second),
 		StaleUntil:   stale,
 		LoadDuration: 42*time.Millisecond + 7,
@@ -30,7 +30,7 @@ func sampleEntry() flightcache.Entry {
 	}}
 }
 
-func sameEntry(a, b flightcache.Entry) bool {
+func sameEntry(a, b driver.Entry) bool {
 	return bytes.Equal(a.Value, b.Value) && (a.Value == nil) == (b.Value == nil) &&
 		a.FreshUntil.Equal(b.FreshUntil) && a.StaleUntil.Equal(b.StaleUntil) &&
 		a.LoadDuration == b.LoadDuration && a.NotFound == b.NotFound &&
@@ -53,7 +53,7 @@ func TestEnvelopeRoundTripsEveryMetaField(t *testing.T) {
 	loadedAtStale.LoadedAt = base.StaleUntil
 	loadedAtEpoch := base
 	loadedAtEpoch.LoadedAt = time.Unix(0, 0)
-	for name, e := range map[string]flightcache.Entry{
+	for name, e := range map[string]driver.Entry{
 		"value":                 base,
 		"tombstone":             tomb,
 		"empty value":           empty,
@@ -62,7 +62,7 @@ func TestEnvelopeRoundTripsEveryMetaField(t *testing.T) {
 		"unknown LoadedAt":      unknownAge,
 		"LoadedAt=StaleUntil":   loadedAtStale,
 		"LoadedAt=epoch":        loadedAtEpoch,
-		"zero LoadDuration":     {Value: []byte("x"), Meta: flightcache.Meta{FreshUntil: base.FreshUntil, StaleUntil: base.StaleUntil}},
+		"zero LoadDuration":     {Value: []byte("x"), Meta: driver.Meta{FreshUntil: base.FreshUntil, StaleUntil: base.StaleUntil}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			b, err := Encode(testKey, e)
@@ -112,15 +112,15 @@ func TestDecodedValueDoesNotAliasPayload(t *testing.T) {
 
 func TestEncodeRejectsUnrepresentableMeta(t *testing.T) {
 	good := sampleEntry()
-	for name, mutate := range map[string]func(*flightcache.Entry){
-		"zero StaleUntil":        func(e *flightcache.Entry) { e.StaleUntil = time.Time{} },
-		"StaleUntil at epoch":    func(e *flightcache.Entry) { e.StaleUntil, e.FreshUntil = time.Unix(0, 0), time.Unix(0, 0) },
-		"StaleUntil after 2262":  func(e *flightcache.Entry) { e.StaleUntil = time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC) },
-		"FreshUntil after Stale": func(e *flightcache.Entry) { e.FreshUntil = e.StaleUntil.Add(time.Nanosecond) },
-		"zero FreshUntil":        func(e *flightcache.Entry) { e.FreshUntil = time.Time{} },
-		"negative LoadDuration":  func(e *flightcache.Entry) { e.LoadDuration = -1 },
-		"LoadedAt before 1970":   func(e *flightcache.Entry) { e.LoadedAt = time.Unix(0, -1) },
-		"LoadedAt after Stale":   func(e *flightcache.Entry) { e.LoadedAt = e.StaleUntil.Add(time.Nanosecond) },
+	for name, mutate := range map[string]func(*driver.Entry){
+		"zero StaleUntil":        func(e *driver.Entry) { e.StaleUntil = time.Time{} },
+		"StaleUntil at epoch":    func(e *driver.Entry) { e.StaleUntil, e.FreshUntil = time.Unix(0, 0), time.Unix(0, 0) },
+		"StaleUntil after 2262":  func(e *driver.Entry) { e.StaleUntil = time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC) },
+		"FreshUntil after Stale": func(e *driver.Entry) { e.FreshUntil = e.StaleUntil.Add(time.Nanosecond) },
+		"zero FreshUntil":        func(e *driver.Entry) { e.FreshUntil = time.Time{} },
+		"negative LoadDuration":  func(e *driver.Entry) { e.LoadDuration = -1 },
+		"LoadedAt before 1970":   func(e *driver.Entry) { e.LoadedAt = time.Unix(0, -1) },
+		"LoadedAt after Stale":   func(e *driver.Entry) { e.LoadedAt = e.StaleUntil.Add(time.Nanosecond) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			e := good
@@ -199,7 +199,7 @@ func TestDecodeRejectsCorruptPayloads(t *testing.T) {
 			if name != "key hash cut short" && errors.Is(err, ErrKeyMismatch) {
 				t.Fatalf("damage reported as an entry of another key: %v", err)
 			}
-			if !sameEntry(e, flightcache.Entry{}) {
+			if !sameEntry(e, driver.Entry{}) {
 				t.Fatalf("Decode returned a partial entry with its error: %+v", e)
 			}
 		})
@@ -225,7 +225,7 @@ func TestDecodeRejectsEntryOfAnotherKey(t *testing.T) {
 		if !errors.Is(err, ErrKeyMismatch) || !errors.Is(err, ErrCorrupt) || !errors.As(err, &ce) {
 			t.Fatalf("Decode under %q = %+v, %v; want a *CorruptError matching ErrKeyMismatch", other, e, err)
 		}
-		if !sameEntry(e, flightcache.Entry{}) {
+		if !sameEntry(e, driver.Entry{}) {
 			t.Fatalf("Decode returned the other key's entry with its error: %+v", e)
 		}
 	}
@@ -270,7 +270,7 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("Decode error %v does not match ErrCorrupt", err)
 		}
 
-		e := flightcache.Entry{Value: payload, Meta: flightcache.Meta{
+		e := driver.Entry{Value: payload, Meta: driver.Meta{
 			StaleUntil:   time.Unix(0, staleNanos),
 			FreshUntil:   time.Unix(0, staleNanos-freshBefore),
 			LoadDuration: time.Duration(load),

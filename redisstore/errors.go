@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // ErrCorrupt is matched (errors.Is) by every *CorruptError, as is
@@ -60,7 +60,7 @@ func (e *CorruptError) Unwrap() []error {
 
 // Is reports whether target is flightcache.ErrEntryRejected: a corrupt or
 // foreign entry is that entry's problem, not a failure of Redis.
-func (e *CorruptError) Is(target error) bool { return target == flightcache.ErrEntryRejected }
+func (e *CorruptError) Is(target error) bool { return target == driver.ErrEntryRejected }
 
 // PayloadTooLargeError reports a Set refused because its envelope is larger
 // than Options.MaxPayload. Nothing was sent to Redis.
@@ -80,7 +80,7 @@ func (e *PayloadTooLargeError) Unwrap() error { return ErrPayloadTooLarge }
 
 // Is reports whether target is flightcache.ErrEntryRejected: a value too
 // large is that entry's problem, not a failure of Redis.
-func (e *PayloadTooLargeError) Is(target error) bool { return target == flightcache.ErrEntryRejected }
+func (e *PayloadTooLargeError) Is(target error) bool { return target == driver.ErrEntryRejected }
 
 // EntryError reports an Entry whose Meta cannot be encoded (for example a
 // zero StaleUntil, or FreshUntil after StaleUntil). Nothing was sent to Redis.
@@ -96,4 +96,4 @@ func (e *EntryError) Unwrap() error { return ErrInvalidEntry }
 
 // Is reports whether target is flightcache.ErrEntryRejected: an entry that
 // cannot be encoded is that entry's problem, not a failure of Redis.
-func (e *EntryError) Is(target error) bool { return target == flightcache.ErrEntryRejected }
+func (e *EntryError) Is(target error) bool { return target == driver.ErrEntryRejected }

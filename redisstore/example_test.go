@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -35,9 +35,9 @@ func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	now := time.Now()
-	err = store.Set(ctx, "42", flightcache.Entry{
+	err = store.Set(ctx, "42", driver.Entry{
 		Value: []byte(`{"name":"Ada"}`),
-		Meta:  flightcache.Meta{FreshUntil: now.Add(time.Minute), StaleUntil: now.Add(time.Hour)},
+		Meta:  driver.Meta{FreshUntil: now.Add(time.Minute), StaleUntil: now.Add(time.Hour)},
 	})
 	if errors.Is(err, redisstore.ErrPayloadTooLarge) {
 		slog.Warn("value too large for the shared tier", "err", err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // copyRaw copies the bytes stored under one Redis key to another, as an
@@ -126,7 +127,7 @@ func TestEnvelopeWithoutKeyHashIsAPlainMiss(t *testing.T) {
 func TestMaxKeyLenIsTheRedisLimitLessThePrefix(t *testing.T) {
 	s, _ := newTestStore(t, Options{})
 	ctx := context.Background()
-	var _ flightcache.KeyLimiter = s
+	var _ driver.KeyLimiter = s
 	if got, want := s.MaxKeyLen(), MaxKeyLen-len(s.Prefix()); got != want {
 		t.Fatalf("MaxKeyLen = %d, want %d", got, want)
 	}
@@ -238,7 +239,7 @@ func TestEntryLevelErrorsMatchErrEntryRejected(t *testing.T) {
 	_, _, corrupt := s.Get(ctx, "corrupt")
 	_, _, foreign := s.Get(ctx, "theirs")
 	tooLarge := s.Set(ctx, "big", liveEntry(strings.Repeat("x", 200)))
-	invalid := s.Set(ctx, "bad", flightcache.Entry{Value: []byte("v")}) // zero StaleUntil
+	invalid := s.Set(ctx, "bad", driver.Entry{Value: []byte("v")}) // zero StaleUntil
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -249,7 +250,7 @@ func TestEntryLevelErrorsMatchErrEntryRejected(t *testing.T) {
 		{"too large", tooLarge, ErrPayloadTooLarge},
 		{"invalid entry", invalid, ErrInvalidEntry},
 	} {
-		if !errors.Is(tc.err, flightcache.ErrEntryRejected) || !errors.Is(tc.err, tc.own) {
+		if !errors.Is(tc.err, driver.ErrEntryRejected) || !errors.Is(tc.err, tc.own) {
 			t.Errorf("%s: err = %v; want it to match ErrEntryRejected and %v", tc.name, tc.err, tc.own)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -69,7 +70,7 @@ type Store struct {
 // hashTagLen is the length of "{<16 hex digits>}".
 const hashTagLen = 18
 
-var _ flightcache.SharedStore = (*Store)(nil)
+var _ driver.SharedStore = (*Store)(nil)
 
 // New returns a Store that keeps entries in Redis through client. Options
 // out of range are reported as a *flightcache.ConfigError.
@@ -105,7 +106,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 // Prefix returns the prefix in use, so operators can find the store's keys.
 func (s *Store) Prefix() string { return s.prefix }
 
-var _ flightcache.KeyLimiter = (*Store)(nil)
+var _ driver.KeyLimiter = (*Store)(nil)
 
 // MaxKeyLen is the longest key, in bytes, the Store accepts: MaxKeyLen less
 // the prefix. It makes the Store a flightcache.KeyLimiter, so a Cache refuses
@@ -155,7 +156,7 @@ func (s *Store) redisKey(key string) (string, error) { return s.RedisKey(key) }
 // lets a writer that must make the write conditional (package redislease's
 // fenced write) store exactly what Get reads. Errors are Set's: an invalid
 // key, invalid Meta, an envelope over MaxPayload.
-func (s *Store) Envelope(key string, e flightcache.Entry) (redisKey string, payload []byte, px time.Duration, err error) {
+func (s *Store) Envelope(key string, e driver.Entry) (redisKey string, payload []byte, px time.Duration, err error) {
 	rk, err := s.redisKey(key)
 	if err != nil {
 		return "", nil, 0, err
@@ -185,20 +186,20 @@ func (s *Store) withTimeout(ctx context.Context) (context.Context, context.Cance
 // (Entry{}, false, nil). A payload that is not a valid envelope for key,
 // including a valid entry of another key, is a *CorruptError; a Redis
 // failure is returned wrapped.
-func (s *Store) Get(ctx context.Context, key string) (flightcache.Entry, bool, error) {
+func (s *Store) Get(ctx context.Context, key string) (driver.Entry, bool, error) {
 	rk, err := s.redisKey(key)
 	if err != nil {
-		return flightcache.Entry{}, false, err
+		return driver.Entry{}, false, err
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 
 	payload, err := s.client.Get(ctx, rk).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return flightcache.Entry{}, false, nil
+		return driver.Entry{}, false, nil
 	}
 	if err != nil {
-		return flightcache.Entry{}, false, fmt.Errorf("redisstore: GET: %w", err)
+		return driver.Entry{}, false, fmt.Errorf("redisstore: GET: %w", err)
 	}
 	return s.decode(rk, payload, time.Now())
 }
@@ -206,16 +207,16 @@ func (s *Store) Get(ctx context.Context, key string) (flightcache.Entry, bool, e
 // decode turns the payload read under the Redis key rk into Get's answer at
 // now: every read (Get, GetMany) goes through it, so they accept and refuse
 // exactly the same payloads.
-func (s *Store) decode(rk string, payload []byte, now time.Time) (flightcache.Entry, bool, error) {
+func (s *Store) decode(rk string, payload []byte, now time.Time) (driver.Entry, bool, error) {
 	if isUnverifiable(payload) {
-		return flightcache.Entry{}, false, nil
+		return driver.Entry{}, false, nil
 	}
 	e, err := Decode(rk, payload)
 	if err != nil {
-		return flightcache.Entry{}, false, err
+		return driver.Entry{}, false, err
 	}
 	if !e.StaleUntil.After(now) {
-		return flightcache.Entry{}, false, nil
+		return driver.Entry{}, false, nil
 	}
 	return e, true, nil
 }
@@ -227,7 +228,7 @@ func (s *Store) decode(rk string, payload []byte, now time.Time) (flightcache.En
 // Set means "this is the current value", and it is already gone. An
 // envelope larger than MaxPayload, an invalid key or invalid Meta sends
 // nothing to Redis and returns a typed error.
-func (s *Store) Set(ctx context.Context, key string, e flightcache.Entry) error {
+func (s *Store) Set(ctx context.Context, key string, e driver.Entry) error {
 	rk, payload, ttl, err := s.Envelope(key, e)
 	if err != nil {
 		return err

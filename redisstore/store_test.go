@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/redis/go-redis/v9"
 )
 
 // liveEntry is an entry that stays in Redis for the duration of a test.
-func liveEntry(value string) flightcache.Entry {
+func liveEntry(value string) driver.Entry {
 	now := time.Now()
-	return flightcache.Entry{Value: []byte(value), Meta: flightcache.Meta{
+	return driver.Entry{Value: []byte(value), Meta: driver.Meta{
 		FreshUntil:   now.Add(time.Minute),
 		StaleUntil:   now.Add(time.Hour),
 		LoadDuration: 17 * time.Millisecond,
@@ -29,7 +30,7 @@ func TestSetGetRoundTripsEveryMetaFieldThroughRedis(t *testing.T) {
 	ctx := context.Background()
 	tomb := liveEntry("")
 	tomb.Value, tomb.NotFound = nil, true
-	for name, e := range map[string]flightcache.Entry{"value": liveEntry(`{"id":1}`), "tombstone": tomb} {
+	for name, e := range map[string]driver.Entry{"value": liveEntry(`{"id":1}`), "tombstone": tomb} {
 		t.Run(name, func(t *testing.T) {
 			if err := s.Set(ctx, name, e); err != nil {
 				t.Fatalf("Set: %v", err)
@@ -48,7 +49,7 @@ func TestSetGetRoundTripsEveryMetaFieldThroughRedis(t *testing.T) {
 func TestGetOfMissingKeyIsMissWithoutError(t *testing.T) {
 	s, _ := newTestStore(t, Options{})
 	got, ok, err := s.Get(context.Background(), "absent")
-	if ok || err != nil || !sameEntry(got, flightcache.Entry{}) {
+	if ok || err != nil || !sameEntry(got, driver.Entry{}) {
 		t.Fatalf("Get = %+v, %v, %v; want zero, false, nil", got, ok, err)
 	}
 }
@@ -173,7 +174,7 @@ func TestCorruptPayloadIsReportedAsTypedError(t *testing.T) {
 			if !errors.Is(err, ErrCorrupt) || !errors.As(err, &ce) || ce.KeyHandle != keyHandle(s.Prefix()+key) {
 				t.Fatalf("Get = %v; want *CorruptError with the handle of key %q", err, key)
 			}
-			if ok || !sameEntry(got, flightcache.Entry{}) {
+			if ok || !sameEntry(got, driver.Entry{}) {
 				t.Fatalf("Get returned %+v, %v with a corrupt payload", got, ok)
 			}
 		})

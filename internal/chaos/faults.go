@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -116,11 +116,11 @@ func (c *panicCodec) Unmarshal(data []byte) (Value, error) {
 // writes to the shared tier (write-backs and explicit Sets alike) are
 // slow while the others' are not.
 type slowStore struct {
-	flightcache.SharedStore
+	driver.SharedStore
 	on *atomic.Bool
 }
 
-func (s slowStore) Set(ctx context.Context, key string, e flightcache.Entry) error {
+func (s slowStore) Set(ctx context.Context, key string, e driver.Entry) error {
 	if s.on.Load() {
 		t := time.NewTimer(slowWriteDelay)
 		select {

@@ -18,6 +18,7 @@ import (
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/breaker"
 	"github.com/flightcache/flightcache/clock"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/redislease"
 	"github.com/flightcache/flightcache/redisstore"
@@ -446,7 +447,7 @@ func (p *phase) waitBusesUp(ctx context.Context) {
 		for _, in := range p.insts {
 			// A Get subscribes the Bus; the first ones also warm the tiers.
 			_, _ = in.cache.Get(ctx, p.keys[0], p.org.load(p.keys[0]))
-			if in.cache.BusState() == flightcache.BusUp {
+			if in.cache.BusState() == driver.BusUp {
 				up++
 			}
 		}

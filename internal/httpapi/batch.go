@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/product"
 )
 
@@ -70,7 +71,7 @@ func ParseSelection(tenant, rawQuery string) (product.Selection, error) {
 }
 
 // OutcomeCounts renders OutcomesHeader's value.
-func OutcomeCounts(counts [flightcache.NumOutcomes]int) string {
+func OutcomeCounts(counts [driver.NumOutcomes]int) string {
 	var sb strings.Builder
 	for o, n := range counts {
 		if n == 0 {

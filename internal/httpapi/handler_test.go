@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/product"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/singleflight"
@@ -57,7 +58,7 @@ func newFlightEvents() *flightEvents {
 	return &flightEvents{shared: make(chan struct{}, 1024), started: make(chan struct{}, 1024)}
 }
 
-func (f *flightEvents) ObserveCache(flightcache.Event) {}
+func (f *flightEvents) ObserveCache(driver.Event) {}
 func (f *flightEvents) ObserveFlight(e singleflight.Event) {
 	switch e.Kind {
 	case singleflight.EventShared:

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/singleflight"
 )
 
@@ -42,38 +43,38 @@ var ReasonNames = [NumReasons]string{"too_many_in_flight", "too_many_waiters", "
 // TierNames are the "tier" label values, indexed by flightcache.Tier.
 // TierNone is never the tier of a per-tier event, but is kept so that an
 // unexpected one is still counted rather than dropped.
-var TierNames = [...]string{flightcache.TierNone: "none", flightcache.TierLocal: "local", flightcache.TierShared: "shared"}
+var TierNames = [...]string{driver.TierNone: "none", driver.TierLocal: "local", driver.TierShared: "shared"}
 
 // NumOutcomes is the number of flightcache.Outcome values, for arrays
 // indexed by Outcome.
-const NumOutcomes = flightcache.NumOutcomes
+const NumOutcomes = driver.NumOutcomes
 
 // BreakerStateNames are the "to" label values of breaker transitions,
 // indexed by flightcache.BreakerState. The state gauge uses the index itself
 // (0 closed, 1 half-open, 2 open), so that "open" is the largest value and
 // max_over_time shows whether the breaker opened at all in a window.
 var BreakerStateNames = [...]string{
-	flightcache.BreakerClosed:   flightcache.BreakerClosed.String(),
-	flightcache.BreakerHalfOpen: flightcache.BreakerHalfOpen.String(),
-	flightcache.BreakerOpen:     flightcache.BreakerOpen.String(),
+	driver.BreakerClosed:   driver.BreakerClosed.String(),
+	driver.BreakerHalfOpen: driver.BreakerHalfOpen.String(),
+	driver.BreakerOpen:     driver.BreakerOpen.String(),
 }
 
 // BreakerStateIndex returns s's index in BreakerStateNames. An unknown state
 // is counted as open: a breaker whose state cannot be named is not letting
 // calls through as far as an operator can tell.
-func BreakerStateIndex(s flightcache.BreakerState) int {
+func BreakerStateIndex(s driver.BreakerState) int {
 	if int(s) < len(BreakerStateNames) {
 		return int(s)
 	}
-	return int(flightcache.BreakerOpen)
+	return int(driver.BreakerOpen)
 }
 
 // TierIndex returns t's index in TierNames, mapping unknown tiers to TierNone.
-func TierIndex(t flightcache.Tier) int {
+func TierIndex(t driver.Tier) int {
 	if int(t) < len(TierNames) {
 		return int(t)
 	}
-	return int(flightcache.TierNone)
+	return int(driver.TierNone)
 }
 
 // RejectReason maps an admission error to its reason. The engine reports its
@@ -123,13 +124,13 @@ var LeaseEventNames = [NumLeaseEvents]string{"acquired", "taken_over", "lost"}
 
 // LeaseEvent maps a cache event kind to its lease event, ok false for a
 // kind that is not one.
-func LeaseEvent(k flightcache.EventKind) (int, bool) {
+func LeaseEvent(k driver.EventKind) (int, bool) {
 	switch k {
-	case flightcache.EventLeaseAcquired:
+	case driver.EventLeaseAcquired:
 		return LeaseAcquired, true
-	case flightcache.EventLeaseTakenOver:
+	case driver.EventLeaseTakenOver:
 		return LeaseTakenOver, true
-	case flightcache.EventLeaseLost:
+	case driver.EventLeaseLost:
 		return LeaseLost, true
 	}
 	return 0, false
@@ -184,15 +185,15 @@ func ScopeIndex(s flightcache.Scope) int {
 // kind the Cache reports, but is kept so that an unexpected one is still
 // counted rather than dropped.
 var InvalidationKindNames = [...]string{
-	0:                              flightcache.InvalidationKind(0).String(),
-	flightcache.InvalidationKey:    flightcache.InvalidationKey.String(),
-	flightcache.InvalidationPrefix: flightcache.InvalidationPrefix.String(),
-	flightcache.InvalidationAll:    flightcache.InvalidationAll.String(),
+	0:                         driver.InvalidationKind(0).String(),
+	driver.InvalidationKey:    driver.InvalidationKey.String(),
+	driver.InvalidationPrefix: driver.InvalidationPrefix.String(),
+	driver.InvalidationAll:    driver.InvalidationAll.String(),
 }
 
 // InvalidationKindIndex returns k's index in InvalidationKindNames,
 // mapping unknown kinds to 0.
-func InvalidationKindIndex(k flightcache.InvalidationKind) int {
+func InvalidationKindIndex(k driver.InvalidationKind) int {
 	if int(k) < len(InvalidationKindNames) {
 		return int(k)
 	}
@@ -222,19 +223,19 @@ func PublishResult(err error) int {
 // flightcache.BusState. The state gauge uses the index itself (0 none,
 // 1 down, 2 up): a Cache without a Bus reads 0 rather than "down".
 var BusStateNames = [...]string{
-	flightcache.BusNone: flightcache.BusNone.String(),
-	flightcache.BusDown: flightcache.BusDown.String(),
-	flightcache.BusUp:   flightcache.BusUp.String(),
+	driver.BusNone: driver.BusNone.String(),
+	driver.BusDown: driver.BusDown.String(),
+	driver.BusUp:   driver.BusUp.String(),
 }
 
 // BusStateIndex returns s's index in BusStateNames. An unknown state counts
 // as down: a subscription whose state cannot be named is not known to
 // work.
-func BusStateIndex(s flightcache.BusState) int {
+func BusStateIndex(s driver.BusState) int {
 	if int(s) < len(BusStateNames) {
 		return int(s)
 	}
-	return int(flightcache.BusDown)
+	return int(driver.BusDown)
 }
 
 // BusTracker turns EventBusChanged events into disconnects: a change to
@@ -247,8 +248,8 @@ type BusTracker struct {
 }
 
 // Changed records the new state s and reports whether it is a disconnect.
-func (t *BusTracker) Changed(s flightcache.BusState) (disconnect bool) {
+func (t *BusTracker) Changed(s driver.BusState) (disconnect bool) {
 	i := BusStateIndex(s)
 	prev := t.last.Swap(uint32(i))
-	return i == int(flightcache.BusDown) && prev == uint32(flightcache.BusUp)
+	return i == int(driver.BusDown) && prev == uint32(driver.BusUp)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 )
 
 // BatchServed is the answer of QueryService.GetMany.
@@ -15,7 +16,7 @@ type BatchServed struct {
 	// Missing are the ids that do not exist, in the order asked.
 	Missing []string
 	// Outcomes counts the items by how each was served.
-	Outcomes [flightcache.NumOutcomes]int
+	Outcomes [driver.NumOutcomes]int
 }
 
 // GetMany returns the products sel names. In flightcache mode every id is

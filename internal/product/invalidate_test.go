@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/memstore"
 )
 
@@ -20,14 +21,14 @@ import (
 // records it. Subscriptions are up at once.
 type testBus struct {
 	mu   sync.Mutex
-	subs map[*busEndpoint][]flightcache.BusHandler // guarded by mu
-	sent []sentInvalidation                        // guarded by mu
-	fail error                                     // Publish returns it when set; guarded by mu
+	subs map[*busEndpoint][]driver.BusHandler // guarded by mu
+	sent []sentInvalidation                   // guarded by mu
+	fail error                                // Publish returns it when set; guarded by mu
 }
 
 type sentInvalidation struct {
 	from *busEndpoint
-	inv  flightcache.Invalidation
+	inv  driver.Invalidation
 }
 
 // busEndpoint is one instance's Bus on a testBus.
@@ -35,7 +36,7 @@ type busEndpoint struct{ net *testBus }
 
 func (n *testBus) endpoint() *busEndpoint { return &busEndpoint{net: n} }
 
-func (e *busEndpoint) Publish(_ context.Context, _ string, inv flightcache.Invalidation) error {
+func (e *busEndpoint) Publish(_ context.Context, _ string, inv driver.Invalidation) error {
 	e.net.mu.Lock()
 	defer e.net.mu.Unlock()
 	if e.net.fail != nil {
@@ -52,14 +53,14 @@ func (e *busEndpoint) Publish(_ context.Context, _ string, inv flightcache.Inval
 	return nil
 }
 
-func (e *busEndpoint) Subscribe(_ string, h flightcache.BusHandler) (func(), error) {
+func (e *busEndpoint) Subscribe(_ string, h driver.BusHandler) (func(), error) {
 	e.net.mu.Lock()
 	defer e.net.mu.Unlock()
 	if e.net.subs == nil {
-		e.net.subs = make(map[*busEndpoint][]flightcache.BusHandler)
+		e.net.subs = make(map[*busEndpoint][]driver.BusHandler)
 	}
 	e.net.subs[e] = append(e.net.subs[e], h)
-	h.BusChanged(flightcache.BusUp)
+	h.BusChanged(driver.BusUp)
 	return func() {
 		e.net.mu.Lock()
 		defer e.net.mu.Unlock()
@@ -68,10 +69,10 @@ func (e *busEndpoint) Subscribe(_ string, h flightcache.BusHandler) (func(), err
 }
 
 // published returns what ep published since the last call, and forgets it.
-func (n *testBus) published(ep *busEndpoint) []flightcache.Invalidation {
+func (n *testBus) published(ep *busEndpoint) []driver.Invalidation {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	var out []flightcache.Invalidation
+	var out []driver.Invalidation
 	for _, s := range n.sent {
 		if s.from == ep {
 			out = append(out, s.inv)
@@ -83,7 +84,7 @@ func (n *testBus) published(ep *busEndpoint) []flightcache.Invalidation {
 
 // newBusInstance is one process with its own memory tier on the bus; the
 // origin is shared. failed counts OnInvalidateFailed.
-func newBusInstance(t *testing.T, repo Repository, bus flightcache.Bus, failed *atomic.Int64) *QueryService {
+func newBusInstance(t *testing.T, repo Repository, bus driver.Bus, failed *atomic.Int64) *QueryService {
 	t.Helper()
 	local, err := memstore.New(memstore.Options[Entry]{})
 	if err != nil {
@@ -163,9 +164,9 @@ func TestUpdateInvalidatesEveryVariantOnEveryInstanceWithOnePrefix(t *testing.T)
 		for i, inv := range sent {
 			first := i == 0
 			switch {
-			case first && (inv.Kind != flightcache.InvalidationPrefix || inv.Target != wantPrefix):
+			case first && (inv.Kind != driver.InvalidationPrefix || inv.Target != wantPrefix):
 				t.Fatalf("round %d: A's first invalidation is %v %q, want the prefix %q", round, inv.Kind, inv.Target, wantPrefix)
-			case !first && (inv.Kind != flightcache.InvalidationKey || !strings.HasPrefix(inv.Target, wantPrefix)):
+			case !first && (inv.Kind != driver.InvalidationKey || !strings.HasPrefix(inv.Target, wantPrefix)):
 				t.Fatalf("round %d: A's invalidation %d is %v %q, want a key of the product after the prefix", round, i, inv.Kind, inv.Target)
 			}
 		}

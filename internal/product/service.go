@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/ratelog"
 	"github.com/flightcache/flightcache/key"
 )
@@ -76,7 +77,7 @@ type ServiceOptions struct {
 	// the fields below, which the loader applies with flightcache.SetTTL.
 	Cache *flightcache.Cache[Entry]
 	// Naive is the store ModeNaive reads and writes without coordination.
-	Naive flightcache.LocalStore[Entry]
+	Naive driver.LocalStore[Entry]
 	// TTL is the freshness of a loaded product; Jitter in [0, 0.5]
 	// shortens each TTL by a random fraction, so values loaded together do
 	// not expire together.
@@ -345,7 +346,7 @@ func (s *QueryService) getNaive(ctx context.Context, ref Ref, k string) (Served,
 	ttl := s.jitteredTTL()
 	end := s.opts.Now()
 	e := Entry{Product: p, FreshUntil: end.Add(ttl)}
-	s.opts.Naive.Set(k, flightcache.Item[Entry]{Value: e, Meta: flightcache.Meta{
+	s.opts.Naive.Set(k, driver.Item[Entry]{Value: e, Meta: driver.Meta{
 		FreshUntil: e.FreshUntil, StaleUntil: e.FreshUntil, LoadedAt: end, LoadDuration: end.Sub(now),
 	}})
 	return Served{Product: p, Outcome: flightcache.OutcomeLoaded, TTL: ttl, TTLKnown: true}, nil

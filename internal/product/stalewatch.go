@@ -3,7 +3,7 @@ package product
 import (
 	"context"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/singleflight"
 )
 
@@ -22,20 +22,20 @@ type staleNoteKey struct{}
 // for each stale value served it records why on the Get (Served.StaleCause)
 // and calls onHidden (if not nil) with the caller's context and the reason
 // the origin did not deliver: the error a stale value hid from the client.
-func WatchStale(next flightcache.Observer, onHidden func(ctx context.Context, why error)) flightcache.Observer {
+func WatchStale(next driver.Observer, onHidden func(ctx context.Context, why error)) driver.Observer {
 	w := &staleWatcher{next: next, onHidden: onHidden}
 	w.flight, _ = next.(singleflight.Observer)
 	return w
 }
 
 type staleWatcher struct {
-	next     flightcache.Observer
+	next     driver.Observer
 	flight   singleflight.Observer
 	onHidden func(context.Context, error)
 }
 
-func (w *staleWatcher) ObserveCache(e flightcache.Event) {
-	if e.Kind == flightcache.EventStaleServed && e.Ctx != nil {
+func (w *staleWatcher) ObserveCache(e driver.Event) {
+	if e.Kind == driver.EventStaleServed && e.Ctx != nil {
 		if n, ok := e.Ctx.Value(staleNoteKey{}).(*staleNote); ok {
 			n.why = e.Err
 		}

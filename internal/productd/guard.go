@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/bloomguard"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/product"
 	"github.com/flightcache/flightcache/key"
 	"github.com/prometheus/client_golang/prometheus"
@@ -117,7 +117,7 @@ type recentCreations struct {
 	prefix  string
 	keep    time.Duration
 	timeout time.Duration
-	breaker flightcache.SharedBreaker // nil: every call goes to Redis
+	breaker driver.SharedBreaker // nil: every call goes to Redis
 }
 
 // allow asks the breaker for a call. done reports the call's outcome; a
@@ -221,7 +221,7 @@ func (r *recentCreations) lookup(ctx context.Context, tenant, id string) (at tim
 // newPenetrationGuard builds the filter from the origin (a failure leaves
 // it answering "maybe" until a scheduled rebuild succeeds), schedules the
 // rebuilds and registers the metrics. rdb and sb may be nil.
-func newPenetrationGuard(ctx context.Context, cfg Config, repo *product.SQLRepository, rdb redis.UniversalClient, sb flightcache.SharedBreaker, reg prometheus.Registerer, log *slog.Logger) (*penetrationGuard, error) {
+func newPenetrationGuard(ctx context.Context, cfg Config, repo *product.SQLRepository, rdb redis.UniversalClient, sb driver.SharedBreaker, reg prometheus.Registerer, log *slog.Logger) (*penetrationGuard, error) {
 	// The filter answers "maybe" once its source is older than two rebuild
 	// periods (the schedule stalled); the recent set keeps creations a
 	// minute longer than that, so every creation is covered by one or the
@@ -290,7 +290,7 @@ func newPenetrationGuard(ctx context.Context, cfg Config, repo *product.SQLRepos
 
 // cacheGuard is the Guard for the Cache: nil (no interface holding a nil
 // pointer) without -bloom.
-func (s *Server) cacheGuard() flightcache.Guard {
+func (s *Server) cacheGuard() driver.Guard {
 	if s.guard == nil {
 		return nil
 	}

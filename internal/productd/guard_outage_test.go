@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/httpapi"
 	"github.com/redis/go-redis/v9"
 )
@@ -53,7 +53,7 @@ func TestMadeUpIDsWithRedisHungCostAtMostTheRedisTimeoutUntilTheBreakerOpens(t *
 	s.rdb.AddHook(zscores)
 	rds.pause(t)
 	i := 1
-	for ; s.breaker.State() != flightcache.BreakerOpen; i++ {
+	for ; s.breaker.State() != driver.BreakerOpen; i++ {
 		if i > 20 {
 			t.Fatal("the shared breaker never opened while Redis hung")
 		}
@@ -82,7 +82,7 @@ func TestMadeUpIDsWithRedisHungCostAtMostTheRedisTimeoutUntilTheBreakerOpens(t *
 			t.Fatalf("made-up id with the breaker open: %d %s, want 404", code, body)
 		}
 	}
-	if n := zscores.n.Load(); n != 0 || s.breaker.State() != flightcache.BreakerOpen {
+	if n := zscores.n.Load(); n != 0 || s.breaker.State() != driver.BreakerOpen {
 		t.Fatalf("with the breaker open (now %v), 20 made-up ids sent %d recent-creations lookups to Redis, want 0", s.breaker.State(), n)
 	}
 	t.Logf("Redis hung, breaker open: 20 made-up ids, no lookup sent, slowest %v", slowest)
@@ -152,7 +152,7 @@ func TestCreateWithRedisHungIsRefusedWith503BeforeTheRowIsInserted(t *testing.T)
 		}
 		t.Logf("Redis hung, breaker %v: POST refused in %v", s.breaker.State(), took)
 	}
-	if st := s.breaker.State(); st != flightcache.BreakerOpen {
+	if st := s.breaker.State(); st != driver.BreakerOpen {
 		t.Fatalf("breaker %v after eight failed creates, want open", st)
 	}
 	rds.resume(t)

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/testenv"
 )
 
@@ -208,7 +208,7 @@ func TestReadyzAndMetricsShowTheBusInBothCoalescingModes(t *testing.T) {
 			if b.Coalescing != mode || b.BusAge == nil || *b.BusAge > 5 {
 				t.Fatalf("bus up: /readyz %+v; want coalescing %s and a recent message", b, mode)
 			}
-			if srv.BusState() != flightcache.BusUp {
+			if srv.BusState() != driver.BusUp {
 				t.Fatalf("Server.BusState %v with /readyz saying up", srv.BusState())
 			}
 			c := herdClient(1)

@@ -15,6 +15,7 @@ import (
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/breaker"
 	"github.com/flightcache/flightcache/clock"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/httpapi"
 	"github.com/flightcache/flightcache/internal/product"
 	"github.com/flightcache/flightcache/internal/ratelog"
@@ -61,9 +62,9 @@ type Server struct {
 	repo    *product.SQLRepository
 	counted *product.CountingRepository
 	local   *memstore.Store[product.Entry]
-	rdb     *redis.Client             // nil without -redis
-	store   *redisstore.Store         // nil without -redis
-	breaker flightcache.SharedBreaker // nil without -redis
+	rdb     *redis.Client        // nil without -redis
+	store   *redisstore.Store    // nil without -redis
+	breaker driver.SharedBreaker // nil without -redis
 	// bus is the invalidation bus: nil without -redis or in naive mode.
 	// In cluster mode it is also the coordinator (coord).
 	bus      *redislease.Coordinator
@@ -102,9 +103,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	// Redis first: a -redis that is malformed or does not answer, or a
 	// coordinator that cannot start on it, is refused before the database
 	// is opened, migrated or seeded.
-	var shared flightcache.SharedStore
-	var coord flightcache.Coordinator
-	var bus flightcache.Bus
+	var shared driver.SharedStore
+	var coord driver.Coordinator
+	var bus driver.Bus
 	if cfg.Mode != product.ModeNaive && cfg.Redis != "" {
 		shared, err = s.connectRedis(ctx)
 		if err != nil {
@@ -287,7 +288,7 @@ func redisOptions(raw string, timeout time.Duration) (*redis.Options, error) {
 	return opt, nil
 }
 
-func (s *Server) connectRedis(ctx context.Context) (flightcache.SharedStore, error) {
+func (s *Server) connectRedis(ctx context.Context) (driver.SharedStore, error) {
 	opt, err := redisOptions(s.cfg.Redis, s.cfg.RedisTimeout)
 	if err != nil {
 		return nil, err
@@ -307,9 +308,9 @@ func (s *Server) connectRedis(ctx context.Context) (flightcache.SharedStore, err
 		}
 		return nil, fmt.Errorf("productd: -redis: Redis at %s does not answer at startup (%s): %w", opt.Addr, why, err)
 	}
-	b, err := breaker.New(breaker.Options{OnStateChange: func(from, to flightcache.BreakerState) {
+	b, err := breaker.New(breaker.Options{OnStateChange: func(from, to driver.BreakerState) {
 		lvl := slog.LevelWarn
-		if to == flightcache.BreakerClosed {
+		if to == driver.BreakerClosed {
 			lvl = slog.LevelInfo
 		}
 		s.log.LogAttrs(context.Background(), lvl, "redis breaker changed state",
@@ -532,9 +533,9 @@ func (s *Server) Coalescing() string {
 // other instances' invalidations arrive, BusDown while they may not (values
 // in memory are then served for at most -bus-down-ttl), BusNone without
 // -redis or in naive mode.
-func (s *Server) BusState() flightcache.BusState {
+func (s *Server) BusState() driver.BusState {
 	if s.cache == nil {
-		return flightcache.BusNone
+		return driver.BusNone
 	}
 	return s.cache.BusState()
 }

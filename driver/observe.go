@@ -1,4 +1,4 @@
-package flightcache
+package driver
 
 import (
 	"context"
@@ -182,15 +182,15 @@ type Observer interface {
 type Tracer interface {
 	// StartGet is called when a Get starts. It returns the context to use for
 	// the rest of the Get and a function called once when the Get ends.
-	StartGet(ctx context.Context, cache string) (context.Context, func(GetSpanInfo))
+	StartGet(ctx context.Context, cache string) (context.Context, func(SpanInfo))
 	// StartLoad is called in the flight, right before the loader runs, with
 	// the loader's context. It returns the context given to the loader and a
 	// function called once with the loader's error.
 	StartLoad(ctx context.Context, cache string) (context.Context, func(error))
 }
 
-// GetSpanInfo is what a Tracer learns when a Get ends.
-type GetSpanInfo struct {
+// SpanInfo is what a Tracer learns when a Get ends.
+type SpanInfo struct {
 	Outcome Outcome
 	// Led is true when this caller ran the load itself.
 	Led bool

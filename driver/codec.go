@@ -1,4 +1,4 @@
-package flightcache
+package driver
 
 import "encoding/json"
 

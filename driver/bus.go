@@ -1,36 +1,9 @@
-package flightcache
+package driver
 
 import (
 	"context"
-	"errors"
-	"iter"
 	"time"
 )
-
-// Cross-instance invalidation. Every instance keeps hot values in its own
-// local tier, where a hit costs about 100 ns; without a Bus, a write on one
-// instance (Set, Delete, InvalidatePrefix, Clear) leaves the other
-// instances serving their copies until those expire. With a Bus, the
-// writer publishes an Invalidation after its own tiers are updated, and
-// every other instance drops its copies that are older than the write.
-//
-// Versions. An Invalidation carries Version, the wall-clock time at which
-// the writer's change was complete; an item's version is the time its data
-// was read from its source (Meta.LoadedAt minus Meta.LoadDuration: the
-// start of the load, or the time of the Set). An item read before the
-// Invalidation's Version (plus Options.ClockSkew) is older and is dropped;
-// a newer one is kept, so an invalidation that arrives late, twice or out
-// of order never evicts a value loaded after the write. Writes a process
-// makes to its own local tier on the read path (the copy of a shared hit,
-// a load's write-back) that began before an invalidation was applied are
-// refused, whatever their version, so a read in progress cannot put an
-// older value back.
-//
-// While the Bus is down the instance cannot know what it missed: a local
-// item is served only while younger than Options.BusDownTTL, and when the
-// Bus is back the local tier is cleared (resynchronised) before long TTLs
-// are trusted again. docs/ARCHITECTURE.md has the sequence diagrams and the
-// bounds.
 
 // InvalidationKind says what an Invalidation covers.
 type InvalidationKind uint8
@@ -155,27 +128,4 @@ type BusHandler interface {
 	Invalidated(inv Invalidation)
 	// BusChanged reports the subscription's new state.
 	BusChanged(s BusState)
-}
-
-// LocalRanger is a LocalStore that can visit its items. Bulk invalidation
-// (InvalidatePrefix, Clear, an Invalidation of another instance) and the
-// resynchronisation after the Bus was down visit the local tier with it,
-// so New requires it of Local when Options.Bus is set, and
-// InvalidatePrefix and Clear return an error matching errors.ErrUnsupported
-// without it. memstore.Store implements it.
-type LocalRanger[V any] interface {
-	// All yields every item stored, in no particular order. The Items are
-	// shared, as with Get. Deleting keys while iterating must be allowed.
-	All() iter.Seq2[string, *Item[V]]
-}
-
-// ErrNotPublished is matched by the error of a write (Set, Delete,
-// InvalidatePrefix, Clear) whose Invalidation could not be published: the
-// write itself took effect, but other instances may serve their older
-// copies until they expire.
-var ErrNotPublished = errors.New("flightcache: invalidation not published to the other instances")
-
-// readAt is the version of an item: when its data was read from its source.
-func readAt(m *Meta) time.Time {
-	return m.LoadedAt.Add(-m.LoadDuration)
 }

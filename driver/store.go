@@ -1,7 +1,9 @@
-package flightcache
+package driver
 
 import (
 	"context"
+	"errors"
+	"iter"
 	"time"
 )
 
@@ -29,10 +31,11 @@ type Meta struct {
 type Item[V any] struct {
 	Value V
 	Meta
-	// filledAt is when the Cache put the item in its local tier, on its
+	// FilledAt is when the Cache put the item in its local tier, on its
 	// clock (zero when unknown): while the Bus is down, local items are
-	// trusted for BusDownTTL from then (see Cache.untrusted).
-	filledAt time.Time
+	// trusted for Options.BusDownTTL from then. The Cache sets it; a
+	// LocalStore keeps it as given.
+	FilledAt time.Time
 }
 
 // Entry is what the shared byte tier stores: the codec's encoding of a value
@@ -131,3 +134,60 @@ type SharedBreaker interface {
 	// State returns the breaker's current state.
 	State() BreakerState
 }
+
+// LocalRanger is a LocalStore that can visit its items. Bulk invalidation
+// (InvalidatePrefix, Clear, an Invalidation of another instance) and the
+// resynchronisation after the Bus was down visit the local tier with it,
+// so New requires it of Local when Options.Bus is set, and
+// InvalidatePrefix and Clear return an error matching errors.ErrUnsupported
+// without it. memstore.Store implements it.
+type LocalRanger[V any] interface {
+	// All yields every item stored, in no particular order. The Items are
+	// shared, as with Get. Deleting keys while iterating must be allowed.
+	All() iter.Seq2[string, *Item[V]]
+}
+
+// BatchSharedStore is a SharedStore that reads and writes many keys per
+// round trip. A Cache whose shared tier implements it serves a batch
+// (GetMany, FetchMany) with one GetMany for all the keys the local tier
+// missed and one SetMany per loader call for the write-back, instead of a
+// round trip per key. Package redisstore implements it (MGET, or pipelined
+// GETs on a Redis Cluster, whose keys live in different slots).
+//
+// The contract per key is SharedStore's: a missing key, or one past its
+// StaleUntil, is not found; errors are expected and count as misses or as
+// best-effort write failures.
+type BatchSharedStore interface {
+	SharedStore
+	// GetMany reads keys. The result is aligned with keys. err is a
+	// failure of the whole read (every key then counts as a miss); a
+	// failure of one key, such as a corrupt entry, is that key's
+	// Lookup.Err and leaves the other keys alone.
+	GetMany(ctx context.Context, keys []string) ([]Lookup, error)
+	// SetMany stores entries[i] under keys[i], each until its StaleUntil,
+	// in as few round trips as the store allows. It returns nil when
+	// every write succeeded, else a slice aligned with keys whose non-nil
+	// elements are the writes that failed.
+	SetMany(ctx context.Context, keys []string, entries []Entry) []error
+}
+
+// Lookup is one key's answer from BatchSharedStore.GetMany.
+type Lookup struct {
+	Entry Entry
+	Found bool
+	// Err is this key's failure (Found is then false).
+	Err error
+}
+
+// ErrBreakerOpen is what a SharedBreaker returns (possibly wrapped) from
+// Allow while it keeps calls away from the shared tier. The Cache treats the
+// tier as a miss without logging a failure for it.
+var ErrBreakerOpen = errors.New("flightcache: shared tier skipped: circuit breaker open")
+
+// ErrEntryRejected is matched (errors.Is) by the errors of a shared store
+// that could not use one entry: corrupt, bound to another key, too large.
+// Such an error says nothing about the tier's health: the Cache treats it as
+// a miss (read) or a failed write-back of that key, never as a failure of
+// the tier for its SharedBreaker. A SharedStore's entry-level errors should
+// match it.
+var ErrEntryRejected = errors.New("flightcache: shared tier rejected the entry")

@@ -1,0 +1,96 @@
+package driver
+
+import (
+	"context"
+	"time"
+)
+
+// Coordinator extends single-flight across the instances of a service
+// (cluster mode): of all the instances that miss a key at once, one loads
+// it under a lease and the others wait for its result and read it from the
+// shared tier. Package redislease provides one on Redis.
+//
+// The Cache calls it from inside its own flight, after the double-check of
+// the tiers missed, so an instance asks the Coordinator at most once per
+// key at a time, however many of its callers wait for that key.
+// Implementations must be safe for concurrent use.
+type Coordinator interface {
+	// Claim asks to load key. It returns when this instance may go on:
+	//
+	//   - Grant.Lease is set: this instance holds the key's lease and must
+	//     load it, then end the lease with Complete or Fail.
+	//   - Grant.Lease is nil and the error is nil: a load of key by another
+	//     instance completed (Grant.Done is its token); its value, if it
+	//     stored one, is in the shared tier. If the shared tier has no
+	//     fresh value, Claim again with After set to Done, so that the same
+	//     completion is not reported twice.
+	//   - an error matching flightcache.ErrLeaderFailed: the load failed on the
+	//     instance that led it, now or within the failure window.
+	//   - an error matching flightcache.ErrCoalesceTimeout: req.Wait passed while
+	//     another instance still held the lease.
+	//   - any other error: the Coordinator could not be reached; see
+	//     flightcache.Options.OnCoordinatorFailure.
+	//
+	// While it waits, Claim takes the lease over when the holder's lease
+	// expires without a result (the holder crashed or stalled); the Lease
+	// it then returns has TakenOver set.
+	Claim(ctx context.Context, key string, req ClaimRequest) (Grant, error)
+	// Invalidate fences key: from now on the write of every load of key in
+	// progress on any instance is refused, and a recorded failure of key is
+	// forgotten. Cache.Set and Cache.Delete call it before writing the
+	// shared tier, which is how an explicit write wins over an older load
+	// running on another instance.
+	//
+	// Every method bounds its own calls to the coordination service; the
+	// Cache calls Complete and Fail without a deadline of its own, so that
+	// a load that ended at the loader timeout still reports its result.
+	Invalidate(ctx context.Context, key string) error
+}
+
+// ClaimRequest is what Coordinator.Claim is asked.
+type ClaimRequest struct {
+	// After is the token of a completion the caller has already seen (0 for
+	// none); Claim reports only newer ones.
+	After uint64
+	// Wait bounds how long Claim waits for another instance's load.
+	Wait time.Duration
+}
+
+// Grant is Coordinator.Claim's answer: the lease, or word that another
+// instance's load completed; see Coordinator.Claim.
+type Grant struct {
+	// Lease is set when this instance must load the key.
+	Lease Lease
+	// Done is the fencing token of the completed load, when Lease is nil.
+	Done uint64
+	// Waited is how long Claim waited for another instance.
+	Waited time.Duration
+}
+
+// Lease is one instance's exclusive, time-bounded right to load a key for
+// the whole cluster. It is extended in the background while the load runs.
+// Exactly one of Complete and Fail must be called, once.
+type Lease interface {
+	// Token is the lease's fencing token: higher than every token issued
+	// for the key before it.
+	Token() uint64
+	// TakenOver reports that this lease replaced one that expired without
+	// a result.
+	TakenOver() bool
+	// Lost is closed when the lease could not be extended (another instance
+	// took over, or the Coordinator was unreachable for the lease's whole
+	// TTL). The load goes on; its write will likely be refused.
+	Lost() <-chan struct{}
+	// Complete writes e (nil: nothing to store) to the shared tier if and
+	// only if the lease's token is still the newest for the key (a fenced
+	// write), tells the waiting instances the load is done and releases the
+	// lease. written is false with a nil error when the write was refused
+	// because a newer lease, Set or Delete superseded this load.
+	Complete(ctx context.Context, e *Entry) (written bool, err error)
+	// Fail releases the lease and tells the waiting instances the load
+	// failed: they return an error matching flightcache.ErrLeaderFailed until the
+	// failure window passes. err is this instance's; implementations must
+	// not carry its text to other instances (it may hold SQL, host names
+	// or secrets, and would reach their callers).
+	Fail(ctx context.Context, err error) error
+}
