@@ -115,15 +115,15 @@ func (c *Cache[V]) FetchMany(ctx context.Context, keys []string, load BatchLoadF
 		ctx = context.Background()
 	}
 	var start time.Time
-	if c.obs != nil {
+	if c.opts.Observer != nil {
 		start = time.Now() // real time: a latency metric, whatever Options.Now says
 	}
-	b := batch[V]{c: c, ctx: ctx, load: load, keys: keys, res: make([]KeyResult[V], len(keys)), now: c.now()}
+	b := batch[V]{c: c, ctx: ctx, load: load, keys: keys, res: make([]KeyResult[V], len(keys)), now: c.opts.Now()}
 	b.run()
-	if c.obs != nil {
+	if c.opts.Observer != nil {
 		d := time.Since(start)
 		for i := range b.res {
-			c.observe(driver.Event{Kind: driver.EventGet, Ctx: ctx, Cache: c.name, Outcome: b.res[i].Outcome, Duration: d, Err: b.res[i].Err})
+			c.observe(driver.Event{Kind: driver.EventGet, Ctx: ctx, Cache: c.opts.Name, Outcome: b.res[i].Outcome, Duration: d, Err: b.res[i].Err})
 		}
 	}
 	return b.res
@@ -165,11 +165,11 @@ func (b *batch[V]) run() {
 	)
 	for i, k := range b.keys {
 		var stale *driver.Item[V]
-		if c.local != nil && len(k) > 0 && len(k) <= c.maxKeyLen && !c.coh.Closed() {
-			if it, ok := c.local.Get(k); ok {
+		if c.opts.Local != nil && len(k) > 0 && len(k) <= c.opts.MaxKeyLen && !c.coh.Closed() {
+			if it, ok := c.opts.Local.Get(k); ok {
 				switch c.localState(it, b.now) {
 				case itemFresh:
-					if it.NotFound || c.obs != nil || c.clone != nil || (c.earlyRefresh && b.load != nil) {
+					if it.NotFound || c.opts.Observer != nil || c.opts.Clone != nil || (c.opts.EarlyRefresh && b.load != nil) {
 						b.serve(i, it, driver.TierLocal)
 						continue
 					}
@@ -194,7 +194,7 @@ func (b *batch[V]) run() {
 			dups = append(dups, [2]int{i, first})
 			continue
 		}
-		if c.local != nil && c.obs != nil {
+		if c.opts.Local != nil && c.opts.Observer != nil {
 			c.emit(b.ctx, driver.EventMiss, driver.TierLocal, nil)
 		}
 		seen[k] = i
@@ -245,7 +245,7 @@ func singleLoad[V any](key string, load BatchLoadFunc[V]) LoadFunc[V] {
 // filter answers the keys the Guard turns away and returns the others.
 func (b *batch[V]) filter(miss []batchKey[V]) []batchKey[V] {
 	c := b.c
-	if c.filter == nil {
+	if c.opts.Guard == nil {
 		return miss
 	}
 	return slices.DeleteFunc(miss, func(bk batchKey[V]) bool {
@@ -263,7 +263,7 @@ func (b *batch[V]) filter(miss []batchKey[V]) []batchKey[V] {
 // fallback, and returns the keys left.
 func (b *batch[V]) readShared(miss []batchKey[V]) []batchKey[V] {
 	c := b.c
-	if c.shared == nil {
+	if c.opts.Shared == nil {
 		return miss
 	}
 	keys := make([]string, len(miss))
@@ -290,7 +290,7 @@ func (b *batch[V]) readShared(miss []batchKey[V]) []batchKey[V] {
 			b.serve(bk.first, it, driver.TierShared)
 			return true
 		}
-		if c.obs != nil {
+		if c.opts.Observer != nil {
 			c.emit(b.ctx, driver.EventMiss, driver.TierShared, nil)
 		}
 		return false
@@ -356,9 +356,9 @@ func (b *batch[V]) fly(miss []batchKey[V]) {
 	// long (from now, for all of them); the loads go on and refresh the
 	// entries.
 	softCtx := b.ctx
-	if c.softTimeout > 0 && slices.ContainsFunc(miss, func(bk batchKey[V]) bool { return bk.stale != nil }) {
+	if c.opts.SoftTimeout > 0 && slices.ContainsFunc(miss, func(bk batchKey[V]) bool { return bk.stale != nil }) {
 		var cancel context.CancelFunc
-		softCtx, cancel = context.WithTimeout(b.ctx, c.softTimeout)
+		softCtx, cancel = context.WithTimeout(b.ctx, c.opts.SoftTimeout)
 		defer cancel()
 	}
 	for j := range miss {
@@ -466,18 +466,18 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 
 	// The double-check: another instance may have filled the shared tier,
 	// or a flight that just ended the local one.
-	now := c.now()
+	now := c.opts.Now()
 	todo := make([]int, 0, len(keys))
 	for j := range keys {
-		if c.local != nil {
-			if it, ok := c.local.Get(names[j]); ok && now.Before(it.FreshUntil) && !c.untrusted(it, now) {
+		if c.opts.Local != nil {
+			if it, ok := c.opts.Local.Get(names[j]); ok && now.Before(it.FreshUntil) && !c.untrusted(it, now) {
 				answers[j] = batchAnswer[V]{fl: &flight[V]{item: *it, found: true}}
 				continue
 			}
 		}
 		todo = append(todo, j)
 	}
-	if c.shared != nil && sharedDown == sharedUsable && len(todo) > 0 {
+	if c.opts.Shared != nil && sharedDown == sharedUsable && len(todo) > 0 {
 		ks, ts := make([]string, len(todo)), make([]coherence.Ticket, len(todo))
 		for n, j := range todo {
 			ks[n], ts[n] = names[j], tickets[j]
@@ -500,7 +500,7 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 			if err == nil {
 				return false
 			}
-			if c.obs != nil {
+			if c.opts.Observer != nil {
 				c.emit(fctx, driver.EventThrottled, driver.TierNone, err)
 			}
 			answers[j].err = err
@@ -518,11 +518,11 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		ask[n] = names[j]
 	}
 	pol := new(storePolicy)
-	lctx, cancel := context.WithTimeout(context.WithValue(fctx, policyKey{}, pol), c.loaderTimeout)
+	lctx, cancel := context.WithTimeout(context.WithValue(fctx, policyKey{}, pol), c.opts.LoaderTimeout)
 	defer cancel()
 	var endSpan func(error)
-	if c.tracer != nil {
-		lctx, endSpan = c.tracer.StartLoad(lctx, c.name)
+	if c.opts.Tracer != nil {
+		lctx, endSpan = c.opts.Tracer.StartLoad(lctx, c.opts.Name)
 	}
 	timer := c.startLoadTimer()
 	found, err := callBatchLoader(lctx, load, ask)
@@ -532,7 +532,7 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	}
 	if err != nil {
 		var fl *flight[V]
-		if c.tracer != nil {
+		if c.opts.Tracer != nil {
 			fl = &flight[V]{loadCtx: lctx} // so that waiters link to the load's span
 		}
 		for _, j := range todo {
@@ -559,21 +559,21 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		if !ok {
 			fl.notFound = ErrNotFound
 		}
-		if c.tracer != nil {
+		if c.opts.Tracer != nil {
 			fl.loadCtx = lctx
 		}
 		d := ttl
 		switch {
 		case d > 0:
 		case ok:
-			d = c.jittered(c.ttl)
+			d = c.jittered(c.opts.TTL)
 		default:
-			d = c.jittered(c.negativeTTL)
+			d = c.jittered(c.opts.NegativeTTL)
 		}
 		fl.item.FreshUntil = end.Add(d)
 		fl.item.StaleUntil = fl.item.FreshUntil
 		if ok {
-			fl.item.StaleUntil = fl.item.StaleUntil.Add(c.staleFor)
+			fl.item.StaleUntil = fl.item.StaleUntil.Add(c.opts.StaleFor)
 		}
 		if c.throttle != nil {
 			c.throttle.succeed(names[j])
@@ -625,12 +625,12 @@ func (c *Cache[V]) reportUnrequested(ctx context.Context, found map[string]V, as
 	if n == 0 {
 		return
 	}
-	if c.obs != nil {
+	if c.opts.Observer != nil {
 		c.emit(ctx, driver.EventUnrequestedKey, driver.TierNone, nil)
 	}
 	if ok, suppressed := c.unrequestedLog.allow(); ok {
-		c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: batch loader returned keys it was not asked for; ignored",
-			slog.String("cache", c.name), slog.Int("keys", n), slog.Int64("suppressed", suppressed))
+		c.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "flightcache: batch loader returned keys it was not asked for; ignored",
+			slog.String("cache", c.opts.Name), slog.Int("keys", n), slog.Int64("suppressed", suppressed))
 	}
 }
 
@@ -657,7 +657,7 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 		// that key's miss, as in a GetMany.
 		lookups = make([]driver.Lookup, len(keys))
 		for j, k := range keys {
-			e, ok, err := c.shared.Get(ctx, k)
+			e, ok, err := c.opts.Shared.Get(ctx, k)
 			if err != nil && entryLevel(err) {
 				lookups[j].Err = err
 				continue
@@ -692,7 +692,7 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 		}
 		it := &driver.Item[V]{Meta: m}
 		if !m.NotFound {
-			v, err := c.codec.Unmarshal(l.Entry.Value)
+			v, err := c.opts.Codec.Unmarshal(l.Entry.Value)
 			if err != nil {
 				c.readFailed(ctx, fmt.Errorf("flightcache: decode shared entry: %w", err))
 				continue
@@ -805,7 +805,7 @@ func (c *Cache[V]) setSharedMany(ctx context.Context, keys []string, entries []d
 			return firstErr(errs)
 		}
 		for n, k := range keys {
-			if err := c.shared.Set(ctx, k, entries[n]); err != nil {
+			if err := c.opts.Shared.Set(ctx, k, entries[n]); err != nil {
 				if errs == nil {
 					errs = make([]error, len(keys))
 				}

@@ -51,28 +51,12 @@ type Result[V any] struct {
 // package documentation for the order of operations. A Cache is safe for
 // concurrent use; build it with New.
 type Cache[V any] struct {
-	// Configuration, read-only after New.
-	name          string
-	local         driver.LocalStore[V] // nil when the Cache has no local tier
-	shared        driver.SharedStore   // nil when the Cache has no shared tier
-	codec         driver.Codec[V]
-	breaker       driver.SharedBreaker // nil: every shared call is made
-	sharedTimeout time.Duration
-	loaderTimeout time.Duration
-	ttl           time.Duration
-	negativeTTL   time.Duration
-	jitter        float64
-	staleFor      time.Duration
-	softTimeout   time.Duration
-	earlyRefresh  bool
-	beta          float64
-	maxKeyLen     int
-	clone         func(V) V
-	obs           driver.Observer // nil: no events, one nil check per site
-	tracer        driver.Tracer   // nil: no spans
-	instrumented  bool            // obs != nil || tracer != nil
-	log           *slog.Logger
-	now           func() time.Time
+	// opts is the configuration with every default filled in, read-only
+	// after New.
+	opts Options[V]
+	// instrumented: opts.Observer != nil || opts.Tracer != nil, the one
+	// check on the hit path.
+	instrumented bool
 	// preciseLoadTime: Options.Now was left to its default, which may be a
 	// coarse clock, so load durations are measured with time.Now instead.
 	preciseLoadTime bool
@@ -82,8 +66,7 @@ type Cache[V any] struct {
 	// served (package coherence); the Cache asks it and does the I/O.
 	coh      coherence.Model
 	batch    batchConfig
-	throttle *throttle    // nil unless Options.FailureThrottle is set
-	filter   driver.Guard // Options.Guard; nil: every key may exist
+	throttle *throttle // nil unless Options.FailureThrottle is set
 
 	// breakerState is the last BreakerState the Cache saw, so that each
 	// change is reported once.
@@ -93,20 +76,15 @@ type Cache[V any] struct {
 	// hides the first line of another.
 	readLog, writeLog, observerLog, unrequestedLog logLimiter
 
-	// Cluster mode (coordinator.go); coord nil: process-local only.
-	coord             driver.Coordinator
-	coalesceWait      time.Duration
-	onCoalesceTimeout WaitPolicy
-	onCoordFailure    FailurePolicy
-	coordLog          logLimiter
-	scope             atomic.Uint32 // the current Scope; see Cache.Scope
+	// Cluster mode (coordinator.go); opts.Coordinator nil: process-local
+	// only.
+	coordLog logLimiter
+	scope    atomic.Uint32 // the current Scope; see Cache.Scope
 
-	// Cross-instance invalidation (invalidate.go); bus nil: writes are
-	// not announced, and nothing arrives.
-	bus       driver.Bus
-	busStop   func() // ends the subscription; nil without a Bus
-	clockSkew time.Duration
-	busLog    logLimiter
+	// Cross-instance invalidation (invalidate.go); opts.Bus nil: writes
+	// are not announced, and nothing arrives.
+	busStop func() // ends the subscription; nil without a Bus
+	busLog  logLimiter
 	// redo keeps and redoes the writes the other instances may not have
 	// heard of (see announce).
 	redo coherence.Redo
@@ -136,39 +114,19 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 		return nil, err
 	}
 	c := &Cache[V]{
-		name:            o.Name,
-		local:           o.Local,
-		shared:          o.Shared,
-		codec:           o.Codec,
-		breaker:         o.SharedBreaker,
-		sharedTimeout:   o.SharedTimeout,
-		loaderTimeout:   o.LoaderTimeout,
-		ttl:             o.TTL,
-		negativeTTL:     o.NegativeTTL,
-		jitter:          o.Jitter,
-		staleFor:        o.StaleFor,
-		softTimeout:     o.SoftTimeout,
-		earlyRefresh:    o.EarlyRefresh,
-		beta:            o.Beta,
-		maxKeyLen:       o.MaxKeyLen,
-		clone:           o.Clone,
-		obs:             o.Observer,
-		tracer:          o.Tracer,
+		opts:            o,
 		instrumented:    o.Observer != nil || o.Tracer != nil,
-		log:             o.Logger,
-		now:             o.Now,
 		preciseLoadTime: opts.Now == nil,
 		throttle:        newThrottle(o.FailureThrottle),
 		batch:           newBatchConfig(o),
-		filter:          o.Guard,
 		refreshing:      make(map[string]*miss[V]),
 		maxRefreshes:    defaultMaxRefreshes,
 	}
 	if o.MaxInFlight > 0 {
 		c.maxRefreshes = o.MaxInFlight
 	}
-	if c.breaker != nil {
-		c.breakerState.Store(uint32(c.breaker.State()))
+	if c.opts.SharedBreaker != nil {
+		c.breakerState.Store(uint32(c.opts.SharedBreaker.State()))
 	}
 	// The engine's timeout is the flight's, not the loader's: the loader
 	// runs under its own LoaderTimeout inside the flight (see miss.run), and
@@ -199,11 +157,8 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 	c.group = flightgroup.New[string, *flight[V]](sfOpts...)
 	c.scope.Store(uint32(ScopeLocal))
 	if o.Coordinator != nil {
-		c.coord, c.coalesceWait = o.Coordinator, o.CoalesceWait
-		c.onCoalesceTimeout, c.onCoordFailure = o.OnCoalesceTimeout, o.OnCoordinatorFailure
 		c.scope.Store(uint32(ScopeCluster))
 	}
-	c.clockSkew = o.ClockSkew
 	c.coh.DownTTL = o.BusDownTTL
 	// A write-back of a load that began before a fence can land after
 	// it and live TTL + StaleFor from then.
@@ -212,9 +167,8 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 	if o.Bus != nil {
 		// Down until the Bus says the subscription works: until then
 		// other instances' writes may be missed.
-		c.bus = o.Bus
 		c.coh.SetDown(true)
-		stop, err := o.Bus.Subscribe(c.name, busHandler[V]{c})
+		stop, err := o.Bus.Subscribe(c.opts.Name, busHandler[V]{c})
 		if err != nil {
 			c.group.Close()
 			return nil, fmt.Errorf("flightcache: subscribe to the invalidation bus: %w", err)
@@ -272,11 +226,11 @@ func (c *Cache[V]) Fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 // fetchInstrumented is the read path with the Get event and span around it.
 func (c *Cache[V]) fetchInstrumented(ctx context.Context, key string, load LoadFunc[V]) (Result[V], error) {
 	var endSpan func(driver.SpanInfo)
-	if c.tracer != nil {
-		ctx, endSpan = c.tracer.StartGet(ctx, c.name)
+	if c.opts.Tracer != nil {
+		ctx, endSpan = c.opts.Tracer.StartGet(ctx, c.opts.Name)
 	}
 	var start time.Time
-	if c.obs != nil {
+	if c.opts.Observer != nil {
 		start = time.Now() // real time: a latency metric, whatever Options.Now says
 	}
 	r, ok, err := c.hitLocal(ctx, key, load)
@@ -284,8 +238,8 @@ func (c *Cache[V]) fetchInstrumented(ctx context.Context, key string, load LoadF
 	if !ok {
 		r, m, err = c.fetch(ctx, key, load)
 	}
-	if c.obs != nil {
-		c.observe(driver.Event{Kind: driver.EventGet, Ctx: ctx, Cache: c.name, Outcome: r.Outcome, Duration: time.Since(start), Err: err})
+	if c.opts.Observer != nil {
+		c.observe(driver.Event{Kind: driver.EventGet, Ctx: ctx, Cache: c.opts.Name, Outcome: r.Outcome, Duration: time.Since(start), Err: err})
 	}
 	if endSpan != nil {
 		info := driver.SpanInfo{Outcome: r.Outcome, Err: err}
@@ -310,18 +264,18 @@ func (c *Cache[V]) fetchInstrumented(ctx context.Context, key string, load LoadF
 // cheap checks (closed, length) stay, so a too-long key never reaches the
 // store.
 func (c *Cache[V]) hitLocal(ctx context.Context, key string, load LoadFunc[V]) (r Result[V], ok bool, err error) {
-	if c.local == nil || len(key) == 0 || len(key) > c.maxKeyLen || c.coh.Closed() {
+	if c.opts.Local == nil || len(key) == 0 || len(key) > c.opts.MaxKeyLen || c.coh.Closed() {
 		return r, false, nil
 	}
-	it, found := c.local.Get(key)
+	it, found := c.opts.Local.Get(key)
 	if !found {
 		return r, false, nil
 	}
-	now := c.now()
+	now := c.opts.Now()
 	if !now.Before(it.FreshUntil) || c.untrusted(it, now) {
 		return r, false, nil
 	}
-	if it.NotFound || c.obs != nil || c.clone != nil || (c.earlyRefresh && load != nil) {
+	if it.NotFound || c.opts.Observer != nil || c.opts.Clone != nil || (c.opts.EarlyRefresh && load != nil) {
 		r, err = c.serveFresh(ctx, key, load, it, now, driver.TierLocal)
 		return r, true, err
 	}
@@ -337,15 +291,15 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	if err := c.admit(ctx, key); err != nil {
 		return Result[V]{Outcome: OutcomeLoadFailed}, nil, err
 	}
-	now := c.now()
+	now := c.opts.Now()
 
 	// 1. The local tier, again: a fresh item may have arrived since
 	// hitLocal looked, and a stale one is the fallback if the load fails.
 	// stale points to the store's shared, read-only Item: a pointer keeps
 	// the frames of the callers that wait for a load small.
 	var stale *driver.Item[V]
-	if c.local != nil {
-		if it, ok := c.local.Get(key); ok {
+	if c.opts.Local != nil {
+		if it, ok := c.opts.Local.Get(key); ok {
 			switch c.localState(it, now) {
 			case itemFresh:
 				r, err := c.serveFresh(ctx, key, load, it, now, driver.TierLocal)
@@ -354,28 +308,28 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 				stale = it
 			}
 		}
-		if c.obs != nil {
+		if c.opts.Observer != nil {
 			c.emit(ctx, driver.EventMiss, driver.TierLocal, nil)
 		}
 	}
 
 	// A key the Guard rules out has no value at the origin: neither tier
 	// is read and not even the stale item is served.
-	if c.filter != nil && c.filtered(ctx, key) {
+	if c.opts.Guard != nil && c.filtered(ctx, key) {
 		return Result[V]{Outcome: OutcomeFiltered}, nil, ErrNotFound
 	}
 
 	// 2. The shared tier. A failure is a miss; a newer stale item than the
 	// local one becomes the fallback.
 	var sharedDown sharedSkip
-	if c.shared != nil {
+	if c.opts.Shared != nil {
 		it, err := c.readSharedGuarded(ctx, key, now)
 		sharedDown = unavailable(ctx, err)
 		if it != nil && now.Before(it.FreshUntil) {
 			r, err := c.serveFresh(ctx, key, load, it, now, driver.TierShared)
 			return r, nil, err
 		}
-		if c.obs != nil {
+		if c.opts.Observer != nil {
 			c.emit(ctx, driver.EventMiss, driver.TierShared, nil)
 		}
 		if it != nil && !it.NotFound && (stale == nil || it.FreshUntil.After(stale.FreshUntil)) {
@@ -393,7 +347,7 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 		return Result[V]{Outcome: OutcomeLoadFailed}, nil, err
 	}
 	m := &miss[V]{c: c, key: key, load: load, sharedDown: sharedDown, hasStale: stale != nil}
-	if stale != nil && c.softTimeout > 0 {
+	if stale != nil && c.opts.SoftTimeout > 0 {
 		fl, err, late := c.doWithSoftTimeout(ctx, m)
 		if late {
 			return c.serveStale(ctx, stale, now, ErrSoftTimeout), m, nil
@@ -495,25 +449,25 @@ func (c *Cache[V]) serveFresh(ctx context.Context, key string, load LoadFunc[V],
 // answer fresh items through it.
 func (c *Cache[V]) freshHit(ctx context.Context, it *driver.Item[V], now time.Time, tier driver.Tier) (o Outcome, refreshDue bool) {
 	if it.NotFound {
-		if c.obs != nil {
+		if c.opts.Observer != nil {
 			c.emit(ctx, driver.EventNegativeHit, tier, nil)
 		}
 		return OutcomeNegativeHit, false
 	}
-	if c.obs != nil {
+	if c.opts.Observer != nil {
 		c.emit(ctx, driver.EventHit, tier, nil)
 	}
 	o = OutcomeHitLocal
 	if tier == driver.TierShared {
 		o = OutcomeHitShared
 	}
-	return o, c.earlyRefresh && c.refreshDue(&it.Meta, now)
+	return o, c.opts.EarlyRefresh && c.refreshDue(&it.Meta, now)
 }
 
 // serveStale answers with a value past its TTL (fail-safe); why is the
 // reason the fresh value did not arrive.
 func (c *Cache[V]) serveStale(ctx context.Context, it *driver.Item[V], now time.Time, why error) Result[V] {
-	if c.obs != nil {
+	if c.opts.Observer != nil {
 		c.emit(ctx, driver.EventStaleServed, driver.TierNone, why)
 	}
 	r, _ := c.answer(it, OutcomeStale, now, nil)
@@ -533,8 +487,8 @@ func (c *Cache[V]) answer(it *driver.Item[V], o Outcome, now time.Time, notFound
 		return r, notFound
 	}
 	r.Value = it.Value
-	if c.clone != nil {
-		r.Value = c.clone(r.Value)
+	if c.opts.Clone != nil {
+		r.Value = c.opts.Clone(r.Value)
 	}
 	return r, nil
 }
@@ -571,7 +525,7 @@ func (c *Cache[V]) admit(ctx context.Context, key string) error {
 // validKey reports whether key is one the Cache admits: not empty, at
 // most MaxKeyLen bytes, valid UTF-8.
 func (c *Cache[V]) validKey(key string) bool {
-	return len(key) > 0 && len(key) <= c.maxKeyLen && utf8.ValidString(key)
+	return len(key) > 0 && len(key) <= c.opts.MaxKeyLen && utf8.ValidString(key)
 }
 
 // keyError explains why key was refused without echoing it: keys are
@@ -580,8 +534,8 @@ func (c *Cache[V]) keyError(key string) error {
 	switch {
 	case len(key) == 0:
 		return &KeyError{Reason: "empty"}
-	case len(key) > c.maxKeyLen:
-		return &KeyError{Reason: fmt.Sprintf("%d bytes, longer than MaxKeyLen %d", len(key), c.maxKeyLen)}
+	case len(key) > c.opts.MaxKeyLen:
+		return &KeyError{Reason: fmt.Sprintf("%d bytes, longer than MaxKeyLen %d", len(key), c.opts.MaxKeyLen)}
 	default:
 		return &KeyError{Reason: "not valid UTF-8"}
 	}
@@ -608,13 +562,13 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	if err := c.admit(ctx, key); err != nil {
 		return err
 	}
-	if c.clone != nil {
-		v = c.clone(v)
+	if c.opts.Clone != nil {
+		v = c.opts.Clone(v)
 	}
-	now := c.now()
+	now := c.opts.Now()
 	it := driver.Item[V]{Value: v, Meta: driver.Meta{LoadedAt: now}}
-	it.FreshUntil = now.Add(c.jittered(c.ttl))
-	it.StaleUntil = it.FreshUntil.Add(c.staleFor)
+	it.FreshUntil = now.Add(c.jittered(c.opts.TTL))
+	it.StaleUntil = it.FreshUntil.Add(c.opts.StaleFor)
 	var (
 		e      driver.Entry
 		encErr error
@@ -622,7 +576,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	// The Set's version for the other instances: the wall-clock read time
 	// of the very entry they will read from the shared tier.
 	version := c.toWall(it.Meta).LoadedAt
-	if c.shared != nil {
+	if c.opts.Shared != nil {
 		e, encErr = c.encode(&it)
 		version = e.LoadedAt
 	}
@@ -633,10 +587,10 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	}
 	it.FilledAt = now
 	err := c.explicit(ctx, key, func() error {
-		if c.local != nil {
-			c.local.Set(key, it)
+		if c.opts.Local != nil {
+			c.opts.Local.Set(key, it)
 		}
-		if c.shared == nil {
+		if c.opts.Shared == nil {
 			return nil
 		}
 		if encErr != nil {
@@ -678,7 +632,7 @@ func joinPublished(err, perr error) error {
 // to fence is returned with the write's result, and the write still runs.
 func (c *Cache[V]) explicit(ctx context.Context, key string, write func() error) error {
 	defer c.group.Forget(key)
-	if c.coord == nil {
+	if c.opts.Coordinator == nil {
 		return c.coh.Explicit(key, write)
 	}
 	return c.coh.Explicit(key, func() error {
@@ -686,7 +640,7 @@ func (c *Cache[V]) explicit(ctx context.Context, key string, write func() error)
 		// (a write once started completes or times out), and an unfenced
 		// write would lose to an older load of another instance. The
 		// Coordinator bounds its own calls.
-		ferr := c.coord.Invalidate(context.WithoutCancel(ctx), key)
+		ferr := c.opts.Coordinator.Invalidate(context.WithoutCancel(ctx), key)
 		if ferr != nil {
 			ferr = fmt.Errorf("%w: fence the key: %w", ErrCoordinatorUnavailable, ferr)
 		}
@@ -710,10 +664,10 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 	}
 	c.fenceKey(ctx, key, time.Now())
 	err := c.explicit(ctx, key, func() error {
-		if c.local != nil {
-			c.local.Delete(key)
+		if c.opts.Local != nil {
+			c.opts.Local.Delete(key)
 		}
-		if c.shared != nil {
+		if c.opts.Shared != nil {
 			return c.deleteShared(ctx, key)
 		}
 		return nil
@@ -775,24 +729,24 @@ func (c *Cache[V]) fill(t coherence.Ticket, key string, it *driver.Item[V], wall
 // write, under the key's lock and the bulk lock.
 func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], wall time.Time) (stored bool, newer *driver.Item[V], older bool) {
 	var held *driver.Item[V]
-	if c.local != nil {
-		held, _ = c.local.Get(key)
+	if c.opts.Local != nil {
+		held, _ = c.opts.Local.Get(key)
 	}
-	now := c.now()
+	now := c.opts.Now()
 	h := coherence.Held{}
 	if held != nil {
 		h = coherence.Held{Present: true, Fresh: now.Before(held.FreshUntil), Read: readAt(&held.Meta)}
 	}
 	switch c.coh.DecideFill(key, current, coherence.Read{Local: readAt(&it.Meta), Wall: wall}, h, now) {
 	case coherence.FillWrite:
-		if c.local != nil {
+		if c.opts.Local != nil {
 			cp := *it
 			cp.FilledAt = now
-			c.local.Set(key, cp)
+			c.opts.Local.Set(key, cp)
 		}
 		return true, nil, false
 	case coherence.FillDropHeld:
-		c.local.Delete(key)
+		c.opts.Local.Delete(key)
 	case coherence.FillServeHeld:
 		return false, held, false
 	case coherence.FillOlder:
@@ -807,7 +761,7 @@ func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], wall
 // keep LoadedAt) and without a shared tier, where no fence is ever asked
 // (coherence.Fences.Covered) and none is kept.
 func (c *Cache[V]) wallRead(it *driver.Item[V], e *driver.Entry) time.Time {
-	if c.shared == nil {
+	if c.opts.Shared == nil {
 		return time.Time{}
 	}
 	var m *driver.Meta
@@ -826,15 +780,15 @@ func (c *Cache[V]) wallRead(it *driver.Item[V], e *driver.Entry) time.Time {
 // jittered shortens d by a random fraction of at most c.jitter, so values
 // loaded together do not all expire together.
 func (c *Cache[V]) jittered(d time.Duration) time.Duration {
-	if c.jitter == 0 {
+	if c.opts.Jitter == 0 {
 		return d
 	}
-	return time.Duration(float64(d) * (1 - c.jitter*rand.Float64()))
+	return time.Duration(float64(d) * (1 - c.opts.Jitter*rand.Float64()))
 }
 
 // emit reports an event; c.obs is not nil.
 func (c *Cache[V]) emit(ctx context.Context, kind driver.EventKind, tier driver.Tier, err error) {
-	c.observe(driver.Event{Kind: kind, Ctx: ctx, Cache: c.name, Tier: tier, Err: err})
+	c.observe(driver.Event{Kind: kind, Ctx: ctx, Cache: c.opts.Name, Tier: tier, Err: err})
 }
 
 // observe hands e to the Observer. A panicking Observer loses its event and
@@ -842,7 +796,7 @@ func (c *Cache[V]) emit(ctx context.Context, kind driver.EventKind, tier driver.
 // flight and refresh goroutines, where a panic would end the process.
 func (c *Cache[V]) observe(e driver.Event) {
 	defer c.recoverObserver()
-	c.obs.ObserveCache(e)
+	c.opts.Observer.ObserveCache(e)
 }
 
 // recoverObserver is deferred around every call into the Observer.
@@ -852,8 +806,8 @@ func (c *Cache[V]) recoverObserver() {
 		return
 	}
 	if ok, suppressed := c.observerLog.allow(); ok {
-		c.log.LogAttrs(context.Background(), slog.LevelError, "flightcache: Observer panicked; event dropped",
-			slog.String("cache", c.name), slog.Any("panic", p), slog.Int64("suppressed", suppressed))
+		c.opts.Logger.LogAttrs(context.Background(), slog.LevelError, "flightcache: Observer panicked; event dropped",
+			slog.String("cache", c.opts.Name), slog.Any("panic", p), slog.Int64("suppressed", suppressed))
 	}
 }
 
@@ -872,30 +826,30 @@ func (f flightObserver[V]) ObserveFlight(e singleflight.Event) {
 // readFailed reports a shared-tier read that counted as a miss. A read the
 // breaker skipped is reported but not logged: the breaker's opening was.
 func (c *Cache[V]) readFailed(ctx context.Context, err error) {
-	if c.obs != nil {
+	if c.opts.Observer != nil {
 		c.emit(ctx, driver.EventReadFailed, driver.TierShared, err)
 	}
 	if errors.Is(err, driver.ErrBreakerOpen) {
 		return
 	}
 	if ok, suppressed := c.readLog.allow(); ok {
-		c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: shared tier read failed; served as a miss",
-			slog.String("cache", c.name), slog.Any("error", err), slog.Int64("suppressed", suppressed))
+		c.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "flightcache: shared tier read failed; served as a miss",
+			slog.String("cache", c.opts.Name), slog.Any("error", err), slog.Int64("suppressed", suppressed))
 	}
 }
 
 // writeFailed reports a failed tier write. Like readFailed, it does not log
 // a write the breaker skipped.
 func (c *Cache[V]) writeFailed(ctx context.Context, tier driver.Tier, err error) {
-	if c.obs != nil {
+	if c.opts.Observer != nil {
 		c.emit(ctx, driver.EventWriteFailed, tier, err)
 	}
 	if errors.Is(err, driver.ErrBreakerOpen) {
 		return
 	}
 	if ok, suppressed := c.writeLog.allow(); ok {
-		c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: tier write failed",
-			slog.String("cache", c.name), slog.String("tier", tier.String()), slog.Any("error", err), slog.Int64("suppressed", suppressed))
+		c.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "flightcache: tier write failed",
+			slog.String("cache", c.opts.Name), slog.String("tier", tier.String()), slog.Any("error", err), slog.Int64("suppressed", suppressed))
 	}
 }
 

@@ -67,15 +67,15 @@ func (c *Cache[V]) setScope(ctx context.Context, s Scope, why error) {
 	if Scope(c.scope.Swap(uint32(s))) == s {
 		return
 	}
-	if c.obs != nil {
-		c.observe(driver.Event{Kind: driver.EventScopeChanged, Ctx: ctx, Cache: c.name, Scope: s, Err: why})
+	if c.opts.Observer != nil {
+		c.observe(driver.Event{Kind: driver.EventScopeChanged, Ctx: ctx, Cache: c.opts.Name, Scope: s, Err: why})
 	}
 	if s == ScopeLocal {
-		c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: coordinator unreachable; coalescing within this process only",
-			slog.String("cache", c.name), slog.Any("error", why))
+		c.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "flightcache: coordinator unreachable; coalescing within this process only",
+			slog.String("cache", c.opts.Name), slog.Any("error", why))
 	} else {
-		c.log.LogAttrs(ctx, slog.LevelInfo, "flightcache: coordinator reachable again; coalescing across the cluster",
-			slog.String("cache", c.name))
+		c.opts.Logger.LogAttrs(ctx, slog.LevelInfo, "flightcache: coordinator reachable again; coalescing across the cluster",
+			slog.String("cache", c.opts.Name))
 	}
 }
 
@@ -108,7 +108,7 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 		return m.coordinatorFailed(ctx, t, fmt.Errorf("flightcache: coordinator not asked, the shared tier is unavailable: %w", m.sharedDown.err()))
 	}
 	var after uint64
-	deadline := time.Now().Add(c.coalesceWait)
+	deadline := time.Now().Add(c.opts.CoalesceWait)
 	for {
 		wait := time.Until(deadline)
 		if wait <= 0 {
@@ -116,8 +116,8 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 		}
 		// Bounded as the flight's hard timeout budgets it (see New): the
 		// wait, and one shared call's time to answer.
-		cctx, cancel := context.WithTimeout(ctx, wait+c.sharedTimeout)
-		cl, err := c.coord.Claim(cctx, m.key, driver.ClaimRequest{After: after, Wait: wait})
+		cctx, cancel := context.WithTimeout(ctx, wait+c.opts.SharedTimeout)
+		cl, err := c.opts.Coordinator.Claim(cctx, m.key, driver.ClaimRequest{After: after, Wait: wait})
 		cancel()
 		switch {
 		case err == nil:
@@ -135,7 +135,7 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 			return m.coordinatorFailed(ctx, t, err)
 		}
 		if cl.Lease != nil {
-			if c.obs != nil {
+			if c.opts.Observer != nil {
 				kind := driver.EventLeaseAcquired
 				if cl.Lease.TakenOver() {
 					kind = driver.EventLeaseTakenOver
@@ -145,7 +145,7 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 			return m.lead(ctx, t, cl.Lease)
 		}
 		c.emitWoken(ctx, cl.Waited, nil)
-		if it, ok := m.recheck(ctx, c.now(), t); ok {
+		if it, ok := m.recheck(ctx, c.opts.Now(), t); ok {
 			return &flight[V]{item: it, found: true, remote: true}, nil
 		}
 		after = cl.Done
@@ -164,8 +164,8 @@ func (fl *flight[V]) scope() Scope {
 }
 
 func (c *Cache[V]) emitWoken(ctx context.Context, waited time.Duration, err error) {
-	if c.obs != nil {
-		c.observe(driver.Event{Kind: driver.EventFollowerWoken, Ctx: ctx, Cache: c.name, Tier: driver.TierShared, Duration: waited, Err: err})
+	if c.opts.Observer != nil {
+		c.observe(driver.Event{Kind: driver.EventFollowerWoken, Ctx: ctx, Cache: c.opts.Name, Tier: driver.TierShared, Duration: waited, Err: err})
 	}
 }
 
@@ -217,7 +217,7 @@ func (m *miss[V]) loadWithoutLease(ctx context.Context, t coherence.Ticket, stor
 // the value it refreshes is still fresh, and the lease holder stores the
 // new one; a load it could not store would be an origin call for nothing.
 func (m *miss[V]) waitTimedOut(ctx context.Context, t coherence.Ticket, err error) (*flight[V], error) {
-	if m.c.onCoalesceTimeout == WaitFail || m.hasStale || m.newerThan != 0 {
+	if m.c.opts.OnCoalesceTimeout == WaitFail || m.hasStale || m.newerThan != 0 {
 		return nil, err
 	}
 	return m.loadWithoutLease(ctx, t, false)
@@ -226,13 +226,13 @@ func (m *miss[V]) waitTimedOut(ctx context.Context, t coherence.Ticket, err erro
 // coordinatorFailed applies OnCoordinatorFailure to a Claim that failed.
 func (m *miss[V]) coordinatorFailed(ctx context.Context, t coherence.Ticket, err error) (*flight[V], error) {
 	c := m.c
-	if c.onCoordFailure == FailOnCoordinatorError {
+	if c.opts.OnCoordinatorFailure == FailOnCoordinatorError {
 		return nil, fmt.Errorf("%w: %w", ErrCoordinatorUnavailable, err)
 	}
 	c.setScope(ctx, ScopeLocal, err)
 	if ok, suppressed := c.coordLog.allow(); ok {
-		c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: coordinator failed; this load is coalesced within the process only",
-			slog.String("cache", c.name), slog.Any("error", err), slog.Int64("suppressed", suppressed))
+		c.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "flightcache: coordinator failed; this load is coalesced within the process only",
+			slog.String("cache", c.opts.Name), slog.Any("error", err), slog.Int64("suppressed", suppressed))
 	}
 	return m.loadWithoutLease(ctx, t, true)
 }
@@ -264,7 +264,7 @@ func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease d
 	written, err := lease.Complete(context.WithoutCancel(ctx), e)
 	select {
 	case <-lease.Lost():
-		if c.obs != nil {
+		if c.opts.Observer != nil {
 			c.emit(ctx, driver.EventLeaseLost, driver.TierShared, nil)
 		}
 	default:
@@ -274,10 +274,10 @@ func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease d
 		fl.writeErr = err
 		c.writeFailed(ctx, driver.TierShared, err)
 	case e != nil && !written:
-		if c.obs != nil {
+		if c.opts.Observer != nil {
 			c.emit(ctx, driver.EventFencedWriteRejected, driver.TierShared, nil)
 		}
-		if it, ok := m.recheck(ctx, c.now(), t); ok {
+		if it, ok := m.recheck(ctx, c.opts.Now(), t); ok {
 			return &flight[V]{item: it, found: true, remote: true, loadCtx: fl.loadCtx}
 		}
 		return fl

@@ -8,13 +8,13 @@ import (
 // filtered asks the Guard about key after a local miss and reports whether
 // it turned the key away (then the Get answers ErrNotFound with
 // OutcomeFiltered, and neither the shared tier nor the origin is touched).
-// Callers check c.filter for nil first, so a Cache without a Guard pays one
+// Callers check c.opts.Guard for nil first, so a Cache without a Guard pays one
 // nil check.
 func (c *Cache[V]) filtered(ctx context.Context, key string) bool {
-	if c.filter.MayExist(ctx, key) {
+	if c.opts.Guard.MayExist(ctx, key) {
 		return false
 	}
-	if c.obs != nil {
+	if c.opts.Observer != nil {
 		c.emit(ctx, driver.EventFiltered, driver.TierNone, nil)
 	}
 	return true

@@ -42,8 +42,8 @@ func readAt(m *driver.Meta) time.Time {
 	return m.LoadedAt.Add(-m.LoadDuration)
 }
 
-// This file is the Cache's side of cross-instance invalidation; bus.go has
-// the contracts and the model. The story of one write, say Delete on
+// This file is the Cache's side of cross-instance invalidation; package
+// driver has the contracts (Bus, Invalidation). The story of one write, say Delete on
 // instance A while B holds the key in its local tier:
 //
 //  1. A updates its tiers (local, then shared) and publishes an
@@ -76,7 +76,7 @@ func (c *Cache[V]) untrusted(it *driver.Item[V], now time.Time) bool {
 // BusNone without a Bus.
 func (c *Cache[V]) BusState() driver.BusState {
 	switch {
-	case c.bus == nil:
+	case c.opts.Bus == nil:
 		return driver.BusNone
 	case c.coh.Down():
 		return driver.BusDown
@@ -134,14 +134,14 @@ func (c *Cache[V]) invalidateBulk(ctx context.Context, kind driver.InvalidationK
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if c.local != nil {
-		if _, ok := c.local.(driver.LocalRanger[V]); !ok {
+	if c.opts.Local != nil {
+		if _, ok := c.opts.Local.(driver.LocalRanger[V]); !ok {
 			return fmt.Errorf("flightcache: invalidating by %s needs a Local store that implements LocalRanger: %w", kind, errors.ErrUnsupported)
 		}
 	}
 	wall := time.Now()
 	c.noteBulk(ctx, prefix, wall)
-	c.applyBulk(prefix, c.now())
+	c.applyBulk(prefix, c.opts.Now())
 	return c.announce(ctx, kind, prefix, wall, false)
 }
 
@@ -152,7 +152,7 @@ func (c *Cache[V]) invalidateBulk(ctx context.Context, kind driver.InvalidationK
 // had to drop an explicit fence early. It reports whether version is newer
 // than the key's fence was.
 func (c *Cache[V]) fenceKey(ctx context.Context, key string, version time.Time) bool {
-	_, fresh, dropped := c.coh.NoteKey(key, version, c.now(), true)
+	_, fresh, dropped := c.coh.NoteKey(key, version, c.opts.Now(), true)
 	c.fencesDropped(ctx, false, dropped)
 	return fresh
 }
@@ -160,7 +160,7 @@ func (c *Cache[V]) fenceKey(ctx context.Context, key string, version time.Time) 
 // noteBulk records a bulk invalidation of prefix at version (wall clock),
 // and reports whether it is newer than the last one of its prefix.
 func (c *Cache[V]) noteBulk(ctx context.Context, prefix string, version time.Time) bool {
-	fresh, dropped := c.coh.NoteBulk(prefix, version, c.now())
+	fresh, dropped := c.coh.NoteBulk(prefix, version, c.opts.Now())
 	c.fencesDropped(ctx, true, dropped)
 	return fresh
 }
@@ -172,8 +172,8 @@ func (c *Cache[V]) fencesDropped(ctx context.Context, bulk bool, dropped int64) 
 		return
 	}
 	if ok, suppressed := c.busLog.allow(); ok {
-		c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: too many recent invalidations; the oldest fences were dropped early",
-			slog.String("cache", c.name), slog.Bool("bulk", bulk), slog.Int64("dropped_total", dropped), slog.Int64("suppressed", suppressed))
+		c.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "flightcache: too many recent invalidations; the oldest fences were dropped early",
+			slog.String("cache", c.opts.Name), slog.Bool("bulk", bulk), slog.Int64("dropped_total", dropped), slog.Int64("suppressed", suppressed))
 	}
 }
 
@@ -188,26 +188,26 @@ func (c *Cache[V]) publish(ctx context.Context, kind driver.InvalidationKind, ta
 
 // publishVia is publish; askBreaker false skips the breaker (the redo).
 func (c *Cache[V]) publishVia(ctx context.Context, kind driver.InvalidationKind, target string, version time.Time, askBreaker bool) error {
-	if c.bus == nil {
+	if c.opts.Bus == nil {
 		return nil
 	}
 	var err error
-	if askBreaker && c.breaker != nil && c.breaker.State() == driver.BreakerOpen {
+	if askBreaker && c.opts.SharedBreaker != nil && c.opts.SharedBreaker.State() == driver.BreakerOpen {
 		err = driver.ErrBreakerOpen
 	} else {
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.sharedTimeout)
-		err = c.bus.Publish(pctx, c.name, driver.Invalidation{Kind: kind, Target: target, Version: version})
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.SharedTimeout)
+		err = c.opts.Bus.Publish(pctx, c.opts.Name, driver.Invalidation{Kind: kind, Target: target, Version: version})
 		cancel()
 	}
-	if c.obs != nil {
-		c.observe(driver.Event{Kind: driver.EventInvalidationSent, Ctx: ctx, Cache: c.name, Invalidation: kind, Err: err})
+	if c.opts.Observer != nil {
+		c.observe(driver.Event{Kind: driver.EventInvalidationSent, Ctx: ctx, Cache: c.opts.Name, Invalidation: kind, Err: err})
 	}
 	if err == nil {
 		return nil
 	}
 	if ok, suppressed := c.busLog.allow(); ok {
-		c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: publishing an invalidation failed; other instances may serve older values until they expire or their bus reports down",
-			slog.String("cache", c.name), slog.String("kind", kind.String()), slog.Any("error", err), slog.Int64("suppressed", suppressed))
+		c.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "flightcache: publishing an invalidation failed; other instances may serve older values until they expire or their bus reports down",
+			slog.String("cache", c.opts.Name), slog.String("kind", kind.String()), slog.Any("error", err), slog.Int64("suppressed", suppressed))
 	}
 	return fmt.Errorf("%w: %w", ErrNotPublished, err)
 }
@@ -218,15 +218,15 @@ func (c *Cache[V]) publishVia(ctx context.Context, kind driver.InvalidationKind,
 // the next Get start a new flight. It reports whether a copy was held and
 // whether it was dropped.
 func (c *Cache[V]) applyKey(key string, version time.Time) (held, dropped bool) {
-	limit := version.Add(c.clockSkew)
+	limit := version.Add(c.opts.ClockSkew)
 	_ = c.coh.Explicit(key, func() error {
-		if c.local == nil {
+		if c.opts.Local == nil {
 			return nil
 		}
-		it, ok := c.local.Get(key)
+		it, ok := c.opts.Local.Get(key)
 		held = ok
 		if ok && readAt(&it.Meta).Before(limit) {
-			c.local.Delete(key)
+			c.opts.Local.Delete(key)
 			dropped = true
 		}
 		return nil
@@ -243,14 +243,14 @@ func (c *Cache[V]) applyKey(key string, version time.Time) (held, dropped bool) 
 func (c *Cache[V]) applyBulk(prefix string, version time.Time) (dropped int) {
 	c.coh.Bulk(prefix)
 	c.group.ForgetFunc(func(k string) bool { return strings.HasPrefix(k, prefix) })
-	r, ok := c.local.(driver.LocalRanger[V])
+	r, ok := c.opts.Local.(driver.LocalRanger[V])
 	if !ok {
 		return 0
 	}
-	limit := version.Add(c.clockSkew)
+	limit := version.Add(c.opts.ClockSkew)
 	for k, it := range r.All() {
 		if strings.HasPrefix(k, prefix) && readAt(&it.Meta).Before(limit) {
-			c.local.Delete(k)
+			c.opts.Local.Delete(k)
 			dropped++
 		}
 	}
@@ -262,7 +262,7 @@ func (c *Cache[V]) applyBulk(prefix string, version time.Time) (dropped int) {
 // version no item can be newer than (LoadedAt is never ahead of now plus
 // ClockSkew), so reads in progress write nothing either.
 func (c *Cache[V]) resync() {
-	c.applyBulk("", c.now().Add(MaxTTL))
+	c.applyBulk("", c.opts.Now().Add(MaxTTL))
 }
 
 // busHandler is the Cache's BusHandler. The Bus calls it one message at a
@@ -285,21 +285,21 @@ func (c *Cache[V]) received(inv driver.Invalidation) {
 	if c.coh.Closed() {
 		return
 	}
-	if c.obs != nil {
-		c.observe(driver.Event{Kind: driver.EventInvalidationReceived, Cache: c.name, Invalidation: inv.Kind})
+	if c.opts.Observer != nil {
+		c.observe(driver.Event{Kind: driver.EventInvalidationReceived, Cache: c.opts.Name, Invalidation: inv.Kind})
 	}
 	ctx := context.Background()
 	wallNow := time.Now()
 	var ahead bool
-	if inv.Version, ahead = coherence.Clamp(inv.Version, wallNow, c.clockSkew); ahead {
+	if inv.Version, ahead = coherence.Clamp(inv.Version, wallNow, c.opts.ClockSkew); ahead {
 		if ok, suppressed := c.busLog.allow(); ok {
-			c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: an invalidation's version is ahead of this host's clock by more than ClockSkew; taken as now",
-				slog.String("cache", c.name), slog.Int64("suppressed", suppressed))
+			c.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "flightcache: an invalidation's version is ahead of this host's clock by more than ClockSkew; taken as now",
+				slog.String("cache", c.opts.Name), slog.Int64("suppressed", suppressed))
 		}
 	}
 	// Fences compare wall-clock times; the local tier's items are on this
 	// Cache's clock.
-	version := shiftTime(inv.Version, time.Duration(c.now().UnixNano()-wallNow.UnixNano()))
+	version := shiftTime(inv.Version, time.Duration(c.opts.Now().UnixNano()-wallNow.UnixNano()))
 	applied := false
 	switch inv.Kind {
 	case driver.InvalidationKey:
@@ -326,12 +326,12 @@ func (c *Cache[V]) received(inv driver.Invalidation) {
 		}
 		applied = c.applyBulk(prefix, version) > 0 || fresh
 	}
-	if c.obs != nil {
+	if c.opts.Observer != nil {
 		kind := driver.EventInvalidationIgnored
 		if applied {
 			kind = driver.EventInvalidationApplied
 		}
-		c.observe(driver.Event{Kind: kind, Cache: c.name, Invalidation: inv.Kind})
+		c.observe(driver.Event{Kind: kind, Cache: c.opts.Name, Invalidation: inv.Kind})
 	}
 }
 
@@ -352,15 +352,15 @@ func (c *Cache[V]) busChanged(s driver.BusState) {
 		// judged as with the Bus down.
 		c.coh.SetDown(false)
 		c.redo.Kick()
-		c.log.LogAttrs(ctx, slog.LevelInfo, "flightcache: invalidation bus up; local tier resynchronised",
-			slog.String("cache", c.name))
+		c.opts.Logger.LogAttrs(ctx, slog.LevelInfo, "flightcache: invalidation bus up; local tier resynchronised",
+			slog.String("cache", c.opts.Name))
 	} else {
 		c.coh.SetDown(true)
-		c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: invalidation bus down; local values are served for at most BusDownTTL",
-			slog.String("cache", c.name), slog.Duration("bus_down_ttl", c.coh.DownTTL))
+		c.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "flightcache: invalidation bus down; local values are served for at most BusDownTTL",
+			slog.String("cache", c.opts.Name), slog.Duration("bus_down_ttl", c.coh.DownTTL))
 	}
-	if c.obs != nil {
-		c.observe(driver.Event{Kind: driver.EventBusChanged, Cache: c.name, Bus: s})
+	if c.opts.Observer != nil {
+		c.observe(driver.Event{Kind: driver.EventBusChanged, Cache: c.opts.Name, Bus: s})
 	}
 }
 
@@ -372,19 +372,19 @@ func (c *Cache[V]) busChanged(s driver.BusState) {
 // returns the publish's error.
 func (c *Cache[V]) announce(ctx context.Context, kind driver.InvalidationKind, target string, version time.Time, sharedFailed bool) error {
 	err := c.publish(ctx, kind, target, version)
-	if c.bus == nil {
+	if c.opts.Bus == nil {
 		return err
 	}
 	p := coherence.Pending{Kind: uint8(kind), Bulk: kind != driver.InvalidationKey, Target: target, Version: version,
-		DeleteShared: kind == driver.InvalidationKey && c.shared != nil && sharedFailed}
+		DeleteShared: kind == driver.InvalidationKey && c.opts.Shared != nil && sharedFailed}
 	if err == nil && !sharedFailed {
 		c.redo.Succeeded(p)
 		return nil
 	}
 	if c.redo.Add(p) {
 		if ok, suppressed := c.busLog.allow(); ok {
-			c.log.LogAttrs(ctx, slog.LevelWarn, "flightcache: too many writes waiting to be announced; the oldest was dropped",
-				slog.String("cache", c.name), slog.Int64("suppressed", suppressed))
+			c.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "flightcache: too many writes waiting to be announced; the oldest was dropped",
+				slog.String("cache", c.opts.Name), slog.Int64("suppressed", suppressed))
 		}
 	}
 	return err
@@ -411,17 +411,17 @@ const maxRedoBackoff = 5 * time.Second
 // SharedTimeout, is cheap even when Redis is still down.
 func (c *Cache[V]) redoOne(p coherence.Pending) error {
 	ctx := context.Background()
-	if p.DeleteShared && c.coord != nil {
+	if p.DeleteShared && c.opts.Coordinator != nil {
 		// The write's fence may have failed with its shared update: fence
 		// again first, so that no load in flight elsewhere writes after
 		// the removal.
-		if err := c.coord.Invalidate(ctx, p.Target); err != nil {
+		if err := c.opts.Coordinator.Invalidate(ctx, p.Target); err != nil {
 			return err
 		}
 	}
 	if p.DeleteShared {
-		dctx, cancel := context.WithTimeout(ctx, c.sharedTimeout)
-		err := c.shared.Delete(dctx, p.Target)
+		dctx, cancel := context.WithTimeout(ctx, c.opts.SharedTimeout)
+		err := c.opts.Shared.Delete(dctx, p.Target)
 		cancel()
 		if err != nil {
 			return err

@@ -90,19 +90,19 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 	t := c.coh.Begin(m.key)
 	defer c.coh.End(m.key, t)
 
-	now := c.now()
+	now := c.opts.Now()
 	if it, ok := m.recheck(ctx, now, t); ok {
 		return &flight[V]{item: it, found: true}, nil
 	}
 	if c.throttle != nil {
 		if err := c.throttle.check(m.key, now); err != nil {
-			if c.obs != nil {
+			if c.opts.Observer != nil {
 				c.emit(ctx, driver.EventThrottled, driver.TierNone, err)
 			}
 			return nil, err
 		}
 	}
-	if c.coord != nil {
+	if c.opts.Coordinator != nil {
 		return m.coordinated(ctx, t)
 	}
 	fl, pol, err := m.loadOrigin(ctx)
@@ -126,12 +126,12 @@ func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket
 	usable := func(it *driver.Item[V]) bool {
 		return now.Before(it.FreshUntil) && it.FreshUntil.UnixNano() > m.newerThan
 	}
-	if c.local != nil {
-		if it, ok := c.local.Get(m.key); ok && usable(it) && !c.untrusted(it, now) {
+	if c.opts.Local != nil {
+		if it, ok := c.opts.Local.Get(m.key); ok && usable(it) && !c.untrusted(it, now) {
 			return *it, true
 		}
 	}
-	if c.shared != nil && m.sharedDown == sharedUsable {
+	if c.opts.Shared != nil && m.sharedDown == sharedUsable {
 		it, err := c.readShared(ctx, m.key, now, t)
 		m.sharedDown = unavailable(ctx, err)
 		if it != nil && usable(it) {
@@ -147,11 +147,11 @@ func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket
 func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, error) {
 	c := m.c
 	pol := new(storePolicy)
-	lctx, cancel := context.WithTimeout(context.WithValue(ctx, policyKey{}, pol), c.loaderTimeout)
+	lctx, cancel := context.WithTimeout(context.WithValue(ctx, policyKey{}, pol), c.opts.LoaderTimeout)
 	defer cancel()
 	var endSpan func(error)
-	if c.tracer != nil {
-		lctx, endSpan = c.tracer.StartLoad(lctx, c.name)
+	if c.opts.Tracer != nil {
+		lctx, endSpan = c.opts.Tracer.StartLoad(lctx, c.opts.Name)
 	}
 	returned := false
 	if endSpan != nil || c.throttle != nil {
@@ -166,7 +166,7 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 				endSpan(errLoaderAborted)
 			}
 			if c.throttle != nil {
-				c.throttle.fail(m.key, errLoaderAborted, c.now())
+				c.throttle.fail(m.key, errLoaderAborted, c.opts.Now())
 			}
 		}()
 	}
@@ -179,7 +179,7 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 		endSpan(err)
 	}
 	fl := &flight[V]{}
-	if c.tracer != nil {
+	if c.opts.Tracer != nil {
 		fl.loadCtx = lctx
 	}
 
@@ -187,12 +187,12 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 	switch {
 	case err == nil:
 		if ttl == 0 {
-			ttl = c.jittered(c.ttl)
+			ttl = c.jittered(c.opts.TTL)
 		}
 	case errors.Is(err, ErrNotFound):
 		fl.notFound = err
 		if ttl == 0 {
-			ttl = c.jittered(c.negativeTTL)
+			ttl = c.jittered(c.opts.NegativeTTL)
 		}
 	default:
 		if c.throttle != nil {
@@ -207,7 +207,7 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 	fl.item.FreshUntil = end.Add(ttl)
 	fl.item.StaleUntil = fl.item.FreshUntil
 	if !fl.item.NotFound {
-		fl.item.StaleUntil = fl.item.StaleUntil.Add(c.staleFor)
+		fl.item.StaleUntil = fl.item.StaleUntil.Add(c.opts.StaleFor)
 	}
 	// The value was loaded in time: from here the flight's hard timeout
 	// could only lose it, whatever follows (a write-back or a lease's
@@ -276,7 +276,7 @@ type loadTimer struct{ start, realStart time.Time }
 // clock when Options.Now was left to its default, which may be coarse (see
 // Cache.preciseLoadTime), so that sub-millisecond loads keep a non-zero Δ.
 func (c *Cache[V]) startLoadTimer() loadTimer {
-	t := loadTimer{start: c.now()}
+	t := loadTimer{start: c.opts.Now()}
 	if c.preciseLoadTime {
 		t.realStart = time.Now()
 	}
@@ -286,7 +286,7 @@ func (c *Cache[V]) startLoadTimer() loadTimer {
 // stopLoadTimer ends t: the load's end on the Cache's clock, and how long it
 // took.
 func (c *Cache[V]) stopLoadTimer(t loadTimer) (end time.Time, took time.Duration) {
-	end = c.now()
+	end = c.opts.Now()
 	if c.preciseLoadTime {
 		return end, time.Since(t.realStart)
 	}

@@ -22,7 +22,7 @@ const xfetchCutoff = 40
 // the time the value took to load, so slow values start refreshing earlier.
 // A value with no recorded Δ (written by Set) is never refreshed early.
 func (c *Cache[V]) refreshDue(m *driver.Meta, now time.Time) bool {
-	d := float64(m.LoadDuration) * c.beta
+	d := float64(m.LoadDuration) * c.opts.Beta
 	if d <= 0 {
 		return false
 	}
@@ -48,7 +48,7 @@ func (c *Cache[V]) startRefresh(ctx context.Context, key string, load LoadFunc[V
 	c.refreshing[key] = m
 	c.bg.Add(1)
 	c.mu.Unlock()
-	if c.obs != nil {
+	if c.opts.Observer != nil {
 		c.emit(ctx, driver.EventEarlyRefresh, driver.TierNone, nil)
 	}
 	// The refresh keeps the triggering request's values (trace IDs) but
@@ -65,8 +65,8 @@ func (c *Cache[V]) refresh(ctx context.Context, m *miss[V]) {
 	c.refreshDone(m)
 	if err = fromEngine(err); err != nil && !errors.Is(err, ErrClosed) {
 		// The current value stays until it expires; the next miss retries.
-		c.log.LogAttrs(ctx, slog.LevelDebug, "flightcache: early refresh failed",
-			slog.String("cache", c.name), slog.Any("error", err))
+		c.opts.Logger.LogAttrs(ctx, slog.LevelDebug, "flightcache: early refresh failed",
+			slog.String("cache", c.opts.Name), slog.Any("error", err))
 	}
 }
 

@@ -30,8 +30,8 @@ import (
 // SharedTimeout. keepCancel keeps ctx's cancellation (reads).
 func (c *Cache[V]) sharedCall(ctx context.Context, keepCancel bool, call func(context.Context) error) error {
 	failed := true // until call returns: a panicking store is a failure
-	if c.breaker != nil {
-		done, err := c.breaker.Allow()
+	if c.opts.SharedBreaker != nil {
+		done, err := c.opts.SharedBreaker.Allow()
 		c.noteBreaker(ctx)
 		if err != nil {
 			if !errors.Is(err, driver.ErrBreakerOpen) {
@@ -50,7 +50,7 @@ func (c *Cache[V]) sharedCall(ctx context.Context, keepCancel bool, call func(co
 	if !keepCancel {
 		parent = context.WithoutCancel(ctx)
 	}
-	cctx, cancel := context.WithTimeout(parent, c.sharedTimeout)
+	cctx, cancel := context.WithTimeout(parent, c.opts.SharedTimeout)
 	defer cancel()
 	err := call(cctx)
 	// A read the caller abandoned says nothing about the tier; a write
@@ -109,11 +109,11 @@ var (
 // local tier only, which is not a failure.
 func (c *Cache[V]) sharedWritable(down sharedSkip) (ok bool, skipErr error) {
 	switch {
-	case c.shared == nil:
+	case c.opts.Shared == nil:
 		return false, nil
 	case down != sharedUsable:
 		return false, down.err()
-	case c.coord != nil:
+	case c.opts.Coordinator != nil:
 		return c.coh.SharedWritable(coherence.Unleased, false), nil
 	}
 	return c.coh.SharedWritable(coherence.Direct, false), nil
@@ -145,7 +145,7 @@ func unavailable(ctx context.Context, err error) sharedSkip {
 // noteBreaker reports a change of the breaker's state, once per change
 // whichever goroutine sees it first.
 func (c *Cache[V]) noteBreaker(ctx context.Context) {
-	s := c.breaker.State()
+	s := c.opts.SharedBreaker.State()
 	old := driver.BreakerState(c.breakerState.Load())
 	if s == old || !c.breakerState.CompareAndSwap(uint32(old), uint32(s)) {
 		return
@@ -154,10 +154,10 @@ func (c *Cache[V]) noteBreaker(ctx context.Context) {
 	if s == driver.BreakerOpen {
 		level = slog.LevelWarn
 	}
-	c.log.LogAttrs(ctx, level, "flightcache: shared tier circuit breaker changed state",
-		slog.String("cache", c.name), slog.String("from", old.String()), slog.String("to", s.String()))
-	if c.obs != nil {
-		c.observe(driver.Event{Kind: driver.EventBreakerChanged, Ctx: ctx, Cache: c.name, Tier: driver.TierShared, Breaker: s})
+	c.opts.Logger.LogAttrs(ctx, level, "flightcache: shared tier circuit breaker changed state",
+		slog.String("cache", c.opts.Name), slog.String("from", old.String()), slog.String("to", s.String()))
+	if c.opts.Observer != nil {
+		c.observe(driver.Event{Kind: driver.EventBreakerChanged, Ctx: ctx, Cache: c.opts.Name, Tier: driver.TierShared, Breaker: s})
 	}
 }
 
@@ -172,7 +172,7 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 		ok bool
 	)
 	err := c.sharedCall(ctx, true, func(ctx context.Context) (err error) {
-		e, ok, err = c.shared.Get(ctx, key)
+		e, ok, err = c.opts.Shared.Get(ctx, key)
 		return err
 	})
 	if err != nil {
@@ -195,7 +195,7 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 	}
 	it = &driver.Item[V]{Meta: m}
 	if !m.NotFound {
-		v, err := c.codec.Unmarshal(e.Value)
+		v, err := c.opts.Codec.Unmarshal(e.Value)
 		if err != nil {
 			c.readFailed(ctx, fmt.Errorf("flightcache: decode shared entry: %w", err))
 			return nil, nil
@@ -228,7 +228,7 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 // for newer than every fence).
 func (c *Cache[V]) covered(key string, m *driver.Meta, now time.Time) bool {
 	read := c.sharedReadAt(m)
-	return c.coh.Covered(key, read, !read.IsZero(), now, c.clockSkew)
+	return c.coh.Covered(key, read, !read.IsZero(), now, c.opts.ClockSkew)
 }
 
 // sharedReadAt is the read time fences see of a shared entry with Meta m
@@ -239,7 +239,7 @@ func (c *Cache[V]) covered(key string, m *driver.Meta, now time.Time) bool {
 // entry of the key for the fence window).
 func (c *Cache[V]) sharedReadAt(m *driver.Meta) time.Time {
 	read := readAt(m)
-	if m.LoadedAt.IsZero() || read.After(time.Now().Add(c.clockSkew)) {
+	if m.LoadedAt.IsZero() || read.After(time.Now().Add(c.opts.ClockSkew)) {
 		return time.Time{}
 	}
 	return read
@@ -253,7 +253,7 @@ func (c *Cache[V]) encode(it *driver.Item[V]) (driver.Entry, error) {
 	if it.NotFound {
 		return e, nil
 	}
-	data, err := c.codec.Marshal(it.Value)
+	data, err := c.opts.Codec.Marshal(it.Value)
 	if err != nil {
 		return e, fmt.Errorf("flightcache: encode value: %w", err)
 	}
@@ -274,12 +274,12 @@ func (c *Cache[V]) encodeSafely(it *driver.Item[V]) (e driver.Entry, err error) 
 
 // setShared stores e under key in the shared tier.
 func (c *Cache[V]) setShared(ctx context.Context, key string, e driver.Entry) error {
-	return c.sharedCall(ctx, false, func(ctx context.Context) error { return c.shared.Set(ctx, key, e) })
+	return c.sharedCall(ctx, false, func(ctx context.Context) error { return c.opts.Shared.Set(ctx, key, e) })
 }
 
 // deleteShared removes key from the shared tier.
 func (c *Cache[V]) deleteShared(ctx context.Context, key string) error {
-	return c.sharedCall(ctx, false, func(ctx context.Context) error { return c.shared.Delete(ctx, key) })
+	return c.sharedCall(ctx, false, func(ctx context.Context) error { return c.opts.Shared.Delete(ctx, key) })
 }
 
 // toWall converts the times in m from the Cache's clock to the wall clock,
@@ -287,7 +287,7 @@ func (c *Cache[V]) deleteShared(ctx context.Context, key string) error {
 // so they must be real times whatever Options.Now is (a fake clock in
 // tests, a coarse one on the hot path).
 func (c *Cache[V]) toWall(m driver.Meta) driver.Meta {
-	off := time.Duration(time.Now().UnixNano() - c.now().UnixNano())
+	off := time.Duration(time.Now().UnixNano() - c.opts.Now().UnixNano())
 	m.FreshUntil = shiftTime(m.FreshUntil, off)
 	m.StaleUntil = shiftTime(m.StaleUntil, off)
 	m.LoadedAt = shiftTime(m.LoadedAt, off)
@@ -303,7 +303,7 @@ func (c *Cache[V]) toWall(m driver.Meta) driver.Meta {
 // timeout (XFetch would otherwise refresh on every hit), LoadedAt at most
 // now plus ClockSkew.
 func (c *Cache[V]) fromWall(m driver.Meta) driver.Meta {
-	now := c.now()
+	now := c.opts.Now()
 	off := time.Duration(now.UnixNano() - time.Now().UnixNano())
 	m.FreshUntil = shiftTime(m.FreshUntil, off)
 	m.StaleUntil = shiftTime(m.StaleUntil, off)
@@ -313,7 +313,7 @@ func (c *Cache[V]) fromWall(m driver.Meta) driver.Meta {
 	}
 	staleLimit := m.FreshUntil
 	if !m.NotFound {
-		staleLimit = staleLimit.Add(c.staleFor)
+		staleLimit = staleLimit.Add(c.opts.StaleFor)
 	}
 	if m.StaleUntil.After(staleLimit) {
 		m.StaleUntil = staleLimit
@@ -321,8 +321,8 @@ func (c *Cache[V]) fromWall(m driver.Meta) driver.Meta {
 	if m.StaleUntil.Before(m.FreshUntil) {
 		m.StaleUntil = m.FreshUntil
 	}
-	m.LoadDuration = min(max(m.LoadDuration, 0), c.loaderTimeout)
-	if limit := now.Add(c.clockSkew); m.LoadedAt.After(limit) {
+	m.LoadDuration = min(max(m.LoadDuration, 0), c.opts.LoaderTimeout)
+	if limit := now.Add(c.opts.ClockSkew); m.LoadedAt.After(limit) {
 		// Written by a host whose clock runs ahead: taken as now, so that
 		// it does not look newer than what this instance reads later.
 		m.LoadedAt = now

@@ -16,6 +16,8 @@ var core = []string{
 	module + "/internal/flightgroup", // the engine behind singleflight and the Cache
 	module + "/key",
 	module + "/clock",
+	module + "/internal/coherence", // the coherence model
+	module + "/driver",             // the contracts for tiers, coordinators, buses, codecs and observers
 	module,
 }
 

@@ -17,7 +17,7 @@ var ErrSoftTimeout = errors.New("flightcache: load exceeded the soft timeout")
 // loader timeout and by Close.
 func (c *Cache[V]) doWithSoftTimeout(ctx context.Context, m *miss[V]) (fl *flight[V], err error, late bool) {
 	ch := c.group.DoChan(ctx, m.key, m.run)
-	timer := time.NewTimer(c.softTimeout)
+	timer := time.NewTimer(c.opts.SoftTimeout)
 	select {
 	case r := <-ch:
 		timer.Stop()
