@@ -6,7 +6,7 @@ COUNT     ?= 10
 BENCHTIME ?= 1s
 BENCHOUT  ?= bench.txt
 
-.PHONY: test fmt-check vet race chaos-short lint bench stress demo chaos
+.PHONY: test fmt-check vet race chaos-short lint bench stress demo chaos api-report
 
 ## test: gofmt check, go vet, the race-enabled test suite and a one-minute chaos run (needs Redis, PostgreSQL and redis-server; see README)
 test: fmt-check vet race chaos-short
@@ -46,3 +46,12 @@ chaos-short:
 CHAOS_DURATION ?= 2m
 chaos:
 	$(GO) run ./cmd/chaos -duration $(CHAOS_DURATION)
+
+## api-report: the size of the root package's API and of the read path (docs/ARCHITECTURE.md, "The API, on one screen")
+api-report:
+	$(GO) test -count=1 -run TestAPIFitsOnOneScreen -v ./internal/archtest/ | grep 'root package:'
+	@d=$$(mktemp -d); bin=$$d/coldget; \
+	$(GO) build -cover -covermode=atomic -coverpkg=github.com/flightcache/flightcache/... -o $$bin ./internal/archtest/coldget && \
+	mkdir $$d/counters && COLDGET_COUNTERS=$$d/counters $$bin 2>/dev/null && \
+	$(GO) tool covdata func -i=$$d/counters | awk '$$NF != "0.0%" && $$1 != "total"' | grep -v coldget/main.go > $$d/funcs; \
+	cat $$d/funcs; echo "a cold Get enters $$(wc -l < $$d/funcs) functions of the module"; rm -rf $$d

@@ -447,7 +447,7 @@ func TestBatchRespectsMaxInFlight(t *testing.T) {
 	}
 }
 
-// guardFunc adapts a function to flightcache.Guard.
+// guardFunc adapts a function to driver.Guard.
 type guardFunc func(key string) bool
 
 func (g guardFunc) MayExist(_ context.Context, key string) bool { return g(key) }

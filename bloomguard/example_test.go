@@ -33,7 +33,7 @@ func Example() {
 	f.Add("acme", "sku-3")
 	fmt.Println("acme/sku-3:", f.MayContain("acme", "sku-3"))
 
-	// As a flightcache.Guard, with cache keys of the form "tenant/id".
+	// As a driver.Guard, with cache keys of the form "tenant/id".
 	g := bloomguard.Guard{Filter: f, Split: func(key string) (string, string, bool) {
 		return strings.Cut(key, "/")
 	}}

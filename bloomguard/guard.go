@@ -2,7 +2,7 @@ package bloomguard
 
 import "context"
 
-// Guard adapts a Filter to flightcache.Guard: it splits each cache key into
+// Guard adapts a Filter to driver.Guard: it splits each cache key into
 // (tenant, id) and asks the Filter. A key Split cannot split is answered
 // "maybe", so a key scheme the Filter does not cover is never turned away.
 type Guard struct {

@@ -3,7 +3,7 @@
 //
 // After ConsecutiveFailures shared-tier calls in a row fail or time out, the
 // breaker opens: for CoolDown every call is refused at once with an error
-// matching flightcache.ErrBreakerOpen, and the Cache treats the tier as a
+// matching driver.ErrBreakerOpen, and the Cache treats the tier as a
 // miss (a miss goes straight to the flight and the origin; local hits are
 // unaffected). After the cool-down it is half-open: HalfOpenProbes calls go
 // through; if that many succeed in a row it closes, and the first failure
@@ -79,14 +79,14 @@ type Options struct {
 	OnStateChange func(from, to driver.BreakerState)
 }
 
-// Breaker is a flightcache.SharedBreaker. It is safe for concurrent use.
+// Breaker is a driver.SharedBreaker. It is safe for concurrent use.
 type Breaker struct {
 	cb *gobreaker.TwoStepCircuitBreaker[struct{}]
 }
 
 var _ driver.SharedBreaker = (*Breaker)(nil)
 
-// The errors Allow returns. Both match flightcache.ErrBreakerOpen; they are
+// The errors Allow returns. Both match driver.ErrBreakerOpen; they are
 // built once so that a refused call allocates nothing.
 var (
 	errOpen       = fmt.Errorf("breaker: open: %w", driver.ErrBreakerOpen)
@@ -140,7 +140,7 @@ func New(o Options) (*Breaker, error) {
 
 // Allow asks to make one shared-tier call. When the breaker is open, or
 // half-open with all its probes in flight, it returns an error matching
-// flightcache.ErrBreakerOpen. Otherwise it returns done, which must be called
+// driver.ErrBreakerOpen. Otherwise it returns done, which must be called
 // exactly once with failed true when the call failed or timed out.
 func (b *Breaker) Allow() (done func(failed bool), err error) {
 	report, err := b.cb.Allow()

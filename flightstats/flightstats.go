@@ -88,11 +88,11 @@ type Stats struct {
 	BusDisconnects uint64
 }
 
-// InvalidationCounts counts invalidations by flightcache.InvalidationKind.
+// InvalidationCounts counts invalidations by driver.InvalidationKind.
 type InvalidationCounts struct {
-	Key    uint64 // flightcache.InvalidationKey
-	Prefix uint64 // flightcache.InvalidationPrefix
-	All    uint64 // flightcache.InvalidationAll
+	Key    uint64 // driver.InvalidationKey
+	Prefix uint64 // driver.InvalidationPrefix
+	All    uint64 // driver.InvalidationAll
 	Other  uint64 // a kind this package does not know; the Cache reports none
 }
 
@@ -157,7 +157,7 @@ func (s Stats) HitRatio(tier driver.Tier) float64 {
 }
 
 // Recorder counts events. It implements singleflight.Observer and
-// flightcache.Observer, is safe for concurrent use, and costs one atomic
+// driver.Observer, is safe for concurrent use, and costs one atomic
 // addition per event (and a clock read per invalidation received). The
 // zero value is ready to use.
 type Recorder struct {
@@ -172,21 +172,21 @@ type Recorder struct {
 	negativeHits, staleServed, earlyRefreshes              atomic.Uint64
 	writeFailures, readFailures, throttled, filtered       atomic.Uint64
 
-	// breaker holds the last flightcache.BreakerState reported.
+	// breaker holds the last driver.BreakerState reported.
 	breaker        atomic.Uint32
-	breakerChanges [3]atomic.Uint64 // indexed by flightcache.BreakerState
+	breakerChanges [3]atomic.Uint64 // indexed by driver.BreakerState
 
 	leasesAcquired, leasesTakenOver, leasesLost, fencedWrites atomic.Uint64
 	followersWoken, followerWaits, scopeChanges               atomic.Uint64
 	followerWaitNanos                                         atomic.Int64
 	degraded                                                  atomic.Bool
 
-	// Invalidations by kind (index: flightcache.InvalidationKind, 0 for an
+	// Invalidations by kind (index: driver.InvalidationKind, 0 for an
 	// unknown one).
 	invSent, invSendFailed, invReceived invalidationCounters
 	invApplied, invIgnored              invalidationCounters
 	lastReceivedNanos                   atomic.Int64  // Unix nanoseconds; 0 before the first
-	bus                                 atomic.Uint32 // the last flightcache.BusState reported
+	bus                                 atomic.Uint32 // the last driver.BusState reported
 	busDisconnects                      atomic.Uint64
 }
 

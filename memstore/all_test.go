@@ -228,6 +228,6 @@ func TestAllUnderConcurrentSetAndDelete(t *testing.T) {
 func TestStoreIsALocalRanger(t *testing.T) {
 	var local driver.LocalStore[int] = newStore(t, Options[int]{})
 	if _, ok := local.(driver.LocalRanger[int]); !ok {
-		t.Fatal("*Store does not implement flightcache.LocalRanger")
+		t.Fatal("*Store does not implement driver.LocalRanger")
 	}
 }

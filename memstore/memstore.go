@@ -1,5 +1,5 @@
 // Package memstore is the in-process tier of flightcache: a bounded,
-// concurrent map from key to flightcache.Item[V] on
+// concurrent map from key to driver.Item[V] on
 // github.com/maypok86/otter/v2.
 //
 // Every item lives exactly until its own StaleUntil (otter's per-entry expiry
@@ -76,7 +76,7 @@ type Options[V any] struct {
 	Now func() time.Time
 }
 
-// Store is a bounded in-memory flightcache.LocalStore. It is safe for
+// Store is a bounded in-memory driver.LocalStore. It is safe for
 // concurrent use. Call Close when done with it to stop otter's background
 // clean-up goroutine and the clock's promptly (otherwise they stop once the
 // Store is garbage collected).
@@ -178,7 +178,7 @@ func (s *Store[V]) expiresAfter(e otter.Entry[string, *driver.Item[V]]) time.Dur
 // passed it).
 //
 // The Item is the Store's own copy, shared by every caller: it must not be
-// modified (flightcache.LocalStore's contract).
+// modified (driver.LocalStore's contract).
 func (s *Store[V]) Get(key string) (*driver.Item[V], bool) {
 	return s.c.GetIfPresent(key)
 }
@@ -201,7 +201,7 @@ func (s *Store[V]) Delete(key string) {
 }
 
 // All yields every item stored with its key, in no particular order
-// (flightcache.LocalRanger, which bulk invalidation uses). Like Get it
+// (driver.LocalRanger, which bulk invalidation uses). Like Get it
 // never yields an item whose StaleUntil has passed (with
 // ClockResolution: once the coarse clock has passed it), and the Items are
 // the Store's own copies, shared by every caller: they must not be

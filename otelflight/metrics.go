@@ -1,6 +1,6 @@
 // Package otelflight adapts a single-flight engine and a flightcache.Cache to
 // OpenTelemetry: Metrics records their events on the metric API, and Tracer
-// implements flightcache.Tracer on the trace API. Both use only the API
+// implements driver.Tracer on the trace API. Both use only the API
 // packages, so any SDK and exporter plugs in.
 //
 // Metric names follow the core single-flight set (single_flight.request.count, …); the
@@ -83,7 +83,7 @@ type histogram struct {
 func (h *histogram) record(ctx context.Context, v float64) { h.h.Record(ctx, v, h.opts...) }
 
 // Metrics is an OpenTelemetry metrics adapter for one operation. It
-// implements singleflight.Observer and flightcache.Observer and is safe for
+// implements singleflight.Observer and driver.Observer and is safe for
 // concurrent use.
 type Metrics struct {
 	// Every field is set in NewMetrics and read-only afterwards.

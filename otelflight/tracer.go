@@ -33,7 +33,7 @@ const (
 	AttrShared = attribute.Key("flightcache.shared")
 )
 
-// Tracer implements flightcache.Tracer on the OpenTelemetry trace API.
+// Tracer implements driver.Tracer on the OpenTelemetry trace API.
 //
 // The load span is started on the loader's context, which carries the
 // leading caller's values (the engine guarantees it), so it is a child of the

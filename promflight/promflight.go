@@ -4,7 +4,7 @@
 // One Metrics serves one operation (one Cache or one singleflight.Group): its
 // name becomes the constant label "operation", so several Metrics with
 // different names can share a registry. A Metrics implements both
-// singleflight.Observer and flightcache.Observer; passing it as
+// singleflight.Observer and driver.Observer; passing it as
 // flightcache.Options.Observer wires both layers at once.
 //
 // Every label child is created in New, so observing an event is a few atomic

@@ -91,7 +91,7 @@ type BusStats struct {
 	State driver.BusState
 }
 
-// bus is the Coordinator's flightcache.Bus. It runs while something is
+// bus is the Coordinator's driver.Bus. It runs while something is
 // subscribed: a run attaches the bus channel and the Coordinator's own
 // heartbeat channel to the subscriber of their shard, the one the lease
 // channels use, and heartbeats through Redis to know whether messages
@@ -149,7 +149,7 @@ func newBus(c *Coordinator, interval, downAfter, retention time.Duration) *bus {
 	return b
 }
 
-// Publish implements flightcache.Bus. An InvalidationKey is one PUBLISH
+// Publish implements driver.Bus. An InvalidationKey is one PUBLISH
 // (SPUBLISH on a Cluster) of inv, with the raw key, on the bus channel. A
 // bulk invalidation (InvalidationPrefix, InvalidationAll) is one script,
 // in the bus's slot, that first records it in the cache's set of retained
@@ -176,7 +176,7 @@ func newBus(c *Coordinator, interval, downAfter, retention time.Duration) *bus {
 // message. The whole call is bounded by ctx and Options.Timeout.
 //
 // It also fails for a closed Coordinator, an Invalidation that is not
-// well formed (see flightcache.Invalidation; a Version before 1970, an
+// well formed (see driver.Invalidation; a Version before 1970, an
 // empty cache name, or one longer than 255 bytes, a Target longer than 64
 // KiB), or when Redis did not accept the message (a bulk invalidation that
 // could not be recorded is not published).
@@ -285,7 +285,7 @@ func (c *Coordinator) isClosed() bool {
 	return c.closed
 }
 
-// Subscribe implements flightcache.Bus: it delivers the invalidations
+// Subscribe implements driver.Bus: it delivers the invalidations
 // other Coordinators publish for cache to h, with the bus's state. A cache
 // name has one subscription at a time per Coordinator: a second Subscribe
 // of it fails with ErrAlreadySubscribed until the first one's stop

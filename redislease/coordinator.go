@@ -80,9 +80,9 @@ type Options struct {
 	BulkRetention time.Duration
 }
 
-// Coordinator is a flightcache.Coordinator on Redis. It shares its client
+// Coordinator is a driver.Coordinator on Redis. It shares its client
 // and key layout with a redisstore.Store (built with HashTag), so its fenced
-// write stores exactly what the Store reads. It is also a flightcache.Bus
+// write stores exactly what the Store reads. It is also a driver.Bus
 // for the Caches on that store prefix (see Publish and Subscribe). It is
 // safe for concurrent use and does not own the client. Close it after the
 // Caches that use it.
@@ -259,7 +259,7 @@ func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64) (acquir
 	return r, nil
 }
 
-// Claim implements flightcache.Coordinator. A follower subscribes to the
+// Claim implements driver.Coordinator. A follower subscribes to the
 // key's channel before it looks at the lease a second time, so a completion
 // between the two cannot be missed; any message, or a safety-net timer
 // (jittered, doubling from 50ms to 1s, and due just after the lease's
@@ -351,7 +351,7 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req driver.ClaimReq
 	}
 }
 
-// Invalidate implements flightcache.Coordinator: a new token that no lease
+// Invalidate implements driver.Coordinator: a new token that no lease
 // holds fences every load of key in flight, and the key's completion and
 // failure markers are forgotten.
 func (c *Coordinator) Invalidate(ctx context.Context, key string) error {

@@ -1,8 +1,8 @@
 // Package redislease is flightcache's cluster coalescing on Redis: a
-// flightcache.Coordinator that makes one instance of a service load a
+// driver.Coordinator that makes one instance of a service load a
 // missing key while the others wait for its result, with leases, monotonic
 // fencing tokens, result broadcast and crash takeover. The same
-// Coordinator is a flightcache.Bus, which carries invalidations between
+// Coordinator is a driver.Bus, which carries invalidations between
 // the instances over the subscription connection the leases already use.
 //
 // # Wiring

@@ -79,7 +79,7 @@ func (l *lease) end() {
 	<-l.stopped
 }
 
-// Complete implements flightcache.Lease: the fenced write, the done marker
+// Complete implements driver.Lease: the fenced write, the done marker
 // and the release in one script, then the broadcast.
 func (l *lease) Complete(ctx context.Context, e *driver.Entry) (bool, error) {
 	l.end()
@@ -109,7 +109,7 @@ func (l *lease) complete(ctx context.Context, store string, payload []byte, px i
 	return n == 1, nil
 }
 
-// Fail implements flightcache.Lease: the failure marker and the release in
+// Fail implements driver.Lease: the failure marker and the release in
 // one script, then the broadcast. err's text never leaves this instance:
 // an origin's error can hold SQL, host names or credentials, and the other
 // instances would hand it to their own callers, logs and HTTP responses.

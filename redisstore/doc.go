@@ -1,5 +1,5 @@
 // Package redisstore is the shared tier of flightcache: a
-// flightcache.SharedStore on any redis.UniversalClient (single node,
+// driver.SharedStore on any redis.UniversalClient (single node,
 // Sentinel failover or Cluster), so every instance of a service sees the
 // value one of them loaded.
 //
@@ -14,7 +14,7 @@
 //	        (DEL   <prefix><key> instead, when StaleUntil is less than 1ms away)
 //	Delete: DEL    <prefix><key>
 //
-// The batch operations (flightcache.BatchSharedStore) take one round trip
+// The batch operations (driver.BatchSharedStore) take one round trip
 // for many keys:
 //
 //	GetMany: MGET   <prefix><key1> <prefix><key2> …  (single node, Sentinel:
@@ -107,7 +107,7 @@
 //	printf %s 'flightcache:user:42' | sha256sum | cut -c1-8
 //
 // MaxKeyLen (the method) is the longest key the Store accepts, MaxKeyLen
-// (the constant) less the prefix; it makes the Store a flightcache.KeyLimiter,
+// (the constant) less the prefix; it makes the Store a driver.KeyLimiter,
 // so a Cache that would admit keys this tier cannot hold is refused at New.
 //
 // # Failure policy

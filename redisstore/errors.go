@@ -8,7 +8,7 @@ import (
 )
 
 // ErrCorrupt is matched (errors.Is) by every *CorruptError, as is
-// flightcache.ErrEntryRejected.
+// driver.ErrEntryRejected.
 var ErrCorrupt = errors.New("redisstore: corrupt payload")
 
 // ErrKeyMismatch is matched (errors.Is) by the *CorruptError of a
@@ -18,11 +18,11 @@ var ErrCorrupt = errors.New("redisstore: corrupt payload")
 var ErrKeyMismatch = errors.New("redisstore: entry belongs to another key")
 
 // ErrPayloadTooLarge is matched (errors.Is) by every *PayloadTooLargeError,
-// as is flightcache.ErrEntryRejected.
+// as is driver.ErrEntryRejected.
 var ErrPayloadTooLarge = errors.New("redisstore: payload too large")
 
 // ErrInvalidEntry is matched (errors.Is) by every *EntryError, as is
-// flightcache.ErrEntryRejected.
+// driver.ErrEntryRejected.
 var ErrInvalidEntry = errors.New("redisstore: invalid entry")
 
 // Errors never contain keys: keys can carry tenant ids and personal data, and
@@ -58,7 +58,7 @@ func (e *CorruptError) Unwrap() []error {
 	return []error{ErrCorrupt}
 }
 
-// Is reports whether target is flightcache.ErrEntryRejected: a corrupt or
+// Is reports whether target is driver.ErrEntryRejected: a corrupt or
 // foreign entry is that entry's problem, not a failure of Redis.
 func (e *CorruptError) Is(target error) bool { return target == driver.ErrEntryRejected }
 
@@ -78,7 +78,7 @@ func (e *PayloadTooLargeError) Error() string {
 // Unwrap returns ErrPayloadTooLarge.
 func (e *PayloadTooLargeError) Unwrap() error { return ErrPayloadTooLarge }
 
-// Is reports whether target is flightcache.ErrEntryRejected: a value too
+// Is reports whether target is driver.ErrEntryRejected: a value too
 // large is that entry's problem, not a failure of Redis.
 func (e *PayloadTooLargeError) Is(target error) bool { return target == driver.ErrEntryRejected }
 
@@ -94,6 +94,6 @@ func (e *EntryError) Error() string { return "redisstore: invalid entry: " + e.R
 // Unwrap returns ErrInvalidEntry.
 func (e *EntryError) Unwrap() error { return ErrInvalidEntry }
 
-// Is reports whether target is flightcache.ErrEntryRejected: an entry that
+// Is reports whether target is driver.ErrEntryRejected: an entry that
 // cannot be encoded is that entry's problem, not a failure of Redis.
 func (e *EntryError) Is(target error) bool { return target == driver.ErrEntryRejected }

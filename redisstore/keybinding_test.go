@@ -223,7 +223,7 @@ func TestKeyHandleIsTheSHA256PrefixOfTheRedisKey(t *testing.T) {
 
 // Every error about one entry (corrupt bytes, another key's entry, a value
 // too large, an entry that cannot be encoded) matches
-// flightcache.ErrEntryRejected, so the Cache never counts it as a failure of
+// driver.ErrEntryRejected, so the Cache never counts it as a failure of
 // Redis for its breaker; each keeps matching its own sentinel too.
 func TestEntryLevelErrorsMatchErrEntryRejected(t *testing.T) {
 	s, c := newTestStore(t, Options{MaxPayload: 128})

@@ -57,7 +57,7 @@ type Options struct {
 	HashTag bool
 }
 
-// Store is a flightcache.SharedStore on Redis. It is safe for concurrent
+// Store is a driver.SharedStore on Redis. It is safe for concurrent
 // use. It does not own the client: closing the client is the caller's job.
 type Store struct {
 	client     redis.UniversalClient
@@ -109,7 +109,7 @@ func (s *Store) Prefix() string { return s.prefix }
 var _ driver.KeyLimiter = (*Store)(nil)
 
 // MaxKeyLen is the longest key, in bytes, the Store accepts: MaxKeyLen less
-// the prefix. It makes the Store a flightcache.KeyLimiter, so a Cache refuses
+// the prefix. It makes the Store a driver.KeyLimiter, so a Cache refuses
 // at New a MaxKeyLen this tier could not store.
 func (s *Store) MaxKeyLen() int { return MaxKeyLen - len(s.prefix) - s.tagLen() }
 

@@ -40,7 +40,7 @@ const (
 // ReasonNames are the "reason" label values.
 var ReasonNames = [NumReasons]string{"too_many_in_flight", "too_many_waiters", "closed", "nil_func", "other"}
 
-// TierNames are the "tier" label values, indexed by flightcache.Tier.
+// TierNames are the "tier" label values, indexed by driver.Tier.
 // TierNone is never the tier of a per-tier event, but is kept so that an
 // unexpected one is still counted rather than dropped.
 var TierNames = [...]string{driver.TierNone: "none", driver.TierLocal: "local", driver.TierShared: "shared"}
@@ -50,7 +50,7 @@ var TierNames = [...]string{driver.TierNone: "none", driver.TierLocal: "local", 
 const NumOutcomes = driver.NumOutcomes
 
 // BreakerStateNames are the "to" label values of breaker transitions,
-// indexed by flightcache.BreakerState. The state gauge uses the index itself
+// indexed by driver.BreakerState. The state gauge uses the index itself
 // (0 closed, 1 half-open, 2 open), so that "open" is the largest value and
 // max_over_time shows whether the breaker opened at all in a window.
 var BreakerStateNames = [...]string{
@@ -181,7 +181,7 @@ func ScopeIndex(s flightcache.Scope) int {
 }
 
 // InvalidationKindNames are the "kind" label values of cross-instance
-// invalidations, indexed by flightcache.InvalidationKind. Index 0 is no
+// invalidations, indexed by driver.InvalidationKind. Index 0 is no
 // kind the Cache reports, but is kept so that an unexpected one is still
 // counted rather than dropped.
 var InvalidationKindNames = [...]string{
@@ -220,7 +220,7 @@ func PublishResult(err error) int {
 }
 
 // BusStateNames name the states of a Cache's Bus subscription, indexed by
-// flightcache.BusState. The state gauge uses the index itself (0 none,
+// driver.BusState. The state gauge uses the index itself (0 none,
 // 1 down, 2 up): a Cache without a Bus reads 0 rather than "down".
 var BusStateNames = [...]string{
 	driver.BusNone: driver.BusNone.String(),

@@ -16,7 +16,7 @@ import (
 	"github.com/flightcache/flightcache/memstore"
 )
 
-// testBus is an in-process flightcache.Bus: Publish hands the invalidation
+// testBus is an in-process driver.Bus: Publish hands the invalidation
 // to the subscribers of every other endpoint before it returns, and
 // records it. Subscriptions are up at once.
 type testBus struct {

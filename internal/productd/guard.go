@@ -27,7 +27,7 @@ const (
 // createTimeout bounds the insert of a creation; see creator.
 const createTimeout = 20 * time.Second
 
-// penetrationGuard is productd's flightcache.Guard: the Bloom filter of the
+// penetrationGuard is productd's driver.Guard: the Bloom filter of the
 // catalog, and, with Redis, the set of products created recently on any
 // instance, which covers the time until every instance's filter was
 // rebuilt from an origin that has them.
@@ -47,7 +47,7 @@ type penetrationGuard struct {
 	recent *recentCreations // nil without Redis
 }
 
-// MayExist implements flightcache.Guard on productd's cache keys.
+// MayExist implements driver.Guard on productd's cache keys.
 func (g *penetrationGuard) MayExist(ctx context.Context, k string) bool {
 	parts, err := key.Parse(k)
 	if err != nil || parts.Tenant == "" || parts.ID == "" {
