@@ -84,4 +84,15 @@
 // Options.Coordinator (package redislease) it spans the cluster: one
 // instance loads the key under a fenced lease and the others wait for its
 // result (cluster mode; see Coordinator). Batch reads stay per process.
+//
+// # Packages
+//
+// This package is for people who use a Cache. The contracts between a Cache
+// and the parts plugged into it (LocalStore, SharedStore, Codec,
+// Coordinator, Bus, Guard, SharedBreaker, Observer, Tracer) live in package
+// driver, for people who implement one, as database/sql/driver does for
+// database/sql. The backends implement them: memstore (local tier),
+// redisstore (shared tier), redislease (Coordinator and Bus), bloomguard
+// (Guard), breaker (SharedBreaker); promflight, otelflight and flightstats
+// observe.
 package flightcache
