@@ -277,7 +277,11 @@ func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease d
 		if c.opts.Observer != nil {
 			c.emit(ctx, driver.EventFencedWriteRejected, driver.TierShared, nil)
 		}
-		if it, ok := m.recheck(ctx, c.opts.Now(), t); ok {
+		// Not the flight's context either: a leader that stalled past
+		// its loader timeout (paused, swapped out) is exactly the one
+		// whose write is refused, and its callers still wait for the
+		// newer value. The shared read bounds itself (SharedTimeout).
+		if it, ok := m.recheck(context.WithoutCancel(ctx), c.opts.Now(), t); ok {
 			return &flight[V]{item: it, found: true, remote: true, loadCtx: fl.loadCtx}
 		}
 		return fl

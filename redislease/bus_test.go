@@ -140,6 +140,7 @@ func newBusCoordinator(t testing.TB, client redis.UniversalClient, prefix string
 	if opts.Timeout == 0 {
 		opts.Timeout = 5 * time.Second // a shared machine under -race
 	}
+	quietBus(&opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := New(ctx, client, store, opts)

@@ -31,11 +31,14 @@ func clientOptions(addr string) *redis.Options {
 	return &redis.Options{
 		Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1,
 		// Generous: the machine running the tests is shared and slow under
-		// -race; a dead server still fails at once (connection refused).
-		// A connection for each of an instance's 250 herd Gets, so none
-		// waits for the pool.
-		DialTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
-		PoolSize: 256, PoolTimeout: 5 * time.Second,
+		// -race (another test run may be going on beside this one); a dead
+		// server still fails at once (connection refused).
+		DialTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
+		// A herd's 250 Gets per instance queue for 32 connections rather
+		// than dial one each: hundreds of dials at once on a loaded machine
+		// overflow the listen backlog and fail, which would turn a test of
+		// coalescing into one of degradation.
+		PoolSize: 32, PoolTimeout: 10 * time.Second,
 		// A herd dials hundreds of connections at once; on a loaded
 		// machine some dials fail and are retried, rather than turning
 		// a coalescing test into a test of degradation.
@@ -106,17 +109,19 @@ func newInstance(t testing.TB, client redis.UniversalClient, prefix string, cfg 
 		Local: local, Shared: store, TTL: time.Minute, Jitter: flightcache.DisableJitter,
 		Observer: in.rec, Logger: quietLogger,
 		// The herd's 2,000 concurrent reads on a shared, slow machine
-		// under -race: the default 250ms would time reads out, and a Get
-		// whose shared read timed out coalesces within its process only.
-		SharedTimeout: 5 * time.Second,
+		// under -race, queued for the pool: the default 250ms would time
+		// reads out, and a Get whose shared read timed out coalesces
+		// within its process only.
+		SharedTimeout: 10 * time.Second, // the most New accepts
 	}
 	if !cfg.local {
 		if cfg.lease.Timeout == 0 {
 			// The default 250ms is for a production Redis; the shared test
 			// machine under -race is far slower, and a call cut short
 			// would turn a test of coalescing into one of degradation.
-			cfg.lease.Timeout = 5 * time.Second
+			cfg.lease.Timeout = 10 * time.Second // the most New accepts
 		}
+		quietBus(&cfg.lease)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		in.coord, err = New(ctx, client, store, cfg.lease)
@@ -141,6 +146,18 @@ func newInstance(t testing.TB, client redis.UniversalClient, prefix string, cfg 
 		}
 	})
 	return in
+}
+
+// quietBus gives a bus that is not under test a DownAfter of a minute: on
+// a machine loaded by another test run a heartbeat can take longer than
+// the default second to come back, and a bus that goes down drops the
+// local tier and the messages in flight, which would turn a test of
+// something else into one of the bus-down path. Tests of that path set
+// HeartbeatInterval or DownAfter themselves.
+func quietBus(o *Options) {
+	if o.HeartbeatInterval == 0 && o.DownAfter == 0 {
+		o.DownAfter = time.Minute
+	}
 }
 
 // origin is a loader that counts its calls. Each call returns value, after

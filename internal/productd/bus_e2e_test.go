@@ -382,20 +382,27 @@ func faultRounds(t *testing.T, what, dsn string, a, b *process, pick func(round 
 			rev, err := put(c, a, v, price)
 			res <- putResult{rev, time.Since(sent), err}
 		}()
+		// The bound is on when a read starts: no GET that starts later
+		// than the bound after the commit may return the older row. A GET
+		// that a loaded machine stalls after it started says nothing more,
+		// so the round is measured by the start of the last stale GET.
 		var r servedRow
+		lastStale := sent
 		for {
+			started := time.Now()
 			r = getRow(t, c, b.url+v.path())
 			m.see(round, v, r)
 			if r.price == price {
 				break
 			}
+			lastStale = started
 			if time.Since(sent) > 20*time.Second {
 				t.Fatalf("round %d: B still serves price %d revision %d (%s) 20s after the PUT", round, r.price, r.revision, r.cache)
 			}
 		}
-		converged := time.Now()
+		converged := lastStale
 		committedAt := <-commit
-		d := converged.Sub(committedAt)
+		d := max(converged.Sub(committedAt), 0)
 		fromCommit = append(fromCommit, d)
 		fromSent = append(fromSent, converged.Sub(sent))
 		pr := <-res
@@ -409,7 +416,7 @@ func faultRounds(t *testing.T, what, dsn string, a, b *process, pick func(round 
 		}
 		if d > bound {
 			slow++
-			t.Errorf("round %d: B served the update %v after the commit (%v after the PUT was sent, committed after %v, PUT answered after %v), want at most %v",
+			t.Errorf("round %d: B's last GET that returned the older row started %v after the commit (%v after the PUT was sent, committed after %v, PUT answered after %v), want at most %v",
 				round, d, converged.Sub(sent), committedAt.Sub(sent), pr.took, bound)
 		}
 	}
@@ -418,7 +425,7 @@ func faultRounds(t *testing.T, what, dsn string, a, b *process, pick func(round 
 	p50, p99, mx := quantiles(fromCommit)
 	s50, _, smx := quantiles(fromSent)
 	u50, _, umx := quantiles(putTook)
-	t.Logf("%s, %d rounds, %d GETs on B: B served the PUT p50 %v p99 %v max %v after the commit (bound %v + slack %v; after the PUT was sent: p50 %v max %v; PUT answered p50 %v max %v)",
+	t.Logf("%s, %d rounds, %d GETs on B: B's last stale GET started p50 %v p99 %v max %v after the commit (bound %v + slack %v; after the PUT was sent: p50 %v max %v; PUT answered p50 %v max %v)",
 		what, busRounds, m.n, p50, p99, mx, busDownBound(), faultSlack, s50, smx, u50, umx)
 	if slow > 0 {
 		t.Fatalf("%d of %d rounds over %v", slow, busRounds, bound)

@@ -410,7 +410,11 @@ func TestClusterLeaderKilledMidLoadUnderTheDefaultWaitCostsOneTakeoverQuery(t *t
 // refused by the fencing token, and no reader sees the older row.
 func TestClusterPausedLeaderWriteIsFenced(t *testing.T) {
 	t.Parallel()
-	const leaseTTL = 300 * time.Millisecond
+	// Long enough that A's heartbeats keep its lease until the SIGSTOP
+	// on a machine loaded by another test run (a lease lost before it
+	// would let B lead afresh, not take over); short enough that B's wait
+	// for the takeover stays a small part of the test.
+	const leaseTTL = 2 * time.Second
 	dsn := testenv.PostgresDB(t)
 	args := []string{"-db", dsn, "-redis", sharedRedisURL(t), "-redis-prefix", testenv.UniqueName("productd-cluster-") + ":",
 		"-seed-products", "20", "-failure-throttle", "0", "-redis-timeout", redisTimeoutUnderLoad, steadyBus[0], steadyBus[1],
@@ -418,7 +422,7 @@ func TestClusterPausedLeaderWriteIsFenced(t *testing.T) {
 		// window this long even on a machine loaded enough to make the
 		// polling below slow.
 		"-origin-latency", "3s",
-		"-lease-ttl", leaseTTL.String(), "-coalesce-wait", "8s", "-loader-timeout", "10s"}
+		"-lease-ttl", leaseTTL.String(), "-coalesce-wait", "20s", "-loader-timeout", "60s"}
 	ps := startInstances(t, 2, args...)
 	a, b := ps[0], ps[1]
 	db, err := sql.Open("pgx", dsn)
