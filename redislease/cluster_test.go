@@ -34,7 +34,7 @@ func TestRedisClusterCoalescesAndTakesOverInOneSlotPerKey(t *testing.T) {
 
 	t.Run("OneSlotPerKey", func(t *testing.T) {
 		c := newCluster()
-		in := newInstance(t, c, "slots:", instanceConfig{})
+		in := newInstance(t, c, testenv.UniqueName("slots:")+":", instanceConfig{})
 		node := redis.NewClient(&redis.Options{Addr: addrs[0]})
 		defer node.Close()
 		ctx := context.Background()
@@ -65,7 +65,7 @@ func TestRedisClusterCoalescesAndTakesOverInOneSlotPerKey(t *testing.T) {
 	t.Run("Herd", func(t *testing.T) {
 		// A long lease: under -race on a loaded machine a heartbeat can come
 		// late, and this test is about coalescing, not takeover.
-		ins := newInstances(t, herdInstances, func() redis.UniversalClient { return newCluster() }, "herd:", instanceConfig{lease: Options{Timeout: 5 * time.Second, LeaseTTL: 15 * time.Second}})
+		ins := newInstances(t, herdInstances, func() redis.UniversalClient { return newCluster() }, testenv.UniqueName("herd:")+":", instanceConfig{lease: Options{Timeout: 5 * time.Second, LeaseTTL: 15 * time.Second}})
 		results, calls := herd(t, ins, "product:42")
 		if calls != 1 {
 			for i, in := range ins {
