@@ -6,10 +6,10 @@ COUNT     ?= 10
 BENCHTIME ?= 1s
 BENCHOUT  ?= bench.txt
 
-.PHONY: test fmt-check vet race chaos-short lint bench stress demo chaos api-report
+.PHONY: test fmt-check vet vettool race chaos-short lint bench stress demo chaos api-report
 
-## test: gofmt check, go vet, the race-enabled test suite and a one-minute chaos run (needs Redis, PostgreSQL and redis-server; see README)
-test: fmt-check vet race chaos-short
+## test: gofmt check, go vet, the module's own analyzer, the race-enabled test suite and a one-minute chaos run (needs Redis, PostgreSQL and redis-server; see README)
+test: fmt-check vet vettool race chaos-short
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -17,6 +17,12 @@ fmt-check:
 
 vet:
 	$(GO) vet $(PKGS)
+
+## vettool: the module under its own analyzer, cmd/flightcachevet, every check on (-handkey included); it must report nothing
+vettool:
+	@d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
+	$(GO) build -o "$$d/flightcachevet" ./cmd/flightcachevet && \
+	$(GO) vet -vettool="$$d/flightcachevet" -handkey $(PKGS)
 
 race:
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
