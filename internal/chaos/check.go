@@ -268,11 +268,12 @@ func (c *checker) violate(at time.Duration, v Violation) {
 // and, for every such fault that has effect from then on (chained: a fault
 // that begins while an earlier one's allowance runs), BusDown from its
 // start and Recovery from its end. Faults that leave the buses up allow
-// nothing more than Delivery.
+// nothing more than Delivery, except a fault that keeps bulk
+// invalidations unannounced (Fault.BulkDown), for a bulk write.
 func (c *checker) allowance(w Op) []span {
 	own := c.b.Delivery
 	for _, f := range c.faults {
-		if f.BusDown && f.Start <= w.End+c.b.Delivery && w.End <= f.End+c.b.Recovery {
+		if down(f, w) && f.Start <= w.End+c.b.Delivery && w.End <= f.End+c.b.Recovery {
 			own = max(own, c.b.BusDown)
 		}
 	}
@@ -282,13 +283,20 @@ func (c *checker) allowance(w Op) []span {
 		if f.Start > horizon {
 			break
 		}
-		if !f.BusDown || f.End+c.b.Recovery < w.End {
+		if !down(f, w) || f.End+c.b.Recovery < w.End {
 			continue
 		}
 		out = append(out, span{f.Start, f.Start + c.b.BusDown}, span{f.End, f.End + c.b.Recovery})
 		horizon = max(horizon, f.End+c.b.Recovery)
 	}
 	return out
+}
+
+// down says whether fault f may keep write w from reaching the other
+// instances until the buses or the redo recover: f.BusDown, or f.BulkDown
+// for a bulk invalidation.
+func down(f Fault, w Op) bool {
+	return f.BusDown || (f.BulkDown && (w.Write == WritePrefix || w.Write == WritePut))
 }
 
 func within(t time.Duration, spans []span) bool {

@@ -31,6 +31,12 @@ func raw(key string, version int64, start int) Op {
 func TestCheckFindsEachInvariantsViolationAndOnlyThat(t *testing.T) {
 	pause := []Fault{{Name: "pause", Start: ms(1000), End: ms(4000), BusDown: true}}
 	slow := []Fault{{Name: "slow", Start: ms(1000), End: ms(4000)}}
+	scripts := []Fault{{Name: "scripts", Start: ms(1000), End: ms(4000), BulkDown: true}}
+	bulk := func(how string, version int64, start, end int) Op {
+		w := write(0, "k", version, start, end)
+		w.Write = how
+		return w
+	}
 	cases := []struct {
 		name   string
 		ops    []Op
@@ -57,6 +63,13 @@ func TestCheckFindsEachInvariantsViolationAndOnlyThat(t *testing.T) {
 		{name: "a fault that leaves the buses up allows nothing more", faults: slow,
 			ops:  []Op{write(0, "k", 2, 1100, 1200), read(1, "k", 1, 1700, 1701)},
 			want: map[Invariant]int{BoundedStaleness: 1}, row: "slow"},
+		{name: "a prefix invalidation during a fault that keeps bulk ones unannounced is allowed the bus-down bound", faults: scripts,
+			ops: []Op{bulk(WritePrefix, 2, 1100, 1200), read(1, "k", 1, 1700, 1701)}},
+		{name: "so is a productd PUT, and the recovery after the fault", faults: scripts,
+			ops: []Op{bulk(WritePut, 2, 3700, 3800), read(1, "k", 1, 4400, 4401)}},
+		{name: "but a key's write is announced: that fault allows it nothing more", faults: scripts,
+			ops:  []Op{bulk(WriteSet, 2, 1100, 1200), read(1, "k", 1, 1700, 1701)},
+			want: map[Invariant]int{BoundedStaleness: 1}, row: "scripts"},
 		{name: "a write just before a fault is allowed the bus-down bound", faults: pause,
 			ops: []Op{write(0, "k", 2, 900, 950), read(1, "k", 1, 1400, 1401)}},
 		{name: "a write long before a fault is not", faults: pause,
@@ -72,6 +85,9 @@ func TestCheckFindsEachInvariantsViolationAndOnlyThat(t *testing.T) {
 			want: map[Invariant]int{NoOldWriteLands: 1}, row: noFault},
 		{name: "Redis cannot delete by prefix", fenced: true,
 			ops: []Op{{Instance: 0, Key: "k", Kind: Write, Write: WritePrefix, Version: 2, End: ms(10)}, raw("k", 1, 200)}},
+		{name: "a PUT deletes its row's entry: an older one must not land after it", fenced: true,
+			ops:  []Op{bulk(WritePut, 2, 0, 10), raw("k", 1, 200)},
+			want: map[Invariant]int{NoOldWriteLands: 1}, row: noFault},
 		{name: "fencing is not checked without a Coordinator", ops: []Op{write(0, "k", 2, 0, 10), raw("k", 1, 200)}},
 		{name: "a body of another key", ops: []Op{{Instance: 0, Key: "t1:p1", Kind: Read, Found: true, Version: 1, BodyKey: "t2:p1", End: ms(1)}},
 			want: map[Invariant]int{NoCrossTenantBody: 1}, row: noFault},
@@ -81,6 +97,8 @@ func TestCheckFindsEachInvariantsViolationAndOnlyThat(t *testing.T) {
 			want: map[Invariant]int{WithinTimeBound: 1}, row: noFault},
 		{name: "a write that panicked promised nothing",
 			ops: []Op{{Instance: 0, Key: "k", Kind: Write, Write: WriteSet, Version: 2, End: ms(10), Unacked: true, Err: "panic"}, read(0, "k", 1, 20, 21)}},
+		{name: "nor a PUT answered with an error",
+			ops: []Op{{Instance: 0, Key: "k", Kind: Write, Write: WritePut, End: ms(10), Unacked: true, Err: "500"}, read(0, "k", 1, 20, 21)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

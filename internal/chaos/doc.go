@@ -16,4 +16,11 @@
 // acknowledged write, no old write landing in Redis, no body of another
 // tenant, no call beyond its time bound) within Bounds derived from the
 // options. WriteText prints the verdict as a table per fault.
+//
+// In ModeProductd the instances are productd processes instead (built
+// once per run, in cluster mode, on one origin database), read with HTTP
+// GETs and written with PUTs, whose answers carry the row's revision: the
+// same History, the same Check. Besides the Redis faults, the process
+// leading the load of a cold key is killed mid-load and started again, or
+// frozen past its lease and thawed.
 package chaos

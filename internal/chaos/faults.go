@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -20,7 +21,7 @@ const (
 	FaultPause        = "redis-paused"     // SIGSTOP, then SIGCONT: Redis comes back with its data
 	FaultRestart      = "redis-restarted"  // SIGKILL, then started again empty
 	FaultPubSubKilled = "pubsub-killed"    // CLIENT KILL TYPE pubsub: go-redis re-subscribes
-	FaultScripts      = "scripts-refused"  // ACL -@scripting for one instance: its leases fail, its GET and SET work
+	FaultScripts      = "scripts-refused"  // ACL -@scripting for one instance: its leases and bulk invalidations fail, its GET, SET and key invalidations work
 	FaultPublish      = "publish-refused"  // ACL -publish -spublish for one instance, briefly (publishHold)
 	FaultCodecPanic   = "codec-panics"     // every other Marshal panics
 	FaultSlowWrites   = "slow-write-backs" // one instance's shared-tier Sets wait slowWriteDelay first
@@ -30,6 +31,15 @@ const (
 	// its bus stays up (its heartbeats are PUBLISHes): its writes wait for
 	// the redo, with no bus coming back to start it.
 	FaultSharedRefused = "shared-refused"
+	// FaultLeaderKilled (ModeProductd): the process leading the load of a
+	// key no one holds SIGKILLed mid-load, and started again killHold
+	// later.
+	FaultLeaderKilled = "leader-killed"
+	// FaultLeaderStopped (ModeProductd): the process leading the load of a
+	// key no one holds SIGSTOPped mid-load for stopHold, past its lease,
+	// then SIGCONTed: its load, of the origin as it was, then tries to
+	// write back.
+	FaultLeaderStopped = "leader-stopped"
 )
 
 // allFaults is the schedule's cycle, shuffled per run by its seed. A
@@ -39,10 +49,24 @@ const (
 var allFaults = []string{FaultPause, FaultRestart, FaultPubSubKilled, FaultScripts, FaultPublish, FaultCodecPanic, FaultSlowWrites,
 	FaultScripts + "+" + FaultSlowWrites, FaultSharedRefused}
 
+// processFaults are the faults only ModeProductd's processes allow.
+var processFaults = []string{FaultLeaderKilled, FaultLeaderStopped}
+
 // faultsFor is the cycle of mode: without a Bus or a Coordinator (nobus)
 // nothing publishes, subscribes or runs a script, so the faults that
 // refuse those would change nothing and only take time from the others.
+// ModeProductd has no hook in the codec or the shared tier's writes, and
+// has the process faults.
 func faultsFor(mode string) []string {
+	if mode == ModeProductd {
+		out := slices.Clone(processFaults)
+		for _, f := range allFaults {
+			if !strings.Contains(f, FaultCodecPanic) && !strings.Contains(f, FaultSlowWrites) {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
 	if mode != ModeNoBus {
 		return slices.Clone(allFaults)
 	}
@@ -55,6 +79,21 @@ func faultsFor(mode string) []string {
 		out = append(out, f)
 	}
 	return out
+}
+
+// faultOrder is mode's cycle shuffled by rng; in ModeProductd the process
+// faults come first (shuffled among themselves), so that a short run
+// meets the faults the mode exists for.
+func faultOrder(mode string, rng *rand.Rand) []string {
+	order := faultsFor(mode)
+	shuffle := func(s []string) { rng.Shuffle(len(s), func(i, j int) { s[i], s[j] = s[j], s[i] }) }
+	if mode == ModeProductd {
+		shuffle(order[:len(processFaults)])
+		shuffle(order[len(processFaults):])
+		return order
+	}
+	shuffle(order)
+	return order
 }
 
 const (
@@ -162,8 +201,45 @@ func (p *phase) inject(ctx context.Context, fault string, x int) (lift func() er
 		slow := &p.insts[x].slowWrites
 		slow.Store(true)
 		return func() error { slow.Store(false); return nil }, faultHold, nil
+	case FaultLeaderKilled:
+		in := p.insts[x]
+		p.holdOff(in)
+		in.proc.kill()
+		return func() error {
+			defer p.release(in)
+			sctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+			defer cancel()
+			return in.proc.start(sctx)
+		}, killHold, nil
+	case FaultLeaderStopped:
+		in := p.insts[x]
+		p.holdOff(in)
+		return func() error {
+			defer p.release(in)
+			return in.proc.signal(syscall.SIGCONT)
+		}, stopHold, in.proc.signal(syscall.SIGSTOP)
 	}
 	return nil, 0, fmt.Errorf("chaos: unknown fault %q", fault)
+}
+
+// holdOff keeps the workload off in until release: it waits for the
+// requests in flight on in to end, and holds new ones back. A leader
+// probe's before does it before it starts the leader's load; the process
+// faults do it too, for a run with no probe. Only the fault goroutine
+// calls it.
+func (p *phase) holdOff(in *instance) {
+	if !in.held {
+		in.gate.Lock()
+		in.held = true
+	}
+}
+
+// release lets the workload back on in.
+func (p *phase) release(in *instance) {
+	if in.held {
+		in.held = false
+		in.gate.Unlock()
+	}
 }
 
 // takesBusDown says whether fault (or one of those joined with "+") may
@@ -173,6 +249,23 @@ func takesBusDown(fault string) bool {
 	for f := range strings.SplitSeq(fault, "+") {
 		switch f {
 		case FaultPause, FaultRestart, FaultPubSubKilled, FaultPublish, FaultSharedRefused:
+			return true
+		case FaultLeaderStopped:
+			// The frozen process's heartbeats stop coming back: its bus
+			// is down when it thaws, and it hears the writes it missed
+			// only then. (A killed one starts with an empty memory.)
+			return true
+		}
+	}
+	return false
+}
+
+// takesBulkDown says whether fault (or one of those joined with "+") may
+// keep bulk invalidations unannounced while every bus stays up: see
+// Fault.BulkDown.
+func takesBulkDown(fault string) bool {
+	for f := range strings.SplitSeq(fault, "+") {
+		if f == FaultScripts {
 			return true
 		}
 	}
@@ -229,7 +322,7 @@ func (p *phase) runFaults(stop <-chan struct{}, order []string) error {
 			pr.before()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		ended := p.h.FaultBegan(fault, takesBusDown(fault))
+		ended := p.h.FaultBegan(fault, takesBusDown(fault), takesBulkDown(fault))
 		injected := time.Now()
 		lift, hold, err := p.injectAll(ctx, fault, p.target(fault, i))
 		if err != nil {

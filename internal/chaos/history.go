@@ -39,6 +39,11 @@ const (
 	WriteSet    = "set"    // Cache.Set of the new value
 	WriteDelete = "delete" // Cache.Delete; the next read loads the new value
 	WritePrefix = "prefix" // Cache.InvalidatePrefix of the key's tenant
+	// WritePut is productd's PUT of the key's row (ModeProductd): the
+	// origin's UPDATE, then the product's prefix invalidation and the
+	// Delete of the row's superseded keys, its floor-0 key among them.
+	// Check holds raw reads to it as to a Delete.
+	WritePut = "put"
 )
 
 // Op is one recorded operation. Times are offsets on the History's single
@@ -49,7 +54,7 @@ type Op struct {
 	Instance int    `json:"instance"`
 	Key      string `json:"key"`
 	Kind     Kind   `json:"kind"`
-	// Write is WriteSet, WriteDelete or WritePrefix for a Write.
+	// Write is WriteSet, WriteDelete, WritePrefix or WritePut for a Write.
 	Write string `json:"write,omitempty"`
 	// Start is when the call began; End when it returned. For a Write,
 	// End is its acknowledgement.
@@ -70,8 +75,9 @@ type Op struct {
 	// committed to the origin and is acknowledged (as a service answers
 	// its PUT once the database committed) unless Unacked is set.
 	Err string `json:"err,omitempty"`
-	// Unacked marks a write whose call panicked: its caller would have
-	// answered with an error, so nothing was promised about it.
+	// Unacked marks a write whose call panicked (its caller would have
+	// answered with an error), or a PUT answered with an error: nothing
+	// was promised about it.
 	Unacked bool `json:"unacked,omitempty"`
 }
 
@@ -88,6 +94,12 @@ type Fault struct {
 	// that leaves every bus up (scripts refused, slow writes, a panicking
 	// codec) allows nothing more.
 	BusDown bool `json:"bus_down"`
+	// BulkDown says the fault may keep bulk invalidations (WritePrefix,
+	// WritePut) from being announced until the redo, though it leaves
+	// every bus up and the writes of one key announced: scripts refused
+	// (redislease records a bulk invalidation for replay and publishes it
+	// in one script). For those writes it counts as BusDown.
+	BulkDown bool `json:"bulk_down,omitempty"`
 }
 
 // History records the ops and faults of one run. It is safe for concurrent
@@ -114,11 +126,12 @@ func (h *History) Record(op Op) {
 }
 
 // FaultBegan records that the fault name was injected now, and returns a
-// function that records its end. busDown is Fault.BusDown.
-func (h *History) FaultBegan(name string, busDown bool) (ended func()) {
+// function that records its end. busDown and bulkDown are Fault.BusDown
+// and Fault.BulkDown.
+func (h *History) FaultBegan(name string, busDown, bulkDown bool) (ended func()) {
 	h.mu.Lock()
 	i := len(h.faults)
-	h.faults = append(h.faults, Fault{Name: name, Start: h.Now(), End: -1, BusDown: busDown})
+	h.faults = append(h.faults, Fault{Name: name, Start: h.Now(), End: -1, BusDown: busDown, BulkDown: bulkDown})
 	h.mu.Unlock()
 	return func() {
 		h.mu.Lock()

@@ -33,10 +33,13 @@ const probeRead = 25 * time.Millisecond
 // probeFor is the probe of fault, the n-th injected; nil when it has
 // none, or none that means anything in this mode or with one instance.
 func (p *phase) probeFor(fault string, n int) *probe {
+	key := fmt.Sprintf("%s:f%d", probeTenant, n)
+	if fault == FaultLeaderKilled || fault == FaultLeaderStopped {
+		return p.probeLeader(fault, key, p.target(fault, n))
+	}
 	if len(p.insts) < 2 {
 		return nil
 	}
-	key := fmt.Sprintf("%s:f%d", probeTenant, n)
 	bus := p.mode != ModeNoBus
 	switch fault {
 	case FaultSharedRefused:
@@ -286,6 +289,156 @@ func (p *phase) probeExpiredCopy(key string, x int) *probe {
 			p.read(reader, key)
 			<-loaded
 			p.watch(stop, key, []*instance{reader}, injected.Add(slowLoad+cacheTTL+Slack))
+		},
+	}
+}
+
+// breakersClose bounds how long a leader probe waits for the breakers
+// to close: productd's cool-down, and the first call that closes them.
+const breakersClose = 8 * time.Second
+
+// breakersClosed waits, up to within or the run's end, until every
+// process's /readyz says its Redis breaker is closed, and reports whether
+// they all are.
+func (p *phase) breakersClosed(within time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	go func() {
+		select {
+		case <-p.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		closed := 0
+		for _, in := range p.insts {
+			if p.breakerState(ctx, in) == "closed" {
+				closed++
+			}
+		}
+		if closed == len(p.insts) {
+			return true
+		}
+		if !pause(ctx.Done(), 20*time.Millisecond) { // polling other processes' state
+			return false
+		}
+	}
+}
+
+// probeLeader (ModeProductd): instance x, the workload held off it, alone
+// loads a key no one has read; the origin answers its query, then takes
+// originLatency more, and while that load is in flight the fault strikes
+// x (killed, or frozen past its lease). Meanwhile every other instance
+// reads the key: they wait on x's lease until it expires, and one takes
+// the load over; then the next instance changes the key (a PUT), and the
+// others read it again, which puts the new row in Redis and in their
+// memory. Once x is back (started again, or thawed: its load, older than
+// the PUT, then tries to write back with a fencing token two steps
+// behind, over the new row, which nothing would reload before the TTL),
+// Redis is read raw every 10ms and the others read the key, and x too
+// once the recovery bound has passed, until the others' copies have
+// expired: nothing may serve x's older row, nor let it land in Redis. The
+// probe reports (on Progress) whether the fault struck the load and
+// another instance took it over.
+func (p *phase) probeLeader(fault, key string, x int) *probe {
+	leader := p.insts[x]
+	var (
+		struck  bool
+		leading sync.WaitGroup
+		taken   float64 // takeovers counted on the others before the fault
+	)
+	return &probe{
+		before: func() {
+			// After a Redis fault, productd's breakers stay open for their
+			// cool-down (5s): a Get then neither asks for a lease nor
+			// waits on one, and the fault would strike a load no one waits
+			// for.
+			if !p.breakersClosed(breakersClose) {
+				select {
+				case <-p.stop:
+				default:
+					p.logf("%s: a breaker still open after %v", fault, breakersClose)
+				}
+			}
+			p.holdOff(leader)
+			ctx, cancel := context.WithTimeout(context.Background(), leaderSeen)
+			defer cancel()
+			queries, ok := p.metric(ctx, leader, originQueriesSample)
+			if !ok {
+				return
+			}
+			for _, o := range p.others(x) {
+				n, _ := p.metric(ctx, o, takenOverSample)
+				taken += n
+			}
+			leading.Go(func() { p.httpGet(leader, key, false) })
+			// The leader's origin query has started when its count moves:
+			// nothing else runs on it, its workload held off.
+			for ctx.Err() == nil {
+				if n, ok := p.metric(ctx, leader, originQueriesSample); ok && n > queries {
+					struck = true
+					break
+				}
+				pause(ctx.Done(), 5*time.Millisecond) // polling another process's metrics
+			}
+			pause(ctx.Done(), queryRan)
+		},
+		during: func(stop <-chan struct{}, injected, lift time.Time) {
+			defer leading.Wait()
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				var now float64
+				for _, o := range p.others(x) {
+					n, _ := p.metric(ctx, o, takenOverSample)
+					now += n
+				}
+				p.logf("%s: instance %d's load of %s struck: %v; taken over by another instance: %v", fault, x, key, struck, now > taken)
+			}()
+			others := func() {
+				var wg sync.WaitGroup
+				for _, o := range p.others(x) {
+					wg.Go(func() { p.read(o, key) })
+				}
+				wg.Wait()
+			}
+			if len(p.insts) > 1 {
+				others() // they wait on x's lease, and one takes it over
+				p.write(p.insts[(x+1)%len(p.insts)], key, WritePut)
+				others() // the new row, in Redis and in their memory, before x is back
+			}
+			if !sleepUntil(stop, lift) {
+				return
+			}
+			// Redis is read raw apart from the reads, which may load. x
+			// is read only once the recovery bound has passed: its bus
+			// comes back and empties its memory, and its reload would
+			// repair what its write-back, if unfenced, broke.
+			back := time.Now()
+			until := back.Add(2 * time.Second)
+			var raw sync.WaitGroup
+			raw.Go(func() {
+				for time.Now().Before(until) {
+					p.rawRead(key)
+					if !pause(stop, 10*time.Millisecond) {
+						return
+					}
+				}
+			})
+			defer raw.Wait()
+			for time.Now().Before(until) {
+				readers := p.others(x)
+				if time.Since(back) > BoundsFor(p.mode).Recovery+deliveryBound {
+					readers = p.insts // x's reads wait until it is back
+				}
+				for _, in := range readers {
+					p.read(in, key)
+				}
+				if !pause(stop, probeRead) {
+					return
+				}
+			}
 		},
 	}
 }

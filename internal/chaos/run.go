@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	"os/exec"
 	"slices"
 	"sort"
 	"strings"
@@ -39,8 +41,9 @@ const (
 	ModeNoBus = "nobus"
 )
 
-// Modes lists the modes a run tests by default, in order.
-var Modes = []string{ModeCluster, ModeLocal, ModeNoBus}
+// Modes lists the modes a run tests by default, in order: the in-process
+// ones, then ModeProductd.
+var Modes = []string{ModeCluster, ModeLocal, ModeNoBus, ModeProductd}
 
 // The options every instance runs with. The Bounds follow from them
 // (BoundsFor); they are short so that a fault's effects, and their end,
@@ -95,17 +98,30 @@ func BoundsFor(mode string) Bounds {
 	if mode == ModeNoBus {
 		b.Delivery = b.BusDown
 	}
-	if mode == ModeCluster {
+	if mode == ModeCluster || mode == ModeProductd {
 		b.Read += coalesceWait + 2*sharedTimeout
 		b.Write += redisTimeout
+	}
+	if mode == ModeProductd {
+		// A PUT: the origin's UPDATE, then the product's prefix
+		// invalidation (its publish, SharedTimeout), then the deletes of
+		// the keys it supersedes, all within invalidateTimeout, the last
+		// one's fence (redisTimeout) and publish (SharedTimeout) past it.
+		// The UPDATE and HTTP on loopback are within the slack.
+		b.Write = sharedTimeout + invalidateTimeout + redisTimeout + sharedTimeout + Slack
+		b.Fencing = true
 	}
 	return b
 }
 
 // Config is a run's configuration.
 type Config struct {
-	// Duration is the whole run, shared equally by the Modes.
+	// Duration is the whole run, shared equally by the Modes (less those
+	// that have their own in ModeDurations).
 	Duration time.Duration
+	// ModeDurations gives a mode a time of its own within Duration: the
+	// other modes share what is left equally.
+	ModeDurations map[string]time.Duration
 	// Instances per mode. Default 3.
 	Instances int
 	// Seed orders the faults and drives the workload's choices.
@@ -117,6 +133,11 @@ type Config struct {
 	// Recorded, when set, receives each mode's history before it is
 	// checked, for a closer look at a violation.
 	Recorded func(mode string, ops []Op, faults []Fault)
+	// Postgres is the PostgreSQL database (a postgres:// URL) in which the
+	// productd mode creates a schema of its own as the instances' origin,
+	// and drops it at the end. Default DefaultPostgres; when it does not
+	// answer, the origin is a SQLite file instead.
+	Postgres string
 }
 
 // The workload's shape.
@@ -220,6 +241,18 @@ type instance struct {
 	cache  *flightcache.Cache[Value]
 	// slowWrites is FaultSlowWrites' switch for this instance.
 	slowWrites atomic.Bool
+
+	// proc is the instance's productd process in ModeProductd, where the
+	// fields above are unused.
+	proc *process
+	// gate keeps the workload off the process while a fault has it down
+	// (killed or frozen): every request holds it shared, the fault holds
+	// it exclusively (held) from before the process goes down until it is
+	// back, so that the requests are the workload's and not the OS's.
+	// Only a leader probe's own request, whose load the fault strikes,
+	// goes around it.
+	gate sync.RWMutex
+	held bool // gate is held by the fault goroutine; only it reads and writes held
 }
 
 // phase is one mode's part of a run.
@@ -234,13 +267,18 @@ type phase struct {
 	keys  []string
 	insts []*instance
 	raw   *redisstore.Store // reads the shared tier's entries straight from Redis
+	pd    *productdEnv      // ModeProductd's processes and origin; nil in the other modes
+	stop  chan struct{}     // closed when the run's time is up
+	logMu sync.Mutex        // serialises the probes' and the faults' lines on Progress
 }
 
 var discard = slog.New(slog.DiscardHandler)
 
 // Run runs cfg and returns one Report per mode. It starts a private
 // redis-server (ErrNoRedisServer without one) and stops it, and everything
-// else it started, before it returns. It silences go-redis' own logger
+// else it started, before it returns. With ModeProductd it first builds
+// cmd/productd (ErrNoGo without the go command), and the mode's origin is
+// a schema of its own in Config.Postgres. It silences go-redis' own logger
 // (a process-wide setting), which would report every failed connection.
 // Ending ctx ends the run early; what was recorded is still checked.
 func Run(ctx context.Context, cfg Config) ([]Report, error) {
@@ -253,14 +291,40 @@ func Run(ctx context.Context, cfg Config) ([]Report, error) {
 	if cfg.Duration <= 0 || cfg.Instances < 1 {
 		return nil, errors.New("chaos: Duration and Instances must be positive")
 	}
+	if cfg.Postgres == "" {
+		cfg.Postgres = DefaultPostgres
+	}
+	durations, err := modeDurations(cfg)
+	if err != nil {
+		return nil, err
+	}
 	redis.SetLogger(quietRedis{})
+	var build *productdBuild
+	if slices.Contains(cfg.Modes, ModeProductd) {
+		if _, err := exec.LookPath("redis-server"); err != nil {
+			return nil, ErrNoRedisServer // before a build for nothing
+		}
+		// The build runs while the modes before productd's do.
+		bctx, cancel := context.WithCancel(ctx)
+		build = startBuild(bctx)
+		defer func() {
+			cancel()
+			build.remove()
+		}()
+	}
 	var reports []Report
 	for i, mode := range cfg.Modes {
-		if !slices.Contains(Modes, mode) {
-			return nil, fmt.Errorf("chaos: unknown mode %q", mode)
-		}
 		p := &phase{cfg: cfg, mode: mode}
-		rep, err := p.run(ctx, cfg.Duration/time.Duration(len(cfg.Modes)), cfg.Seed+uint64(i))
+		if mode == ModeProductd {
+			if err := build.wait(); err != nil {
+				return reports, err
+			}
+			if cfg.Progress != nil {
+				fmt.Fprintf(cfg.Progress, "built cmd/productd in %v\n", build.took.Round(time.Millisecond))
+			}
+			p.pd = &productdEnv{bin: build.bin, rows: newRowMap()}
+		}
+		rep, err := p.run(ctx, durations[i], cfg.Seed+uint64(i))
 		if err != nil {
 			return reports, err
 		}
@@ -272,11 +336,46 @@ func Run(ctx context.Context, cfg Config) ([]Report, error) {
 	return reports, nil
 }
 
+// modeDurations is how long each of cfg.Modes runs: its ModeDurations
+// entry, or an equal share of what the entries leave of Duration.
+func modeDurations(cfg Config) ([]time.Duration, error) {
+	rest, shared := cfg.Duration, 0
+	for _, mode := range cfg.Modes {
+		if !slices.Contains(Modes, mode) {
+			return nil, fmt.Errorf("chaos: unknown mode %q", mode)
+		}
+		if d, ok := cfg.ModeDurations[mode]; ok {
+			rest -= d
+		} else {
+			shared++
+		}
+	}
+	for mode, d := range cfg.ModeDurations {
+		if !slices.Contains(cfg.Modes, mode) || d <= 0 {
+			return nil, fmt.Errorf("chaos: a duration of %v for mode %q, which is not run or not positive", d, mode)
+		}
+	}
+	if shared > 0 && rest <= 0 {
+		return nil, fmt.Errorf("chaos: the modes' own durations leave nothing of %v to the others", cfg.Duration)
+	}
+	out := make([]time.Duration, len(cfg.Modes))
+	for i, mode := range cfg.Modes {
+		if d, ok := cfg.ModeDurations[mode]; ok {
+			out[i] = d
+		} else {
+			out[i] = rest / time.Duration(shared)
+		}
+	}
+	return out, nil
+}
+
 type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
 func (p *phase) logf(format string, args ...any) {
+	p.logMu.Lock()
+	defer p.logMu.Unlock()
 	if p.cfg.Progress != nil {
 		fmt.Fprintf(p.cfg.Progress, "%s: "+format+"\n", append([]any{p.mode}, args...)...)
 	}
@@ -296,6 +395,20 @@ func (p *phase) run(ctx context.Context, d time.Duration, seed uint64) (rep Repo
 		}
 	}
 	p.org = newOrigin(p.keys, seed)
+	origin := "in memory"
+	if p.pd != nil {
+		if p.pd.origin, err = openOrigin(ctx, p.cfg.Postgres); err != nil {
+			return Report{}, err
+		}
+		defer func() {
+			if cerr := p.pd.origin.cleanup(); cerr != nil && err == nil {
+				err = fmt.Errorf("chaos: drop the origin: %w", cerr)
+			}
+		}()
+		origin = p.pd.origin.name
+		p.pd.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second}}
+		defer p.pd.client.CloseIdleConnections()
+	}
 	defer p.closeInstances()
 	for i := range p.cfg.Instances {
 		if err := p.newInstance(ctx, i); err != nil {
@@ -304,7 +417,7 @@ func (p *phase) run(ctx context.Context, d time.Duration, seed uint64) (rep Repo
 	}
 	p.waitBusesUp(ctx)
 	p.h = NewHistory()
-	p.logf("%d instances, %v, seed %d, redis-server at %s", len(p.insts), d, seed, p.redis.addr)
+	p.logf("%d instances, %v, seed %d, redis-server at %s, origin %s", len(p.insts), d, seed, p.redis.addr, origin)
 
 	// The raw reads go through a client of their own, as the default
 	// user, so that no fault on an instance's user touches them.
@@ -315,11 +428,10 @@ func (p *phase) run(ctx context.Context, d time.Duration, seed uint64) (rep Repo
 		return Report{}, err
 	}
 
-	rng := rand.New(rand.NewPCG(seed, 0))
-	order := faultsFor(p.mode)
-	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	order := faultOrder(p.mode, rand.New(rand.NewPCG(seed, 0)))
 
-	stop := make(chan struct{})
+	p.stop = make(chan struct{})
+	stop := p.stop
 	var wg sync.WaitGroup
 	for _, in := range p.insts {
 		if p.pureReader(in) {
@@ -353,7 +465,30 @@ func (p *phase) run(ctx context.Context, d time.Duration, seed uint64) (rep Repo
 	if p.cfg.Recorded != nil {
 		p.cfg.Recorded(p.mode, ops, faults)
 	}
+	if err := checkRawReadsFound(p.mode, ops); err != nil {
+		return Report{}, err
+	}
 	return Check(p.mode, ops, faults, BoundsFor(p.mode)), nil
+}
+
+// checkRawReadsFound fails a run in which the raw reader, reading for long,
+// never found an entry: it reads where it believes the instances write
+// (for productd, product.CacheKey), and if that changed, the fencing
+// invariant would hold vacuously.
+func checkRawReadsFound(mode string, ops []Op) error {
+	n := 0
+	for _, op := range ops {
+		if op.Kind == RawRead {
+			if op.Found {
+				return nil
+			}
+			n++
+		}
+	}
+	if n < 200 {
+		return nil // too short a run to say
+	}
+	return fmt.Errorf("chaos: mode %s: none of %d raw reads found an entry in Redis: the raw reader reads other keys than the instances write", mode, n)
 }
 
 // clientOptions are productd's request-path settings: a dead or hung
@@ -369,6 +504,9 @@ func clientOptions(addr string) *redis.Options {
 // newInstance adds instance id to p.insts, where closeInstances finds
 // what it opened even when it fails.
 func (p *phase) newInstance(ctx context.Context, id int) error {
+	if p.pd != nil {
+		return p.newProcess(ctx, id)
+	}
 	opt := clientOptions(p.redis.addr)
 	// go-redis authenticates only when a password is set: without one
 	// every instance would be the default user, out of the ACL faults'
@@ -424,6 +562,10 @@ func (p *phase) newInstance(ctx context.Context, id int) error {
 // closeInstances closes every Cache, then its coordinator, tiers and
 // client.
 func (p *phase) closeInstances() {
+	if p.pd != nil {
+		p.terminateProcesses()
+		return
+	}
 	for _, in := range p.insts {
 		if in.cache != nil {
 			in.cache.Close()
@@ -441,6 +583,10 @@ func (p *phase) closeInstances() {
 // waitBusesUp waits (up to 10s) until every instance's bus is up, so that
 // the run starts from a cluster that hears itself.
 func (p *phase) waitBusesUp(ctx context.Context) {
+	if p.pd != nil {
+		p.waitProcessesReady(ctx)
+		return
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		up := 0
@@ -486,8 +632,14 @@ func pause(stop <-chan struct{}, d time.Duration) bool {
 	}
 }
 
-// read Fetches key on in and records it.
-func (p *phase) read(in *instance, key string) { p.readWith(in, key, p.org.load(key)) }
+// read Fetches key on in (in ModeProductd: GETs its row) and records it.
+func (p *phase) read(in *instance, key string) {
+	if p.pd != nil {
+		p.httpGet(in, key, true)
+		return
+	}
+	p.readWith(in, key, p.org.load(key))
+}
 
 // readWith Fetches key on in with load as the loader, and records it.
 func (p *phase) readWith(in *instance, key string, load flightcache.LoadFunc[Value]) {
@@ -568,8 +720,12 @@ func (p *phase) writer(stop <-chan struct{}, in *instance, rng *rand.Rand) {
 
 // write commits a change of key to the origin and tells in's Cache, as a
 // service's PUT does, holding the key's (or for WritePrefix, the tenant's
-// keys') write lock throughout.
+// keys') write lock throughout. In ModeProductd it is a PUT, whatever how.
 func (p *phase) write(in *instance, key, how string) {
+	if p.pd != nil {
+		p.httpPut(in, key)
+		return
+	}
 	keys := []string{key}
 	tenant, _, _ := strings.Cut(key, ":")
 	if how == WritePrefix {
@@ -626,6 +782,12 @@ func (p *phase) rawRead(key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	op := Op{Instance: -1, Key: key, Kind: RawRead, Start: p.h.Now()}
+	if p.pd != nil {
+		p.rawReadRow(ctx, key, &op)
+		op.End = p.h.Now()
+		p.h.Record(op)
+		return
+	}
 	e, ok, err := p.raw.Get(ctx, key)
 	op.End = p.h.Now()
 	switch {

@@ -18,11 +18,21 @@ var chaosDuration = flag.Duration("chaos", 0, "run TestChaosFindsNoViolations fo
 // run is Run, failing (under CI) or skipping the test without redis-server.
 func run(t *testing.T, cfg Config) []Report {
 	t.Helper()
+	reports, _ := runProgress(t, cfg)
+	return reports
+}
+
+// runProgress is run, also returning what the run wrote on Progress.
+func runProgress(t *testing.T, cfg Config) ([]Report, string) {
+	t.Helper()
 	var progress strings.Builder
 	cfg.Progress = &progress
 	reports, err := Run(context.Background(), cfg)
 	if errors.Is(err, ErrNoRedisServer) {
 		testenv.Unavailable(t, "the chaos run needs a redis-server binary", err)
+	}
+	if errors.Is(err, ErrNoGo) {
+		testenv.Unavailable(t, "the productd mode builds productd with the go command", err)
 	}
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, progress.String())
@@ -32,7 +42,7 @@ func run(t *testing.T, cfg Config) []Report {
 		t.Fatal(err)
 	}
 	t.Logf("faults:\n%s\n%s", progress.String(), out.String())
-	return reports
+	return reports, progress.String()
 }
 
 // A short run goes through the whole machinery: a private Redis, the

@@ -202,9 +202,30 @@ func NewQueryService(repo Repository, opts ServiceOptions) (*QueryService, error
 		repo:           repo,
 		opts:           opts,
 		invalidateWarn: ratelog.New(opts.Logger, time.Second),
-		keys: key.New("product").Version(opts.PolicyVersion).
-			Require(key.DimTenant, key.DimID, key.DimLocale, key.DimCurrency, "rev"),
+		keys:           keyBuilder(opts.PolicyVersion),
 	}, nil
+}
+
+// keyBuilder builds the cache keys of the policy version: every dimension
+// of a row, and its revision floor.
+func keyBuilder(policyVersion string) key.Builder {
+	return key.New("product").Version(policyVersion).
+		Require(key.DimTenant, key.DimID, key.DimLocale, key.DimCurrency, "rev")
+}
+
+// rowKey is the cache key of ref's row at revision floor under keys.
+func rowKey(keys key.Builder, ref Ref, floor int64) (string, error) {
+	return keys.Tenant(ref.Tenant).ID(ref.ID).Locale(ref.Locale).Currency(ref.Currency).
+		Dim("rev", strconv.FormatInt(floor, 10)).Build()
+}
+
+// CacheKey is the cache key under which a QueryService with the default
+// PolicyVersion caches ref's row for a process whose revision floor of
+// the row is floor (0 for every process that never updated it; see
+// QueryService). Tools that read the shared tier past the service, such as
+// the history checker, find the row's entry under it.
+func CacheKey(ref Ref, floor int64) (string, error) {
+	return rowKey(keyBuilder(DefaultPolicyVersion), ref, floor)
 }
 
 // Mode reports the service's mode.
@@ -249,8 +270,7 @@ func (s *QueryService) raiseFloor(ref Ref, rev int64) (old int64) {
 }
 
 func (s *QueryService) key(ref Ref, floor int64) (string, error) {
-	return s.keys.Tenant(ref.Tenant).ID(ref.ID).Locale(ref.Locale).Currency(ref.Currency).
-		Dim("rev", strconv.FormatInt(floor, 10)).Build()
+	return rowKey(s.keys, ref, floor)
 }
 
 // prefix is the prefix of every key of ref's product: every locale, every

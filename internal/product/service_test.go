@@ -168,3 +168,53 @@ func TestNotFoundIsReloadedOnceWhenCreatedSinceItWasCached(t *testing.T) {
 		t.Fatalf("%d origin queries; the reloaded not-found must stay cached (2)", q)
 	}
 }
+
+// CacheKey names the entries the service fills: floor 0 for a process that
+// never updated the row, the committed revision after its own Update.
+func TestCacheKeyIsWhereTheServiceCachesARow(t *testing.T) {
+	ctx := context.Background()
+	local, err := memstore.New(memstore.Options[Entry]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(local.Close)
+	c, err := flightcache.New(flightcache.Options[Entry]{Local: local, TTL: time.Minute, NegativeTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	svc, err := NewQueryService(NewMemoryRepository(DemoCatalog), ServiceOptions{Cache: c, TTL: time.Minute, NegativeTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := Ref{Tenant: "acme", ID: ProductID(3), Locale: "en-US", Currency: "USD"}
+	cached := func(floor int64) (int64, bool) {
+		t.Helper()
+		k, err := CacheKey(ref, floor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		it, ok := local.Get(k)
+		if !ok {
+			return 0, false
+		}
+		return it.Value.Product.Revision, true
+	}
+	if _, err := svc.Get(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	if rev, ok := cached(0); !ok || rev != 0 {
+		t.Fatalf("after a Get, CacheKey(ref, 0) holds revision %d (present %v), want 0", rev, ok)
+	}
+	price := int64(1234)
+	out, err := svc.Update(ctx, ref, Patch{PriceCents: &price})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Get(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	if rev, ok := cached(out.Revision); !ok || rev != out.Revision {
+		t.Fatalf("after its own Update and a Get, CacheKey(ref, %d) holds revision %d (present %v)", out.Revision, rev, ok)
+	}
+}
