@@ -268,6 +268,31 @@ func BenchmarkGuard(b *testing.B) {
 	}
 }
 
+// BenchmarkColdGet: one cold single-key Get, the path that
+// internal/archtest/coldget counts: a local miss, a flight, a load that
+// answers at once, the write-back to memstore (default options, real
+// clock). Every iteration asks a key never asked before; the store
+// evicts as it fills, as a cache under a stream of new keys does.
+func BenchmarkColdGet(b *testing.B) {
+	ctx := context.Background()
+	local, err := memstore.New(memstore.Options[*product]{MaxEntries: 10 * benchKeys})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(local.Close)
+	c, err := flightcache.New(flightcache.Options[*product]{Local: local})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		sink, _ = c.Get(ctx, "cold:"+strconv.Itoa(i), benchLoad)
+		i++
+	}
+}
+
 // BenchmarkHitLocalParallel is BenchmarkHitLocal from every P at once.
 func BenchmarkHitLocalParallel(b *testing.B) {
 	ctx := context.Background()
