@@ -500,7 +500,7 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		ask[n] = names[j]
 	}
 	pol := new(storePolicy)
-	lctx, cancel := context.WithTimeout(fctx, c.opts.LoaderTimeout) // the deadline first: see loadOrigin
+	lctx, cancel := flightgroup.LoadContext(fctx, c.opts.LoaderTimeout)
 	defer cancel()
 	lctx = context.WithValue(lctx, policyKey{}, pol)
 	var endSpan func(error)

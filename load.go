@@ -147,10 +147,9 @@ func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket
 func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, error) {
 	c := m.c
 	pol := new(storePolicy)
-	// The deadline before the value: a child of the engine's loader
-	// context (which implements AfterFunc) hooks into its cancellation
-	// directly, where one under a value context would need a goroutine.
-	lctx, cancel := context.WithTimeout(ctx, c.opts.LoaderTimeout)
+	// The origin's own deadline, inside the flight: ctx is the engine's
+	// loader context on every path to here (run, lead, loadWithoutLease).
+	lctx, cancel := flightgroup.LoadContext(ctx, c.opts.LoaderTimeout)
 	defer cancel()
 	lctx = context.WithValue(lctx, policyKey{}, pol)
 	var endSpan func(error)

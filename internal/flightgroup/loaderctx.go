@@ -67,6 +67,10 @@ type loaderExtra struct {
 	// context.Cause finds ErrClosed or ErrAbandoned on a context type it does
 	// not know.
 	caused atomic.Pointer[causedCtx]
+	// load is the context LoadContext made for the execution's origin
+	// call, which ends when this context does (with its state and cause).
+	// Guarded by the loaderCtx's mu.
+	load *loadCtx
 }
 
 type causedCtx struct{ context.Context }
@@ -118,6 +122,61 @@ func (l *loaderCtx) extraLocked() *loaderExtra {
 		l.extra.Store(x)
 	}
 	return x
+}
+
+// loadCtx is the context LoadContext makes: a loader context of its own,
+// with its own deadline, inside the execution's.
+type loadCtx struct {
+	loaderCtx
+	x     loaderExtra // its extra: the deadline
+	timer *time.Timer // ends it at the deadline
+}
+
+// LoadContext is context.WithTimeout(ctx, d) for the part of fn that calls
+// the origin, when ctx is the context the Group passed to fn or a Flight's
+// Context: the context it returns carries ctx's values and ends d from now
+// (context.DeadlineExceeded; no later than ctx's own deadline), when ctx
+// ends (with ctx's error and cause), or when cancel is called
+// (context.Canceled), whichever comes first. Unlike a standard context
+// derived from ctx, it costs ctx no Done channel and no AfterFunc
+// registration (nor, under a value context, a goroutine). For any other
+// ctx, for one that has ended, and for a second load context of one
+// execution while the first is live, it is context.WithTimeout.
+func LoadContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	p, ok := ctx.(*loaderCtx)
+	if !ok {
+		return context.WithTimeout(ctx, d)
+	}
+	deadline := time.Now().Add(d)
+	if pd, ok := p.Deadline(); ok && pd.Before(deadline) {
+		deadline = pd
+	}
+	// Its parent for Value is ctx without its cancellation, as a loader
+	// context's own parent is: context.Cause must find this context's
+	// cause, not ctx's.
+	lc := &loadCtx{loaderCtx: loaderCtx{parent: context.WithoutCancel(p)}, x: loaderExtra{deadline: deadline}}
+	lc.extra.Store(&lc.x)
+	p.mu.Lock()
+	// Watched: cancel now takes the locked path, which ends lc too.
+	if p.flags.Or(flagWatched)&stateMask != ctxLive {
+		p.mu.Unlock()
+		return context.WithTimeout(ctx, d)
+	}
+	px := p.extraLocked()
+	if old := px.load; old != nil && old.flags.Load()&stateMask == ctxLive {
+		p.mu.Unlock()
+		return context.WithTimeout(ctx, d)
+	}
+	px.load = lc
+	p.mu.Unlock()
+	lc.timer = time.AfterFunc(time.Until(deadline), func() { lc.cancel(ctxDeadlineExceeded, nil) })
+	return lc, lc.stop
+}
+
+// stop ends lc, a load context, and its timer: LoadContext's cancel.
+func (lc *loadCtx) stop() {
+	lc.timer.Stop()
+	lc.cancel(ctxCanceled, nil)
 }
 
 // afterFunc is one AfterFunc registration; its pointer identifies it.
@@ -238,8 +297,10 @@ func (l *loaderCtx) cancel(state uint32, cause error) {
 		}
 	}
 	var afters []*afterFunc
+	var load *loadCtx
 	if x := l.extra.Load(); x != nil {
 		afters, x.afters = x.afters, nil
+		load = x.load
 	}
 	if l.done == nil {
 		l.done = closedchan
@@ -247,6 +308,9 @@ func (l *loaderCtx) cancel(state uint32, cause error) {
 		close(l.done)
 	}
 	l.mu.Unlock()
+	if load != nil {
+		load.cancel(state, cause)
+	}
 	for _, a := range afters {
 		go a.f()
 	}
