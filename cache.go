@@ -726,11 +726,15 @@ func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], wall
 		held, _ = c.opts.Local.Get(key)
 	}
 	now := c.opts.Now()
+	read := coherence.Read{Wall: wall}
 	h := coherence.Held{}
 	if held != nil {
+		// The item's read time on this clock only matters beside the
+		// held copy's.
+		read.Local = readAt(&it.Meta)
 		h = coherence.Held{Present: true, Fresh: now.Before(held.FreshUntil), Read: readAt(&held.Meta)}
 	}
-	switch c.coh.DecideFill(key, current, coherence.Read{Local: readAt(&it.Meta), Wall: wall}, h, now) {
+	switch c.coh.DecideFill(key, current, read, h, now) {
 	case coherence.FillWrite:
 		if c.opts.Local != nil {
 			cp := *it
