@@ -58,9 +58,11 @@ type loaderExtra struct {
 	// The first change wins, so a released execution is never expired, and
 	// an expired one never reported released.
 	timeout atomic.Uint32
-	// afters are the AfterFunc registrations that have neither run nor been
-	// stopped. Guarded by the loaderCtx's mu.
-	afters []*afterFunc
+	// afters lists the AfterFunc registrations that have neither run nor
+	// been stopped (a list, not a slice: the struct stays in the 64-byte
+	// size class that every execution with a deadline allocates). Guarded
+	// by the loaderCtx's mu.
+	afters *afterFunc
 	// caused is a standard context cancelled with the cancellation cause,
 	// set (before state changes) when that cause is neither Canceled nor
 	// DeadlineExceeded. Value delegates to it once set, which is how
@@ -180,7 +182,10 @@ func (lc *loadCtx) stop() {
 }
 
 // afterFunc is one AfterFunc registration; its pointer identifies it.
-type afterFunc struct{ f func() }
+type afterFunc struct {
+	f    func()
+	next *afterFunc
+}
 
 // closedchan is returned by Done after cancellation when no channel existed.
 var closedchan = func() chan struct{} {
@@ -247,14 +252,14 @@ func (l *loaderCtx) AfterFunc(f func()) (stop func() bool) {
 		return func() bool { return false }
 	}
 	x := l.extraLocked()
-	x.afters = append(x.afters, a)
+	a.next, x.afters = x.afters, a
 	l.mu.Unlock()
 	return func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		for i, y := range x.afters {
-			if y == a {
-				x.afters = append(x.afters[:i], x.afters[i+1:]...)
+		for p := &x.afters; *p != nil; p = &(*p).next {
+			if *p == a {
+				*p = a.next
 				return true
 			}
 		}
@@ -296,7 +301,7 @@ func (l *loaderCtx) cancel(state uint32, cause error) {
 			break
 		}
 	}
-	var afters []*afterFunc
+	var afters *afterFunc
 	var load *loadCtx
 	if x := l.extra.Load(); x != nil {
 		afters, x.afters = x.afters, nil
@@ -311,7 +316,7 @@ func (l *loaderCtx) cancel(state uint32, cause error) {
 	if load != nil {
 		load.cancel(state, cause)
 	}
-	for _, a := range afters {
+	for a := afters; a != nil; a = a.next {
 		go a.f()
 	}
 }
