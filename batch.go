@@ -363,8 +363,9 @@ func (b *batch[V]) fly(miss []batchKey[V]) {
 	}
 	for j := range miss {
 		bk := &miss[j]
+		r := &b.res[bk.first]
 		if bk.err != nil {
-			b.settle(bk, nil, bk.err)
+			r.Result, r.Err = c.settle(b.ctx, nil, bk.err, false, bk.stale, b.now)
 			continue
 		}
 		wctx := b.ctx
@@ -376,27 +377,8 @@ func (b *batch[V]) fly(miss []batchKey[V]) {
 			b.serveStale(bk, ErrSoftTimeout)
 			continue
 		}
-		b.settle(bk, fl, err)
+		r.Result, r.Err = c.settle(b.ctx, fl, err, bk.f.Led(), bk.stale, b.now)
 	}
-}
-
-// settle turns a key's flight result into its answer, as Fetch does.
-func (b *batch[V]) settle(bk *batchKey[V], fl *flight[V], err error) {
-	c := b.c
-	r := &b.res[bk.first]
-	if err == nil && fl == nil {
-		err = errors.New("flightcache: internal error: flight without result")
-	}
-	if err != nil {
-		err = fromEngine(err)
-		if bk.stale != nil && canServeStale(b.ctx, err) {
-			b.serveStale(bk, err)
-			return
-		}
-		*r = KeyResult[V]{Result: Result[V]{Outcome: OutcomeLoadFailed}, Err: err}
-		return
-	}
-	r.Result, r.Err = c.answerFlight(fl, bk.f.Led(), b.now)
 }
 
 // serveStale answers a key with its stale value; why is the reason the
@@ -518,15 +500,25 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		ask[n] = names[j]
 	}
 	pol := new(storePolicy)
-	lctx, cancel := context.WithTimeout(context.WithValue(fctx, policyKey{}, pol), c.opts.LoaderTimeout)
+	lctx, cancel := flightgroup.LoadContext(fctx, c.opts.LoaderTimeout)
 	defer cancel()
+	lctx = context.WithValue(lctx, policyKey{}, pol)
 	var endSpan func(error)
 	if c.opts.Tracer != nil {
 		lctx, endSpan = c.opts.Tracer.StartLoad(lctx, c.opts.Name)
 	}
-	timer := c.startLoadTimer()
+	var start time.Time // as in loadOrigin
+	if c.preciseLoadTime {
+		start = time.Now()
+	} else {
+		start = c.opts.Now()
+	}
 	found, err := callBatchLoader(lctx, load, ask)
-	end, took := c.stopLoadTimer(timer)
+	end := c.opts.Now()
+	took := end.Sub(start)
+	if c.preciseLoadTime {
+		took = time.Since(start)
+	}
 	if endSpan != nil {
 		endSpan(err)
 	}

@@ -268,6 +268,50 @@ func BenchmarkGuard(b *testing.B) {
 	}
 }
 
+// BenchmarkColdGet: one cold single-key Get, the path that
+// internal/archtest/coldget counts: a local miss, a flight, a load that
+// answers at once, the write-back to memstore (default options, real
+// clock). Every Get asks a key never asked before; the store evicts as it
+// fills, as a cache under a stream of new keys does. serial is one caller
+// at a time, which mostly measures how fast an idle P wakes the caller up
+// again; parallel keeps every P busy, as a server under load does.
+func BenchmarkColdGet(b *testing.B) {
+	ctx := context.Background()
+	newCache := func(b *testing.B) *flightcache.Cache[*product] {
+		local, err := memstore.New(memstore.Options[*product]{MaxEntries: 10 * benchKeys})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(local.Close)
+		c, err := flightcache.New(flightcache.Options[*product]{Local: local})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close() })
+		return c
+	}
+	b.Run("callers=serial", func(b *testing.B) {
+		c := newCache(b)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			sink, _ = c.Get(ctx, "cold:"+strconv.Itoa(i), benchLoad)
+			i++
+		}
+	})
+	b.Run("callers=parallel", func(b *testing.B) {
+		c := newCache(b)
+		var n atomic.Int64
+		b.ReportAllocs()
+		b.SetParallelism(4)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				c.Get(ctx, "cold:"+strconv.FormatInt(n.Add(1), 10), benchLoad)
+			}
+		})
+	})
+}
+
 // BenchmarkHitLocalParallel is BenchmarkHitLocal from every P at once.
 func BenchmarkHitLocalParallel(b *testing.B) {
 	ctx := context.Background()

@@ -347,15 +347,21 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 		return Result[V]{Outcome: OutcomeLoadFailed}, nil, err
 	}
 	m := &miss[V]{c: c, key: key, load: load, sharedDown: sharedDown, hasStale: stale != nil}
+	var fl *flight[V]
+	var err error
 	if stale != nil && c.opts.SoftTimeout > 0 {
-		fl, err, late := c.doWithSoftTimeout(ctx, m)
-		if late {
+		var late bool
+		if fl, err, late = c.doWithSoftTimeout(ctx, m); late {
 			return c.serveStale(ctx, stale, now, ErrSoftTimeout), m, nil
 		}
-		return c.settle(ctx, m, fl, err, stale, now)
+	} else {
+		fl, _, err = c.group.Do(ctx, key, m.run)
 	}
-	fl, _, err := c.group.Do(ctx, key, m.run)
-	return c.settle(ctx, m, fl, err, stale, now)
+	if fl != nil {
+		m.loadCtx = fl.loadCtx
+	}
+	r, err := c.settle(ctx, fl, err, m.led.Load(), stale, now)
+	return r, m, err
 }
 
 // readSharedGuarded is readShared under a ticket of its own,
@@ -366,29 +372,21 @@ func (c *Cache[V]) readSharedGuarded(ctx context.Context, key string, now time.T
 	return c.readShared(ctx, key, now, t)
 }
 
-// settle turns the flight's answer into this caller's Result.
-func (c *Cache[V]) settle(ctx context.Context, m *miss[V], fl *flight[V], err error, stale *driver.Item[V], now time.Time) (Result[V], *miss[V], error) {
-	if fl != nil {
-		m.loadCtx = fl.loadCtx
-	}
+// settle turns the answer of a key's flight (fl, or the engine's error)
+// into a caller's Result, for Fetch and FetchMany alike: led tells whether
+// the caller led the flight (loaded) or joined it (coalesced), and stale,
+// when not nil, stands in for a load that failed.
+func (c *Cache[V]) settle(ctx context.Context, fl *flight[V], err error, led bool, stale *driver.Item[V], now time.Time) (Result[V], error) {
 	if err != nil || fl == nil {
 		if err == nil { // cannot happen: run returns a flight or an error
 			err = errors.New("flightcache: internal error: flight without result")
 		}
 		err = fromEngine(err)
 		if stale != nil && canServeStale(ctx, err) {
-			return c.serveStale(ctx, stale, now, err), m, nil
+			return c.serveStale(ctx, stale, now, err), nil
 		}
-		return Result[V]{Outcome: OutcomeLoadFailed}, m, err
+		return Result[V]{Outcome: OutcomeLoadFailed}, err
 	}
-	r, err := c.answerFlight(fl, m.led.Load(), now)
-	return r, m, err
-}
-
-// answerFlight is a caller's Result from its key's flight, for Fetch and
-// FetchMany alike: led tells whether the caller led it (loaded) or joined
-// it (coalesced).
-func (c *Cache[V]) answerFlight(fl *flight[V], led bool, now time.Time) (Result[V], error) {
 	var o Outcome
 	switch {
 	case fl.found && fl.item.NotFound:
@@ -406,7 +404,13 @@ func (c *Cache[V]) answerFlight(fl *flight[V], led bool, now time.Time) (Result[
 	if o == OutcomeLoadedWriteFailed {
 		r.WriteErr = fl.writeErr
 	}
-	r.Scope = fl.scope()
+	// Result.Scope: where the load behind the value ran.
+	switch {
+	case fl.remote:
+		r.Scope = ScopeCluster
+	case !fl.found:
+		r.Scope = ScopeLocal
+	}
 	return r, err
 }
 
@@ -507,8 +511,11 @@ func age(loadedAt time.Time, now int64) time.Duration {
 	return max(time.Duration(now-loadedAt.UnixNano()), 0)
 }
 
-// admit refuses keys the Cache must not handle, every call after Close and
-// every call whose ctx has ended.
+// admit refuses every call after Close, every call whose ctx has ended,
+// and every key the Cache does not handle: empty, longer than MaxKeyLen
+// bytes, or not valid UTF-8. The *KeyError says why without echoing the
+// key: keys are request input, and logging them invites log injection and
+// data leaks.
 func (c *Cache[V]) admit(ctx context.Context, key string) error {
 	if c.coh.Closed() {
 		return ErrClosed
@@ -516,29 +523,15 @@ func (c *Cache[V]) admit(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if !c.validKey(key) {
-		return c.keyError(key)
-	}
-	return nil
-}
-
-// validKey reports whether key is one the Cache admits: not empty, at
-// most MaxKeyLen bytes, valid UTF-8.
-func (c *Cache[V]) validKey(key string) bool {
-	return len(key) > 0 && len(key) <= c.opts.MaxKeyLen && utf8.ValidString(key)
-}
-
-// keyError explains why key was refused without echoing it: keys are
-// request input, and logging them invites log injection and data leaks.
-func (c *Cache[V]) keyError(key string) error {
 	switch {
 	case len(key) == 0:
 		return &KeyError{Reason: "empty"}
 	case len(key) > c.opts.MaxKeyLen:
 		return &KeyError{Reason: fmt.Sprintf("%d bytes, longer than MaxKeyLen %d", len(key), c.opts.MaxKeyLen)}
-	default:
+	case !utf8.ValidString(key):
 		return &KeyError{Reason: "not valid UTF-8"}
 	}
+	return nil
 }
 
 // Set stores v under key in every tier, with the Cache's TTL. It wins over a
@@ -733,11 +726,15 @@ func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], wall
 		held, _ = c.opts.Local.Get(key)
 	}
 	now := c.opts.Now()
+	read := coherence.Read{Wall: wall}
 	h := coherence.Held{}
 	if held != nil {
+		// The item's read time on this clock only matters beside the
+		// held copy's.
+		read.Local = readAt(&it.Meta)
 		h = coherence.Held{Present: true, Fresh: now.Before(held.FreshUntil), Read: readAt(&held.Meta)}
 	}
-	switch c.coh.DecideFill(key, current, coherence.Read{Local: readAt(&it.Meta), Wall: wall}, h, now) {
+	switch c.coh.DecideFill(key, current, read, h, now) {
 	case coherence.FillWrite:
 		if c.opts.Local != nil {
 			cp := *it

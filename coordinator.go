@@ -152,17 +152,6 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 	}
 }
 
-// scope is Result.Scope for a caller of the flight.
-func (fl *flight[V]) scope() Scope {
-	switch {
-	case fl.remote:
-		return ScopeCluster
-	case !fl.found:
-		return ScopeLocal
-	}
-	return ScopeNone
-}
-
 func (c *Cache[V]) emitWoken(ctx context.Context, waited time.Duration, err error) {
 	if c.opts.Observer != nil {
 		c.observe(driver.Event{Kind: driver.EventFollowerWoken, Ctx: ctx, Cache: c.opts.Name, Tier: driver.TierShared, Duration: waited, Err: err})

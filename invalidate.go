@@ -111,8 +111,11 @@ func (c *Cache[V]) InvalidatePrefix(ctx context.Context, prefix string) error {
 	if prefix == "" {
 		return &KeyError{Reason: "empty prefix (Clear invalidates every key)"}
 	}
-	if !c.validKey(prefix) {
-		return c.keyError(prefix)
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if err := c.admit(ctx, prefix); err != nil {
+		return err
 	}
 	return c.invalidateBulk(ctx, driver.InvalidationPrefix, prefix)
 }
@@ -303,7 +306,7 @@ func (c *Cache[V]) received(inv driver.Invalidation) {
 	applied := false
 	switch inv.Kind {
 	case driver.InvalidationKey:
-		if !c.validKey(inv.Target) {
+		if c.admit(ctx, inv.Target) != nil {
 			break // no key of this Cache: nothing it could cover
 		}
 		fresh := c.fenceKey(ctx, inv.Target, inv.Version)
@@ -313,7 +316,7 @@ func (c *Cache[V]) received(inv driver.Invalidation) {
 		prefix := inv.Target
 		if inv.Kind == driver.InvalidationAll {
 			prefix = ""
-		} else if !c.validKey(prefix) {
+		} else if c.admit(ctx, prefix) != nil {
 			break
 		}
 		fresh := c.noteBulk(ctx, prefix, inv.Version)

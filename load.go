@@ -147,8 +147,11 @@ func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket
 func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, error) {
 	c := m.c
 	pol := new(storePolicy)
-	lctx, cancel := context.WithTimeout(context.WithValue(ctx, policyKey{}, pol), c.opts.LoaderTimeout)
+	// The origin's own deadline, inside the flight: ctx is the engine's
+	// loader context on every path to here (run, lead, loadWithoutLease).
+	lctx, cancel := flightgroup.LoadContext(ctx, c.opts.LoaderTimeout)
 	defer cancel()
+	lctx = context.WithValue(lctx, policyKey{}, pol)
 	var endSpan func(error)
 	if c.opts.Tracer != nil {
 		lctx, endSpan = c.opts.Tracer.StartLoad(lctx, c.opts.Name)
@@ -171,10 +174,23 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 		}()
 	}
 
-	timer := c.startLoadTimer()
+	// The load's end (LoadedAt) is on the Cache's clock; its duration
+	// (XFetch's Δ) on the precise real clock when Options.Now was left to
+	// its default, which may be coarse (see Cache.preciseLoadTime), so that
+	// sub-millisecond loads keep a non-zero Δ.
+	var start time.Time
+	if c.preciseLoadTime {
+		start = time.Now()
+	} else {
+		start = c.opts.Now()
+	}
 	v, err := m.load(lctx)
 	returned = true
-	end, took := c.stopLoadTimer(timer)
+	end := c.opts.Now()
+	took := end.Sub(start)
+	if c.preciseLoadTime {
+		took = time.Since(start)
+	}
 	if endSpan != nil {
 		endSpan(err)
 	}
@@ -238,6 +254,13 @@ func (m *miss[V]) writeBack(ctx context.Context, t coherence.Ticket, it *driver.
 			c.writeFailed(ctx, tier, err)
 		}
 	}()
+	if c.opts.Shared == nil {
+		// The local tier is all there is: nothing to encode, no read time
+		// to fence (see wallRead), nothing to write after the local fill.
+		tier = driver.TierLocal
+		c.fill(t, m.key, it, time.Time{}, nil)
+		return nil
+	}
 	var (
 		e      driver.Entry
 		encErr error
@@ -266,29 +289,4 @@ func (m *miss[V]) writeBack(ctx context.Context, t coherence.Ticket, it *driver.
 		}
 	})
 	return err
-}
-
-// loadTimer measures one load (see startLoadTimer).
-type loadTimer struct{ start, realStart time.Time }
-
-// startLoadTimer starts measuring a load. The Cache's clock gives the load's
-// end (LoadedAt); its duration (XFetch's Δ) comes from the precise real
-// clock when Options.Now was left to its default, which may be coarse (see
-// Cache.preciseLoadTime), so that sub-millisecond loads keep a non-zero Δ.
-func (c *Cache[V]) startLoadTimer() loadTimer {
-	t := loadTimer{start: c.opts.Now()}
-	if c.preciseLoadTime {
-		t.realStart = time.Now()
-	}
-	return t
-}
-
-// stopLoadTimer ends t: the load's end on the Cache's clock, and how long it
-// took.
-func (c *Cache[V]) stopLoadTimer(t loadTimer) (end time.Time, took time.Duration) {
-	end = c.opts.Now()
-	if c.preciseLoadTime {
-		return end, time.Since(t.realStart)
-	}
-	return end, end.Sub(t.start)
 }

@@ -24,9 +24,10 @@ func (m *Model) Close() bool { return m.closed.CompareAndSwap(false, true) }
 func (m *Model) Closed() bool { return m.closed.Load() }
 
 // Read is when the data of an item was read from its source, on both
-// clocks: Local on the Cache's (what the local tier compares), Wall the
-// exact wall-clock time that went to or came from the shared tier (what
-// fences compare).
+// clocks: Local on the Cache's (what the local tier compares: DecideFill
+// compares it with a held copy's only, so it may be left zero when
+// nothing is held), Wall the exact wall-clock time that went to or came
+// from the shared tier (what fences compare).
 type Read struct {
 	Local, Wall time.Time
 }

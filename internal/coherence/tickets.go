@@ -83,20 +83,17 @@ type keyEntry struct {
 // bulk epoch it saw before it read its source.
 type Ticket struct {
 	w     *Tickets
+	sh    *ticketShard // key's shard, where End finds e again
 	e     *keyEntry
 	gen   uint64
 	epoch uint64
-}
-
-func (w *Tickets) shard(key string) *ticketShard {
-	return &w.shards[maphash.String(ticketSeed, key)&(ticketShards-1)]
 }
 
 // Begin registers an operation on key and returns its ticket. It must be
 // taken before the operation reads the data it may write later, and given
 // back with End.
 func (w *Tickets) Begin(key string) Ticket {
-	sh := w.shard(key)
+	sh := &w.shards[maphash.String(ticketSeed, key)&(ticketShards-1)]
 	sh.mu.Lock()
 	e := sh.m[key]
 	if e == nil {
@@ -108,13 +105,13 @@ func (w *Tickets) Begin(key string) Ticket {
 	}
 	e.refs++
 	sh.mu.Unlock()
-	return Ticket{w: w, e: e, gen: e.gen.Load(), epoch: w.epoch.Load()}
+	return Ticket{w: w, sh: sh, e: e, gen: e.gen.Load(), epoch: w.epoch.Load()}
 }
 
-// End releases t, dropping the key's entry when nothing else uses it.
-// Callers defer it.
+// End releases t, the ticket of key, dropping the key's entry when nothing
+// else uses it. Callers defer it.
 func (w *Tickets) End(key string, t Ticket) {
-	sh := w.shard(key)
+	sh := t.sh
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if t.e.refs--; t.e.refs == 0 {

@@ -169,22 +169,34 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 	return g.lead(ctx, si, key, fn, start)
 }
 
-// lead registers a new execution of key and runs it. The mutex of shard si
-// is held on entry and released here. It is kept apart from Do so that
-// callers that only join (the many, on a hot key) run on a small stack frame.
-// Its two halves are apart so that each reads on its own: register does
-// what needs the shard lock, execute what must happen outside it.
+// lead registers a new execution of key (register, which releases the
+// mutex of shard si, held on entry) and runs it for the caller whose
+// context is ctx: inline, fn runs in this goroutine; otherwise in a new
+// one, while this caller waits for it. It is kept apart from Do so that
+// callers that only join (the many, on a hot key) run on a small stack
+// frame.
 func (g *Group[K, V]) lead(ctx context.Context, si uint8, key K, fn func(context.Context) (V, error), start time.Duration) (v V, shared bool, err error) {
 	c, timer, inline, err := g.register(ctx, si, key, true, true)
 	if err != nil {
 		return v, false, err
 	}
-	return g.execute(ctx, c, fn, timer, inline, start)
+	if inline {
+		g.run(c, fn, nil)
+		// The result is final: run's own completion attempt took sh.mu
+		// after whichever completion (its own, or Close's) wrote it.
+		v, shared, err = c.val, c.shared, c.err
+		if g.cfg.obs != nil {
+			g.waitDone(ctx, c, true, shared, err, start)
+		}
+		return v, shared, err
+	}
+	go g.run(c, fn, timer)
+	return g.wait(ctx, c, true, start)
 }
 
 // register makes a new execution of key current, or refuses it under
 // WithMaxInFlight. The mutex of shard si is held on entry and released here.
-// On success it returns the execution, now in flight, which execute (Do) or
+// On success it returns the execution, now in flight, which lead (Do) or
 // the caller itself (Start) must run; the loader timeout's timer, if
 // ownTimer asks for one (StartMany times its executions together); and
 // whether fn may run inline, in the caller's goroutine: mayInline, ctx can
@@ -225,7 +237,7 @@ func (g *Group[K, V]) register(ctx context.Context, si uint8, key K, ownTimer, m
 	}
 	var timer *time.Timer
 	if d := g.cfg.timeout; d > 0 {
-		c.lctx.extraLocked().deadline = time.Now().Add(d)
+		c.lctx.extra.Store(&loaderExtra{deadline: time.Now().Add(d)}) // c is not published yet
 		if ownTimer {
 			timer = time.AfterFunc(d, func() { g.expire(c) })
 		}
@@ -248,24 +260,6 @@ func (g *Group[K, V]) register(ctx context.Context, si uint8, key K, ownTimer, m
 		emit(obs, EventLoaderStarted, &c.lctx, c.id)
 	}
 	return c, timer, inline, nil
-}
-
-// execute runs the execution c that register returned for the caller whose
-// context is ctx, and returns that caller's result: inline, fn runs in this
-// goroutine; otherwise in a new one, while this caller waits for it.
-func (g *Group[K, V]) execute(ctx context.Context, c *call[K, V], fn func(context.Context) (V, error), timer *time.Timer, inline bool, start time.Duration) (V, bool, error) {
-	if inline {
-		g.run(c, fn, nil)
-		// The result is final: run's own completion attempt took sh.mu
-		// after whichever completion (its own, or Close's) wrote it.
-		v, shared, err := c.val, c.shared, c.err
-		if g.cfg.obs != nil {
-			g.waitDone(ctx, c, true, shared, err, start)
-		}
-		return v, shared, err
-	}
-	go g.run(c, fn, timer)
-	return g.wait(ctx, c, true, start)
 }
 
 // join attaches a caller to the execution c of its key. sh.mu is held on
@@ -354,9 +348,7 @@ func (g *Group[K, V]) wait(ctx context.Context, c *call[K, V], leader bool, star
 		// leave: a caller arriving after this unlock finds the key free and
 		// starts a new execution. Completing after the unlock would let it
 		// join this one and inherit ErrAbandoned while its own ctx is alive.
-		n := g.completeLocked(sh, c, *new(V), ErrAbandoned, ctxCanceled, ErrAbandoned)
-		sh.mu.Unlock()
-		g.observeInFlight(n)
+		g.complete(c, *new(V), ErrAbandoned, ctxCanceled, ErrAbandoned)
 		if obs := g.cfg.obs; obs != nil {
 			emit(obs, EventAbandoned, &c.lctx, c.id)
 		}
@@ -418,6 +410,7 @@ func (g *Group[K, V]) loaderDone(c *call[K, V], timer *time.Timer, v V, err erro
 	if timer != nil {
 		timer.Stop()
 	}
+	g.shards[c.shard].mu.Lock()
 	onTime := g.complete(c, v, err, ctxLive, nil)
 	c.lctx.cancel(ctxCanceled, nil)
 	obs := g.cfg.obs
@@ -442,7 +435,11 @@ func (g *Group[K, V]) loaderDone(c *call[K, V], timer *time.Timer, v V, err erro
 // execution released by StopTimeout is left alone.
 func (g *Group[K, V]) expire(c *call[K, V]) {
 	d := g.cfg.timeout
-	if !c.lctx.fire() || !g.complete(c, *new(V), &timeoutError{after: d.String()}, ctxDeadlineExceeded, nil) {
+	if !c.lctx.fire() {
+		return
+	}
+	g.shards[c.shard].mu.Lock()
+	if !g.complete(c, *new(V), &timeoutError{after: d.String()}, ctxDeadlineExceeded, nil) {
 		return
 	}
 	if obs := g.cfg.obs; obs != nil {
@@ -452,7 +449,10 @@ func (g *Group[K, V]) expire(c *call[K, V]) {
 
 // complete makes (v, err) the final result of c, releases its waiters and
 // removes c from its shard if it is still the current execution of its key.
-// Only the first completion counts; complete reports whether it was this one.
+// The mutex of c's shard is held on entry and released here, so that a
+// caller that found c unfinished under that lock (wait, when the last
+// caller leaves) completes it in the same critical section. Only the first
+// completion counts; complete reports whether it was this one.
 //
 // When the completion does not come from the loader (timeout, Close,
 // abandonment), cancel is the state its context ends in, with cause for
@@ -461,21 +461,10 @@ func (g *Group[K, V]) expire(c *call[K, V]) {
 // at that moment cannot win the race with a plain ctx.Err().
 func (g *Group[K, V]) complete(c *call[K, V], v V, err error, cancel uint32, cause error) bool {
 	sh := &g.shards[c.shard]
-	sh.mu.Lock()
 	if c.finished {
 		sh.mu.Unlock()
 		return false
 	}
-	n := g.completeLocked(sh, c, v, err, cancel, cause)
-	sh.mu.Unlock()
-	g.observeInFlight(n)
-	return true
-}
-
-// completeLocked is complete for an unfinished c with sh.mu, c's shard's
-// mutex, held. It returns the in-flight count to report (observeInFlight)
-// once the lock is released.
-func (g *Group[K, V]) completeLocked(sh *shard[K, V], c *call[K, V], v V, err error, cancel uint32, cause error) int64 {
 	if cancel != ctxLive {
 		c.lctx.cancel(cancel, cause)
 	}
@@ -491,7 +480,11 @@ func (g *Group[K, V]) completeLocked(sh *shard[K, V], c *call[K, V], v V, err er
 	if c.done != nil {
 		close(c.done)
 	}
-	return n
+	sh.mu.Unlock()
+	if obs := g.cfg.obs; obs != nil && n >= 0 {
+		emitInFlight(obs, n, -1)
+	}
+	return true
 }
 
 // unregister removes key from sh and from the in-flight count, in the same
@@ -514,13 +507,6 @@ func (sh *shard[K, V]) detach(c *call[K, V]) {
 		sh.detached = make(map[*call[K, V]]struct{})
 	}
 	sh.detached[c] = struct{}{}
-}
-
-// observeInFlight reports a count returned by unregister (n < 0: none).
-func (g *Group[K, V]) observeInFlight(n int64) {
-	if obs := g.cfg.obs; obs != nil && n >= 0 {
-		emitInFlight(obs, n, -1)
-	}
 }
 
 // reject reports a refused call. Kept out of line like emit: inlined, its
@@ -593,7 +579,9 @@ func (g *Group[K, V]) Forget(key K) {
 		sh.detach(c)
 	}
 	sh.mu.Unlock()
-	g.observeInFlight(n)
+	if obs := g.cfg.obs; obs != nil && n >= 0 {
+		emitInFlight(obs, n, -1)
+	}
 }
 
 // ForgetFunc is Forget for every registered key for which match returns
@@ -612,8 +600,10 @@ func (g *Group[K, V]) ForgetFunc(match func(K) bool) {
 			}
 		}
 		sh.mu.Unlock()
-		for _, n := range counts {
-			g.observeInFlight(n)
+		if obs := g.cfg.obs; obs != nil {
+			for _, n := range counts {
+				emitInFlight(obs, n, -1)
+			}
 		}
 	}
 }
@@ -657,6 +647,7 @@ func (g *Group[K, V]) Close() error {
 		sh.mu.Unlock()
 	}
 	for _, c := range running {
+		g.shards[c.shard].mu.Lock()
 		g.complete(c, *new(V), ErrClosed, ctxCanceled, ErrClosed)
 	}
 	return nil

@@ -19,6 +19,14 @@ func TestShardsStartOnACacheLine(t *testing.T) {
 	}
 }
 
+// TestLoaderExtraFitsTheSixtyFourByteSizeClass pins loaderExtra's size:
+// every execution with a loader timeout allocates one.
+func TestLoaderExtraFitsTheSixtyFourByteSizeClass(t *testing.T) {
+	if size := unsafe.Sizeof(loaderExtra{}); size > 64 {
+		t.Fatalf("loaderExtra is %d bytes; want at most 64", size)
+	}
+}
+
 type observerFunc func(Event)
 
 func (f observerFunc) ObserveFlight(e Event) { f(e) }
@@ -127,4 +135,39 @@ func TestKeysNotEqualToThemselvesLeaveNothingBehind(t *testing.T) {
 	t.Run("struct", func(t *testing.T) { nanKeyCalls(t, product{ID: 42, Price: math.NaN()}) })
 	t.Run("array", func(t *testing.T) { nanKeyCalls(t, [2]float64{1, math.NaN()}) })
 	t.Run("interface", func(t *testing.T) { nanKeyCalls[any](t, math.NaN()) })
+}
+
+// TestAfterFuncStopsAnyRegistration stops registrations at every place of
+// the list loaderCtx keeps them in, and runs only the others.
+func TestAfterFuncStopsAnyRegistration(t *testing.T) {
+	var l loaderCtx
+	l.parent = context.Background()
+	ran := make(chan int, 4)
+	stops := make([]func() bool, 4)
+	for i := range stops {
+		stops[i] = l.AfterFunc(func() { ran <- i })
+	}
+	// Registered 0, 1, 2, 3: stop the first, one in the middle, the last.
+	for _, i := range []int{0, 2, 3} {
+		if !stops[i]() {
+			t.Fatalf("stop %d: not registered", i)
+		}
+		if stops[i]() {
+			t.Fatalf("stop %d twice: still registered", i)
+		}
+	}
+	n := 0
+	for a := l.extra.Load().afters; a != nil; a = a.next {
+		n++
+	}
+	if n != 1 {
+		t.Fatalf("%d registrations left, want 1", n)
+	}
+	l.cancel(ctxCanceled, nil)
+	if got := <-ran; got != 1 {
+		t.Fatalf("ran %d, want 1", got)
+	}
+	if stops[1]() {
+		t.Fatal("stop after the function ran reported it stopped")
+	}
 }

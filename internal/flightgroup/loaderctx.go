@@ -58,15 +58,21 @@ type loaderExtra struct {
 	// The first change wins, so a released execution is never expired, and
 	// an expired one never reported released.
 	timeout atomic.Uint32
-	// afters are the AfterFunc registrations that have neither run nor been
-	// stopped. Guarded by the loaderCtx's mu.
-	afters []*afterFunc
+	// afters lists the AfterFunc registrations that have neither run nor
+	// been stopped (a list, not a slice: the struct stays in the 64-byte
+	// size class that every execution with a deadline allocates). Guarded
+	// by the loaderCtx's mu.
+	afters *afterFunc
 	// caused is a standard context cancelled with the cancellation cause,
 	// set (before state changes) when that cause is neither Canceled nor
 	// DeadlineExceeded. Value delegates to it once set, which is how
 	// context.Cause finds ErrClosed or ErrAbandoned on a context type it does
 	// not know.
 	caused atomic.Pointer[causedCtx]
+	// load is the context LoadContext made for the execution's origin
+	// call, which ends when this context does (with its state and cause).
+	// Guarded by the loaderCtx's mu.
+	load *loadCtx
 }
 
 type causedCtx struct{ context.Context }
@@ -120,8 +126,66 @@ func (l *loaderCtx) extraLocked() *loaderExtra {
 	return x
 }
 
+// loadCtx is the context LoadContext makes: a loader context of its own,
+// with its own deadline, inside the execution's.
+type loadCtx struct {
+	loaderCtx
+	x     loaderExtra // its extra: the deadline
+	timer *time.Timer // ends it at the deadline
+}
+
+// LoadContext is context.WithTimeout(ctx, d) for the part of fn that calls
+// the origin, when ctx is the context the Group passed to fn or a Flight's
+// Context: the context it returns carries ctx's values and ends d from now
+// (context.DeadlineExceeded; no later than ctx's own deadline), when ctx
+// ends (with ctx's error and cause), or when cancel is called
+// (context.Canceled), whichever comes first. Unlike a standard context
+// derived from ctx, it costs ctx no Done channel and no AfterFunc
+// registration (nor, under a value context, a goroutine). For any other
+// ctx, for one that has ended, and for a second load context of one
+// execution while the first is live, it is context.WithTimeout.
+func LoadContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	p, ok := ctx.(*loaderCtx)
+	if !ok {
+		return context.WithTimeout(ctx, d)
+	}
+	deadline := time.Now().Add(d)
+	if pd, ok := p.Deadline(); ok && pd.Before(deadline) {
+		deadline = pd
+	}
+	// Its parent for Value is ctx without its cancellation, as a loader
+	// context's own parent is: context.Cause must find this context's
+	// cause, not ctx's.
+	lc := &loadCtx{loaderCtx: loaderCtx{parent: context.WithoutCancel(p)}, x: loaderExtra{deadline: deadline}}
+	lc.extra.Store(&lc.x)
+	p.mu.Lock()
+	// Watched: cancel now takes the locked path, which ends lc too.
+	if p.flags.Or(flagWatched)&stateMask != ctxLive {
+		p.mu.Unlock()
+		return context.WithTimeout(ctx, d)
+	}
+	px := p.extraLocked()
+	if old := px.load; old != nil && old.flags.Load()&stateMask == ctxLive {
+		p.mu.Unlock()
+		return context.WithTimeout(ctx, d)
+	}
+	px.load = lc
+	p.mu.Unlock()
+	lc.timer = time.AfterFunc(time.Until(deadline), func() { lc.cancel(ctxDeadlineExceeded, nil) })
+	return lc, lc.stop
+}
+
+// stop ends lc, a load context, and its timer: LoadContext's cancel.
+func (lc *loadCtx) stop() {
+	lc.timer.Stop()
+	lc.cancel(ctxCanceled, nil)
+}
+
 // afterFunc is one AfterFunc registration; its pointer identifies it.
-type afterFunc struct{ f func() }
+type afterFunc struct {
+	f    func()
+	next *afterFunc
+}
 
 // closedchan is returned by Done after cancellation when no channel existed.
 var closedchan = func() chan struct{} {
@@ -188,14 +252,14 @@ func (l *loaderCtx) AfterFunc(f func()) (stop func() bool) {
 		return func() bool { return false }
 	}
 	x := l.extraLocked()
-	x.afters = append(x.afters, a)
+	a.next, x.afters = x.afters, a
 	l.mu.Unlock()
 	return func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		for i, y := range x.afters {
-			if y == a {
-				x.afters = append(x.afters[:i], x.afters[i+1:]...)
+		for p := &x.afters; *p != nil; p = &(*p).next {
+			if *p == a {
+				*p = a.next
 				return true
 			}
 		}
@@ -237,9 +301,11 @@ func (l *loaderCtx) cancel(state uint32, cause error) {
 			break
 		}
 	}
-	var afters []*afterFunc
+	var afters *afterFunc
+	var load *loadCtx
 	if x := l.extra.Load(); x != nil {
 		afters, x.afters = x.afters, nil
+		load = x.load
 	}
 	if l.done == nil {
 		l.done = closedchan
@@ -247,7 +313,10 @@ func (l *loaderCtx) cancel(state uint32, cause error) {
 		close(l.done)
 	}
 	l.mu.Unlock()
-	for _, a := range afters {
+	if load != nil {
+		load.cancel(state, cause)
+	}
+	for a := afters; a != nil; a = a.next {
 		go a.f()
 	}
 }
