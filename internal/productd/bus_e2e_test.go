@@ -291,9 +291,13 @@ func busDownBound() time.Duration {
 	return max(faultHeartbeat+faultDownAfter, faultBusDownTTL) + faultRedisTimeout
 }
 
+// faultArgs are the instances' flags in the Redis-fault tests. The loader
+// timeout is generous: these tests are about what B serves, and on a
+// machine busy with another test suite a reload from PostgreSQL has taken
+// longer than the default 5s, which answered a GET 504.
 func faultArgs(dsn, redisAddr string) []string {
 	return busArgs(dsn, redisAddr, "-bus-heartbeat", faultHeartbeat.String(), "-bus-down-after", faultDownAfter.String(),
-		"-bus-down-ttl", faultBusDownTTL.String(), "-redis-timeout", faultRedisTimeout.String())
+		"-bus-down-ttl", faultBusDownTTL.String(), "-redis-timeout", faultRedisTimeout.String(), "-loader-timeout", "20s")
 }
 
 // watchCommit reports when PostgreSQL first shows v at price: the PUT's

@@ -374,13 +374,15 @@ func TestClusterLeaderKilledMidLoadIsReplacedWithinTheLeaseTTL(t *testing.T) {
 // queries here).
 func TestClusterLeaderKilledMidLoadUnderTheDefaultWaitCostsOneTakeoverQuery(t *testing.T) {
 	t.Parallel()
-	// The lease plus the origin's latency (3s) is past half the default
-	// -loader-timeout (5s), and the default wait leaves 2s for a busy
-	// machine after it. The lease lets a takeover leader starved of CPU
-	// for a second keep it (heartbeats every 500ms).
+	// The lease plus the origin's latency (3s) is well inside the default
+	// wait (-lease-ttl + -loader-timeout = 11.5s here), which leaves room
+	// for a machine busy with another test suite, where the takeover's
+	// load has been seen to finish more than 6.5s after the kill. The
+	// lease lets a takeover leader starved of CPU for a second keep it
+	// (heartbeats every 500ms).
 	const leaseTTL, originLatency = 1500 * time.Millisecond, 1500 * time.Millisecond
 	ps := startInstances(t, 4, clusterArgs(t, sharedRedisURL(t), "-origin-latency", originLatency.String(),
-		"-lease-ttl", leaseTTL.String())...)
+		"-lease-ttl", leaseTTL.String(), "-loader-timeout", "10s")...)
 	c := herdClient(200)
 	defer c.CloseIdleConnections()
 	leader, _, done := killLeaderMidLoad(t, c, ps, 200)

@@ -55,9 +55,12 @@ func TestDatabaseOutageServesStaleAndThrottlesTheOrigin(t *testing.T) {
 	before := s.OriginQueries()
 	// Poll until the entry's TTL has passed (the first answer that is not a
 	// fresh hit); each poll before that is a hit and costs no origin query.
+	// The header's ttl is computed on the wall clock, the Cache's hit check
+	// on the memory tier's coarse clock, which a loaded machine can hold
+	// back for a moment: a hit with ttl=-1 is still a hit.
 	deadline := time.Now().Add(10 * time.Second)
 	code, cs := cacheStatus()
-	for strings.Contains(cs, "; hit; ttl=") && !strings.Contains(cs, "ttl=-") {
+	for strings.Contains(cs, "; hit") {
 		if time.Now().After(deadline) {
 			t.Fatal("the entry never expired")
 		}

@@ -298,8 +298,8 @@ func (s *Server) connectRedis(ctx context.Context) (driver.SharedStore, error) {
 	// A PING that timed out is tried again until the startup window ends:
 	// one PING is bounded by -redis-timeout, and a Redis (or host) busy for
 	// a moment is not a misconfiguration. A refused connection fails at
-	// once; a Redis that never answers is refused after 5s.
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	// once; a Redis that never answers is refused after startupWait.
+	pctx, cancel := context.WithTimeout(ctx, startupWait)
 	defer cancel()
 	if err := untilAnswer(pctx, func(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }); err != nil {
 		why := "start it, fix -redis, or leave -redis empty for a memory-only cache"
@@ -672,6 +672,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 // untilAnswer calls ping, 100ms apart, while it times out and ctx lasts:
 // a startup check that rides out a moment's stall of a dependency or of
 // the host, and reports any other error at once.
+// startupWait bounds how long productd waits at startup for a Redis that
+// accepts connections but does not answer yet. It is generous: on a host
+// busy with other work (measured: eight instances starting beside a test
+// suite on two cores) a PING can time out again and again for over 5s, and
+// refusing to start then would be wrong; a refused connection still fails
+// at once.
+const startupWait = 15 * time.Second
+
 func untilAnswer(ctx context.Context, ping func(context.Context) error) error {
 	for {
 		err := ping(ctx)
