@@ -216,7 +216,7 @@ func TestCloseStopsBackgroundRefresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The engine cancels the loader; Close waited for the refresh goroutine,
-	// and goleak checks the loader's goroutine at the end of the run.
+	// and leakcheck checks the loader's goroutine at the end of the run.
 	if err := <-causes; !errors.Is(err, singleflight.ErrClosed) {
 		t.Fatalf("refresh loader cancelled with cause %v, want ErrClosed", err)
 	}

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/internal/testlocal"
 	"github.com/flightcache/flightcache/key"
-	"github.com/flightcache/flightcache/memstore"
 )
 
 type Product struct {
@@ -17,18 +17,17 @@ type Product struct {
 	Name string
 }
 
-// newProductCache returns a Cache on a memstore and a function that closes
-// both.
+// newProductCache returns a Cache and a function that closes it. Its local
+// tier is the core's test store; a service takes memstore
+// (memstore.New(memstore.Options[*Product]{MaxEntries: 10_000})), which is
+// a module of its own.
 func newProductCache() (*flightcache.Cache[*Product], func()) {
-	local, err := memstore.New(memstore.Options[*Product]{MaxEntries: 10_000})
-	if err != nil {
-		log.Fatal(err)
-	}
+	local := testlocal.New[*Product](nil)
 	c, err := flightcache.New(flightcache.Options[*Product]{Name: "product", TTL: 5 * time.Minute, Local: local})
 	if err != nil {
 		log.Fatal(err)
 	}
-	return c, func() { c.Close(); local.Close() }
+	return c, func() { c.Close() }
 }
 
 // The common call is a one-liner: the loader runs on a miss, once per key

@@ -16,7 +16,7 @@ import (
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/driver"
-	"github.com/flightcache/flightcache/memstore"
+	"github.com/flightcache/flightcache/internal/testlocal"
 	"github.com/flightcache/flightcache/singleflight"
 )
 
@@ -69,29 +69,27 @@ func mustPanic(t *testing.T, f func()) (p any) {
 	return nil
 }
 
-// A memstore Cost function that panics on one value, as a buggy one would.
-func panickingCostStore(t *testing.T) *memstore.Store[*product] {
-	s, err := memstore.New(memstore.Options[*product]{
-		MaxCost: 1 << 20,
-		Cost: func(key string, it driver.Item[*product]) uint32 {
-			if it.Value != nil && it.Value.Name == "boom" {
-				panic("cost of " + key)
-			}
-			return 1
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
+// panickingLocal is a local tier whose Set panics on one value, as a buggy
+// store would (memstore: a buggy Cost function); the panic carries the
+// key, which the Cache must not repeat.
+type panickingLocal struct{ *testlocal.Store[*product] }
+
+func (s panickingLocal) Set(key string, it driver.Item[*product]) {
+	if it.Value != nil && it.Value.Name == "boom" {
+		panic("set of " + key)
 	}
-	t.Cleanup(s.Close)
-	return s
+	s.Store.Set(key, it)
 }
 
-// A panic inside the write guard (here the local store's Cost function
-// during Set) reaches that caller, and the key keeps working: later Sets and
-// Gets neither block nor time out.
-func TestSetAfterPanickingCostKeepsKeyUsable(t *testing.T) {
-	c := newCache(t, flightcache.Options[*product]{Local: panickingCostStore(t)})
+func panickingSetStore(t *testing.T) panickingLocal {
+	return panickingLocal{newLocal[*product](t, nil)}
+}
+
+// A panic inside the write guard (here the local store's Set) reaches
+// that caller, and the key keeps working: later Sets and Gets neither block
+// nor time out.
+func TestSetAfterPanickingLocalSetKeepsKeyUsable(t *testing.T) {
+	c := newCache(t, flightcache.Options[*product]{Local: panickingSetStore(t)})
 	mustPanic(t, func() { _ = c.Set(context.Background(), "p:1", &product{Name: "boom"}) })
 	within(t, "Set after the panic", func() {
 		if err := c.Set(context.Background(), "p:1", &product{Name: "ok"}); err != nil {
@@ -111,7 +109,7 @@ type panickingShared struct{ *mapShared }
 
 func (panickingShared) Set(context.Context, string, driver.Entry) error { panic("store bug") }
 
-// A write-back that panics (the local store's Cost, a shared store's Set)
+// A write-back that panics (the local store's Set, a shared store's Set)
 // fails the write, not the load: the value is returned as
 // loaded_write_failed, and the key stays usable.
 func TestPanickingWriteBackReturnsTheValueAndKeepsKeyUsable(t *testing.T) {
@@ -119,8 +117,8 @@ func TestPanickingWriteBackReturnsTheValueAndKeepsKeyUsable(t *testing.T) {
 		name string
 		opts func() flightcache.Options[*product]
 	}{
-		{"local Cost", func() flightcache.Options[*product] {
-			return flightcache.Options[*product]{Local: panickingCostStore(t)}
+		{"local Set", func() flightcache.Options[*product] {
+			return flightcache.Options[*product]{Local: panickingSetStore(t)}
 		}},
 		{"shared Set", func() flightcache.Options[*product] {
 			return flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: panickingShared{newMapShared(time.Now)}}
@@ -164,7 +162,7 @@ func (r *tierRecorder) ObserveCache(e driver.Event) {
 }
 
 // A panic in the write-back is reported for the tier that panicked: the
-// local tier's for its Cost function, the shared tier's for its Set, by
+// local tier's for its Set, the shared tier's for its Set, by
 // Fetch and FetchMany alike.
 func TestWriteBackPanicIsReportedForTheTierThatPanicked(t *testing.T) {
 	batchLoad := func(_ context.Context, keys []string) (map[string]*product, error) {
@@ -181,7 +179,7 @@ func TestWriteBackPanicIsReportedForTheTierThatPanicked(t *testing.T) {
 		share driver.SharedStore
 		want  driver.Tier
 	}{
-		{"local Cost", panickingCostStore(t), nil, driver.TierLocal},
+		{"local Set", panickingSetStore(t), nil, driver.TierLocal},
 		{"shared Set", newLocal[*product](t, nil), panickingShared{newMapShared(time.Now)}, driver.TierShared},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -214,7 +212,7 @@ func TestCacheDiagnosticsNeverContainTheKey(t *testing.T) {
 		FreshUntil: time.Now().Add(time.Hour), StaleUntil: time.Now().Add(time.Hour),
 	}}
 	c := newCache(t, flightcache.Options[*product]{
-		Local: panickingCostStore(t), Shared: shared, Observer: rec, Logger: logs.logger(),
+		Local: panickingSetStore(t), Shared: shared, Observer: rec, Logger: logs.logger(),
 		SharedTimeout: 10 * time.Millisecond, FailureThrottle: time.Second, MaxKeyLen: 64,
 	})
 	ctx := context.Background()

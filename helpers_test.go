@@ -12,12 +12,12 @@ import (
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/driver"
-	"github.com/flightcache/flightcache/memstore"
+	"github.com/flightcache/flightcache/internal/leakcheck"
+	"github.com/flightcache/flightcache/internal/testlocal"
 	"github.com/flightcache/flightcache/singleflight"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // fakeClock is Options.Now for tests that move time by hand.
 type fakeClock struct{ ns atomic.Int64 }
@@ -60,23 +60,21 @@ const busyMachineSharedTimeout = 2 * time.Second
 
 var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// newLocal returns a memstore on clock (real time when clock is nil).
-func newLocal[V any](t testing.TB, clock *fakeClock) *memstore.Store[V] {
+// newLocal returns a local tier on clock (real time when clock is nil): a
+// map-backed testlocal.Store, which keeps items until their StaleUntil as
+// memstore does (memstore is a module of its own; the Cache on memstore is
+// tested in memstore's module).
+func newLocal[V any](t testing.TB, clock *fakeClock) *testlocal.Store[V] {
 	t.Helper()
-	var opts memstore.Options[V]
+	var now func() time.Time
 	if clock != nil {
-		opts.Now = clock.Now
+		now = clock.Now
 	}
-	s, err := memstore.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return testlocal.New[V](now)
 }
 
 // newCache builds a Cache with opts and closes it when the test ends. A
-// nil Local and Shared get a memstore; a nil Logger a silent one.
+// nil Local and Shared get a testlocal.Store; a nil Logger a silent one.
 func newCache[V any](t testing.TB, opts flightcache.Options[V]) *flightcache.Cache[V] {
 	t.Helper()
 	if opts.Local == nil && opts.Shared == nil {

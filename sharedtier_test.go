@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache"
-	"github.com/flightcache/flightcache/breaker"
 	"github.com/flightcache/flightcache/driver"
 )
 
@@ -415,30 +414,6 @@ func TestSharedTierTimesAreWallClockWhateverTheCacheClock(t *testing.T) {
 	wantOutcome(t, r.Outcome, flightcache.OutcomeHitShared)
 	if r.Age > time.Since(before) {
 		t.Fatalf("Age = %v on another clock, want the real time since the load (at most %v)", r.Age, time.Since(before))
-	}
-}
-
-// The same with package breaker's gobreaker-based SharedBreaker: once its
-// consecutive failures are reached, no call reaches the failing tier.
-func TestFailingSharedTierIsSkippedByPackageBreaker(t *testing.T) {
-	br, err := breaker.New(breaker.Options{ConsecutiveFailures: 5, CoolDown: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	shared := &failingShared{}
-	c := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: shared, SharedBreaker: br})
-	var o origin
-	for i := range 200 {
-		id := fmt.Sprint(i)
-		if _, err := c.Get(context.Background(), "p:"+id, o.load(id)); err != nil {
-			t.Fatalf("Get %d: %v", i, err)
-		}
-	}
-	if n := shared.calls.Load(); n != 5 {
-		t.Fatalf("%d calls reached the failing tier, want 5", n)
-	}
-	if br.State() != driver.BreakerOpen {
-		t.Fatalf("breaker %v, want open", br.State())
 	}
 }
 

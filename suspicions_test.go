@@ -17,8 +17,7 @@ import (
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/driver"
-	"github.com/flightcache/flightcache/memstore"
-	"github.com/flightcache/flightcache/redisstore"
+	"github.com/flightcache/flightcache/internal/testlocal"
 )
 
 // fencingCoord is an in-memory Coordinator with the fencing semantics of
@@ -291,23 +290,21 @@ func TestClusterEarlyRefreshNeverLoadsWithoutStoring(t *testing.T) {
 	}
 }
 
-// New validates its stores: a typed nil (a nil *memstore.Store in the
+// New validates its stores: a typed nil (a nil *testlocal.Store in the
 // Local interface) is as absent as an untyped one, and it is refused with
 // a *ConfigError naming the field, not accepted to panic on the first Get,
 // nor a panic in New itself.
 func TestTypedNilStoreIsAConfigError(t *testing.T) {
 	var (
-		nilMem   *memstore.Store[*product]
-		nilRedis *redisstore.Store
+		nilLocal *testlocal.Store[*product]
 		nilMap   *mapShared
 	)
 	for _, tc := range []struct {
 		name, field string
 		opts        flightcache.Options[*product]
 	}{
-		{"nil memstore as Local", "Local", flightcache.Options[*product]{Local: nilMem}},
-		{"nil memstore as Local beside a Shared", "Local", flightcache.Options[*product]{Local: nilMem, Shared: newMapShared(time.Now)}},
-		{"nil redisstore as Shared", "Shared", flightcache.Options[*product]{Shared: nilRedis}},
+		{"nil test store as Local", "Local", flightcache.Options[*product]{Local: nilLocal}},
+		{"nil test store as Local beside a Shared", "Local", flightcache.Options[*product]{Local: nilLocal, Shared: newMapShared(time.Now)}},
 		{"nil test store as Shared", "Shared", flightcache.Options[*product]{Shared: nilMap}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

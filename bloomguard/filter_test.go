@@ -11,13 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/flightcache/flightcache/bloomguard"
 	"github.com/flightcache/flightcache/driver"
+	"github.com/flightcache/flightcache/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 var _ driver.Guard = bloomguard.Guard{}
 
@@ -374,7 +373,7 @@ func TestRebuildEveryRebuildsUntilClose(t *testing.T) {
 	if err := f.RebuildEvery(context.Background(), time.Millisecond, src); !errors.Is(err, bloomguard.ErrClosed) {
 		t.Fatalf("RebuildEvery after Close = %v, want ErrClosed", err)
 	}
-	// goleak (TestMain) checks that the schedule's goroutine is gone.
+	// leakcheck (TestMain) checks that the schedule's goroutine is gone.
 }
 
 func TestCloseCancelsARunningScheduledRebuild(t *testing.T) {

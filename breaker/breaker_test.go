@@ -6,14 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/breaker"
 	"github.com/flightcache/flightcache/driver"
+	"github.com/flightcache/flightcache/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // transitions records the OnStateChange calls of a Breaker.
 type transitions struct {

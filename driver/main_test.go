@@ -3,8 +3,8 @@ package driver_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/flightcache/flightcache/internal/leakcheck"
 )
 
 // The examples run Caches, which start goroutines; none may outlive them.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

@@ -1,8 +1,9 @@
 // Package flightcachevet holds go/analysis analyzers that catch, in source,
 // the mistakes that defeat single-flight loading before they ship. The
-// command cmd/flightcachevet runs them, standalone or as a vet tool:
+// command flightcachevet/cmd/flightcachevet (a module of its own with this
+// package) runs them, standalone or as a vet tool:
 //
-//	go install github.com/flightcache/flightcache/cmd/flightcachevet@latest
+//	go install github.com/flightcache/flightcache/flightcachevet/cmd/flightcachevet@latest
 //	go vet -vettool=$(which flightcachevet) ./...
 //
 // The checks, each its own analyzer:

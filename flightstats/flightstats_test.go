@@ -10,16 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/flightstats"
-	"github.com/flightcache/flightcache/memstore"
+	"github.com/flightcache/flightcache/internal/leakcheck"
+	"github.com/flightcache/flightcache/internal/testlocal"
 	"github.com/flightcache/flightcache/singleflight"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // The worked example in docs/OBSERVABILITY.md pins the direction of both ratios, which teams
 // are known to invert.
@@ -133,11 +132,7 @@ func TestRejectionsAndFailuresByKind(t *testing.T) {
 
 func TestCacheEventsThroughRealCache(t *testing.T) {
 	rec := flightstats.New()
-	local, err := memstore.New(memstore.Options[int]{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer local.Close()
+	local := testlocal.New[int](nil)
 	c, err := flightcache.New(flightcache.Options[int]{Name: "n", Local: local, Observer: rec})
 	if err != nil {
 		t.Fatal(err)

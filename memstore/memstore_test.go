@@ -11,12 +11,12 @@ import (
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/driver"
-	"go.uber.org/goleak"
+	"github.com/flightcache/flightcache/internal/leakcheck"
 )
 
 // otter runs a periodic clean-up goroutine per cache; every test closes the
 // stores it creates, so no goroutine may outlive the tests.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // fakeClock is a manually advanced time source shared by a Store and its
 // test, so expiry is decided without waiting on real time.

@@ -14,16 +14,16 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	"go.uber.org/goleak"
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/driver"
+	"github.com/flightcache/flightcache/internal/leakcheck"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/otelflight"
 	"github.com/flightcache/flightcache/singleflight"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // hooked forwards every event to the adapter under test and then to hook, so
 // a test can synchronise on the event stream instead of sleeping.

@@ -15,17 +15,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"go.uber.org/goleak"
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/driver"
+	"github.com/flightcache/flightcache/internal/leakcheck"
 	"github.com/flightcache/flightcache/internal/metriclabels"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/promflight"
 	"github.com/flightcache/flightcache/singleflight"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // tee forwards every event to the adapter under test and then to hook, so a
 // test can synchronise on the event stream instead of sleeping.

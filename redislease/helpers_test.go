@@ -12,16 +12,16 @@ import (
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/driver"
+	"github.com/flightcache/flightcache/internal/leakcheck"
 	"github.com/flightcache/flightcache/internal/testenv"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/redisstore"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 // Every test closes its caches, coordinators and clients, so no heartbeat,
 // subscription reader or pool goroutine may outlive the package's tests.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
 

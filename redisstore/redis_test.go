@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightcache/flightcache/internal/leakcheck"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 // Every test closes the clients it opens, so go-redis' pool goroutines must
 // all be gone when the package finishes.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 const redisAddr = "127.0.0.1:6379"
 

@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flightcache/flightcache/internal/leakcheck"
 	"github.com/flightcache/flightcache/singleflight"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 var errOrigin = errors.New("origin down")
 
@@ -762,7 +762,7 @@ func TestUnreadDoChanLeaksNothing(t *testing.T) {
 	})
 	<-done
 	// Nobody reads ch. The goroutine behind it must still end: the buffered
-	// channel takes the Result. goleak (TestMain) fails the run otherwise;
+	// channel takes the Result. leakcheck (TestMain) fails the run otherwise;
 	// here we also wait for the delivery to be observable.
 	waitFor(t, "the result to be buffered", func() bool { return len(ch) == 1 })
 }

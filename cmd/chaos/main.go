@@ -26,7 +26,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/flightcache/flightcache/internal/chaos"
+	"github.com/flightcache/flightcache/cmd/internal/chaos"
 )
 
 func main() {

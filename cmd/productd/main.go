@@ -23,7 +23,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/flightcache/flightcache/internal/productd"
+	"github.com/flightcache/flightcache/cmd/internal/productd"
 )
 
 func main() {

@@ -16,7 +16,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/flightcache/flightcache/internal/stampede"
+	"github.com/flightcache/flightcache/cmd/internal/stampede"
 )
 
 func main() {

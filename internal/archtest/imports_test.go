@@ -10,7 +10,8 @@ const module = "github.com/flightcache/flightcache"
 
 // The core (engine, keys, cache-aside orchestration) must build with the
 // standard library alone, so that users who take only the core take no
-// third-party code; Redis, SQL and metrics live in their own packages.
+// third-party code; Redis, SQL and metrics live in their own packages, in
+// modules of their own (modules_test.go).
 var core = []string{
 	module + "/singleflight",
 	module + "/internal/flightgroup", // the engine behind singleflight and the Cache
@@ -18,6 +19,7 @@ var core = []string{
 	module + "/clock",
 	module + "/internal/coherence", // the coherence model
 	module + "/driver",             // the contracts for tiers, coordinators, buses, codecs and observers
+	module + "/flightstats",        // the dependency-free observer
 	module,
 }
 

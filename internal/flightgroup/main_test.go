@@ -3,7 +3,7 @@ package flightgroup
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/flightcache/flightcache/internal/leakcheck"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }

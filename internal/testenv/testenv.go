@@ -2,6 +2,12 @@
 // reason why not: when the server is unreachable a test fails under CI=true
 // (CI promises the services) and is skipped otherwise, with a message that
 // says what to start.
+//
+// It imports only the standard library, so that the modules whose tests use
+// it (redislease, the programs in cmd) take no requirement from it:
+// PostgresDB opens the database through the "pgx" database/sql driver,
+// which the test binary registers (the service's package product imports
+// github.com/jackc/pgx/v5/stdlib).
 package testenv
 
 import (
@@ -12,11 +18,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 )
 
 // Addresses of the services the tests use.
@@ -85,9 +90,13 @@ func UniqueName(prefix string) string {
 }
 
 // PostgresDB creates a fresh, empty database and returns its DSN; the
-// database is dropped when the test ends.
+// database is dropped when the test ends. The test binary must have
+// registered the "pgx" database/sql driver (github.com/jackc/pgx/v5/stdlib).
 func PostgresDB(t testing.TB) string {
 	t.Helper()
+	if !slices.Contains(sql.Drivers(), "pgx") {
+		t.Fatal(`testenv.PostgresDB: no "pgx" database/sql driver registered; import _ "github.com/jackc/pgx/v5/stdlib" in the test`)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	admin, err := sql.Open("pgx", PostgresAdminDSN)

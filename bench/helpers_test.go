@@ -1,0 +1,122 @@
+package bench_test
+
+// Helpers of the benchmarks, copied from the tests of the core and of
+// redisstore (another module's tests cannot be imported).
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+type product struct {
+	ID    string
+	Name  string
+	Price int
+}
+
+// guardFunc adapts a function to driver.Guard.
+type guardFunc func(key string) bool
+
+func (g guardFunc) MayExist(_ context.Context, key string) bool { return g(key) }
+
+const redisAddr = "127.0.0.1:6379"
+
+// newRedisClient connects to the real Redis the benchmarks need, with
+// hooks around the real client. Without a server the benchmark is skipped,
+// or fails when CI=true.
+func newRedisClient(tb testing.TB, hooks ...redis.Hook) *redis.Client {
+	tb.Helper()
+	client := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		client.Close()
+		msg := "redis not reachable at " + redisAddr + ": start it with redis-server --daemonize yes --port 6379 --save '' --appendonly no (" + err.Error() + ")"
+		if os.Getenv("CI") == "true" {
+			tb.Fatal(msg)
+		}
+		tb.Skip(msg)
+	}
+	for _, h := range hooks {
+		client.AddHook(h)
+	}
+	tb.Cleanup(func() { client.Close() })
+	return client
+}
+
+// uniquePrefix gives each benchmark its own key space.
+func uniquePrefix(tb testing.TB) string {
+	var b [6]byte
+	rand.Read(b[:])
+	name := strings.NewReplacer("/", ".", " ", "_").Replace(tb.Name())
+	return "fctest:" + name + ":" + hex.EncodeToString(b[:]) + ":"
+}
+
+func newRedisStore(tb testing.TB, client redis.UniversalClient, prefix string) *redisstore.Store {
+	tb.Helper()
+	s, err := redisstore.New(client, redisstore.Options{Prefix: prefix})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		// SCAN, not KEYS: the shared Redis is not blocked while it walks.
+		ctx := context.Background()
+		iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
+		for iter.Next(ctx) {
+			client.Del(ctx, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			tb.Errorf("clean up the benchmark's keys: %v", err)
+		}
+	})
+	return s
+}
+
+// roundTrips is a redis.Hook that counts round trips: every command sent on
+// its own and every pipeline (connection set-up left out).
+type roundTrips struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name != "hello" && name != "client" {
+			h.mu.Lock()
+			h.n++
+			h.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if name := cmds[0].Name(); name != "hello" && name != "client" {
+			h.mu.Lock()
+			h.n++
+			h.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// reset returns the round trips counted since the last reset.
+func (h *roundTrips) reset() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := h.n
+	h.n = 0
+	return n
+}

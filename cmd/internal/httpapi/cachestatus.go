@@ -1,0 +1,167 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/cmd/internal/product"
+	"github.com/flightcache/flightcache/singleflight"
+)
+
+// CacheStatus renders the RFC 9211 Cache-Status header value for a product
+// GET: the cache's name, then the parameters that apply, in the RFC's order.
+// err is the error Get returned with sv (nil on success).
+//
+//   - hit (RFC 9211 §2.1): served from the cache, nothing forwarded: a fresh
+//     hit, a cached "not found", or a stale value served because the failure
+//     throttle kept the request from the origin.
+//   - fwd (§2.2): the request went to the origin. fwd=miss: no usable value
+//     was cached; fwd=stale: only a stale value was cached, the origin was
+//     asked and did not deliver, and the stale value was served.
+//   - stored (§2.5): this request's load stored its value, in the memory
+//     tier at least (detail=shared-write-failed: not in Redis).
+//   - collapsed (§2.6): this request shared another request's load.
+//   - ttl (§2.4): remaining freshness in whole seconds, rounded away from
+//     zero: up for a fresh value, so that a client waiting ttl seconds is
+//     sure to see it expired; down for a stale one, which is always
+//     negative. Only when the value is cached.
+//   - detail (§2.8): what the RFC has no parameter for (see below). With
+//     collapsed, it says where the shared load ran: coalesced-local (in
+//     this process) or coalesced-cluster (on another instance, in cluster
+//     mode; the value arrived through Redis). Each detail is an RFC 8941
+//     token.
+//
+// fwd-status (§2.3) is never sent: the origin is a database, not an HTTP
+// server, so there is no status it returned. key (§2.7) is never sent:
+// cache keys hold tenant and product IDs.
+//
+// A request turned away before anything was forwarded (overload, shutdown,
+// an origin still throttled after a failure) carries neither hit nor fwd,
+// only a detail: overloaded, shutting-down, origin-throttled, and in cluster
+// mode leader-failed (the load failed on the instance that led it).
+//
+//	flightcache; hit; ttl=42
+//	flightcache; hit; ttl=42; detail=shared
+//	flightcache; fwd=miss; stored; ttl=300
+//	flightcache; fwd=miss; collapsed; ttl=300; detail=coalesced-local
+//	flightcache; fwd=miss; collapsed; ttl=300; detail=coalesced-cluster
+//	flightcache; fwd=miss; stored; ttl=300; detail=shared-write-failed
+//	flightcache; hit; ttl=17; detail=not-found
+//	flightcache; fwd=stale; ttl=-4; detail=origin-error
+//	flightcache; hit; ttl=-4; detail=origin-throttled
+//	flightcache; fwd=miss; detail=origin-timeout
+//	flightcache; fwd=miss; detail=uncached
+//	flightcache; detail=overloaded
+//	flightcache; detail=leader-failed
+func CacheStatus(cache string, sv product.Served, err error) string {
+	var sb strings.Builder
+	sb.WriteString(cache)
+	param := func(p string) { sb.WriteString("; "); sb.WriteString(p) }
+	ttl, detail := sv.TTLKnown, ""
+	switch sv.Outcome {
+	case flightcache.OutcomeHitLocal:
+		param("hit")
+	case flightcache.OutcomeHitShared:
+		param("hit")
+		detail = "shared"
+	case flightcache.OutcomeRefreshed:
+		param("hit")
+		detail = "early-refresh"
+	case flightcache.OutcomeNegativeHit:
+		param("hit")
+		detail = "not-found"
+	case flightcache.OutcomeFiltered:
+		// The cache answered "not found" from its guard: nothing was
+		// forwarded, but no stored response was reused either.
+		detail, ttl = "filtered", false
+	case flightcache.OutcomeStale:
+		var te *flightcache.ThrottledError
+		switch {
+		case errors.As(sv.StaleCause, &te):
+			param("hit")
+			detail = "origin-throttled"
+		case errors.Is(sv.StaleCause, flightcache.ErrSoftTimeout):
+			param("fwd=stale")
+			detail = "soft-timeout"
+		default:
+			param("fwd=stale")
+			detail = "origin-error"
+		}
+	case flightcache.OutcomeLoaded:
+		param("fwd=miss")
+		param("stored")
+		if err != nil { // a "not found", stored as a tombstone
+			detail = "not-found"
+		}
+	case flightcache.OutcomeCoalesced:
+		param("fwd=miss")
+		param("collapsed")
+		switch sv.Scope {
+		case flightcache.ScopeLocal:
+			detail = "coalesced-local"
+		case flightcache.ScopeCluster:
+			detail = "coalesced-cluster"
+		}
+	case flightcache.OutcomeLoadedUncached:
+		// Forwarded, and stored nowhere: another instance held the
+		// product's lease past the coalesce wait, and its write is the
+		// one that lands.
+		param("fwd=miss")
+		detail, ttl = "uncached", false
+	case flightcache.OutcomeLoadedWriteFailed:
+		// Only the shared write failed: the memory tier, part of this
+		// cache, holds the value for its TTL (§2.5 stored). The one case
+		// where neither tier does, a value that cannot be encoded, does
+		// not arise with product.Entry.
+		param("fwd=miss")
+		param("stored")
+		detail = "shared-write-failed"
+	default: // OutcomeLoadFailed and anything new
+		ttl = false
+		var te *flightcache.ThrottledError
+		switch {
+		case errors.Is(err, singleflight.ErrTooManyInFlight), errors.Is(err, singleflight.ErrTooManyWaiters):
+			detail = "overloaded"
+		case errors.Is(err, singleflight.ErrClosed):
+			detail = "shutting-down"
+		case errors.As(err, &te):
+			detail = "origin-throttled"
+		case errors.Is(err, flightcache.ErrLeaderFailed):
+			// Cluster mode: the load failed on the instance that led it
+			// (now, or within the failure window); this one forwarded
+			// nothing.
+			detail = "leader-failed"
+		case errors.Is(err, product.ErrNotFound): // uncached (naive mode)
+			param("fwd=miss")
+			detail = "not-found"
+		case errors.Is(err, context.DeadlineExceeded):
+			param("fwd=miss")
+			detail = "origin-timeout"
+		default:
+			param("fwd=miss")
+			detail = "origin-error"
+		}
+	}
+	if ttl {
+		param("ttl=" + strconv.FormatInt(ttlSeconds(sv.TTL), 10))
+	}
+	if detail != "" {
+		param("detail=" + detail)
+	}
+	return sb.String()
+}
+
+// ttlSeconds rounds away from zero: a fresh value's ttl up, so that a
+// client waiting ttl seconds is sure to see it expired, and a stale
+// value's down, so that it is never shown as ttl=0, which reads as fresh.
+func ttlSeconds(d time.Duration) int64 {
+	if d < 0 {
+		return int64(math.Floor(d.Seconds()))
+	}
+	return int64(math.Ceil(d.Seconds()))
+}

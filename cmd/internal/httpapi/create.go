@@ -1,0 +1,136 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/flightcache/flightcache/cmd/internal/product"
+)
+
+// Creator creates products: productd's creation path, which tells its
+// penetration guard before it acknowledges.
+type Creator interface {
+	Create(ctx context.Context, ref product.Ref, d product.Draft) (product.Product, error)
+}
+
+// CreateBody is the JSON body of POST /v1/tenants/{tenant}/products.
+type CreateBody struct {
+	ProductID   string `json:"productId"`
+	DisplayName string `json:"displayName"`
+	PriceCents  int64  `json:"priceCents"`
+}
+
+// createProduct answers 201 with the row and its Location once the row is
+// committed (and the Creator has done its part), 409 when it exists.
+func (a *api) createProduct(w http.ResponseWriter, r *http.Request) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			writeError(w, apiError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type", message: "send application/json"})
+			return
+		}
+	}
+	body, e := decodeCreate(w, r)
+	if e != nil {
+		writeError(w, *e)
+		return
+	}
+	ref, err := ParseRef(r.PathValue("tenant"), body.ProductID, r.URL.RawQuery)
+	if err != nil {
+		writeError(w, classify(err, a.RetryAfter))
+		return
+	}
+	d := product.Draft{DisplayName: body.DisplayName, PriceCents: body.PriceCents}
+	if err := d.Validate(); err != nil {
+		writeError(w, classify(err, a.RetryAfter))
+		return
+	}
+	out, err := a.Creator.Create(r.Context(), ref, d)
+	if err != nil {
+		e := classify(err, a.RetryAfter)
+		if e.status >= 500 {
+			a.failures.Log(r.Context(), slog.LevelWarn, "product create failed",
+				slog.Int("status", e.status), slog.String("code", e.code), slog.Any("error", err))
+		}
+		writeError(w, e)
+		return
+	}
+	q := url.Values{"locale": {ref.Locale}, "currency": {ref.Currency}}
+	w.Header().Set("Location", "/v1/tenants/"+ref.Tenant+"/products/"+ref.ID+"?"+q.Encode())
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// createFields are CreateBody's JSON names.
+var createFields = []string{"productId", "displayName", "priceCents"}
+
+// decodeCreate reads a POST body as strictly as decodePatch reads a PUT's:
+// UTF-8, one JSON object, each of CreateBody's keys spelled exactly so and
+// at most once, nothing else.
+func decodeCreate(w http.ResponseWriter, r *http.Request) (CreateBody, *apiError) {
+	var c CreateBody
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return c, &apiError{status: http.StatusRequestEntityTooLarge, code: "body_too_large", message: "the body must be at most 4 KiB"}
+		}
+		return c, &apiError{status: http.StatusBadRequest, code: "invalid_body", message: "the body could not be read"}
+	}
+	bad := func(msg string) (CreateBody, *apiError) {
+		return CreateBody{}, &apiError{status: http.StatusBadRequest, code: "invalid_body", message: msg}
+	}
+	if !utf8.Valid(raw) {
+		return bad("the body must be UTF-8")
+	}
+	if err := checkKeys(raw, createFields); err != nil {
+		return bad(err.Error())
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return bad(`the body must be a JSON object {"productId": string, "displayName": string, "priceCents": integer}`)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return bad("the body must hold exactly one JSON object")
+	}
+	return c, nil
+}
+
+// checkKeys walks the top-level object's keys: each must be one of
+// fields, exactly, and appear once. Malformed JSON is left for the decoder
+// to report.
+func checkKeys(body []byte, fields []string) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		k, _ := t.(string)
+		if !slices.Contains(fields, k) {
+			return errors.New("unknown field; the fields are " + `"` + strings.Join(fields, `", "`) + `", spelled exactly so`)
+		}
+		if seen[k] {
+			return errors.New("each field may appear once")
+		}
+		seen[k] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/flightcache/flightcache/cmd/internal/product"
+	"github.com/flightcache/flightcache/singleflight"
+)
+
+// ErrorBody is the JSON body of every error response:
+// {"error":{"code":"…","message":"…"}}. Code is stable and meant for
+// programs; Message is for people and never echoes request input.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the inside of ErrorBody.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// apiError is an error response about to be written.
+type apiError struct {
+	status     int
+	code       string
+	message    string
+	retryAfter time.Duration // > 0: send Retry-After
+}
+
+// classify maps an error from the service to its response. The order
+// matters: a throttled or wrapped error is classified by its cause.
+func classify(err error, retryAfter time.Duration) apiError {
+	var inv *product.InvalidError
+	var pe *singleflight.PanicError
+	switch {
+	case errors.As(err, &inv):
+		return apiError{http.StatusBadRequest, "invalid_" + inv.Field, inv.Error(), 0}
+	case errors.Is(err, product.ErrExists):
+		return apiError{http.StatusConflict, "exists", "the product already exists for this tenant, locale and currency", 0}
+	case errors.Is(err, product.ErrNotFound):
+		return apiError{http.StatusNotFound, "not_found", "no such product for this tenant, locale and currency", 0}
+	case errors.Is(err, singleflight.ErrTooManyInFlight), errors.Is(err, singleflight.ErrTooManyWaiters):
+		return apiError{http.StatusServiceUnavailable, "overloaded", "too many requests in flight; retry later", retryAfter}
+	case errors.Is(err, singleflight.ErrClosed):
+		return apiError{http.StatusServiceUnavailable, "shutting_down", "the server is shutting down; retry on another instance", retryAfter}
+	case errors.Is(err, product.ErrCacheUnavailable):
+		// Before the deadline cases: a Redis call that timed out is the
+		// cache's failure, not the origin's.
+		return apiError{http.StatusServiceUnavailable, "cache_unavailable", "the shared cache is unavailable; nothing was stored; retry later", retryAfter}
+	case errors.As(err, &pe):
+		return apiError{http.StatusInternalServerError, "internal", "internal error", 0}
+	case errors.Is(err, context.DeadlineExceeded):
+		return apiError{http.StatusGatewayTimeout, "origin_timeout", "the origin did not answer in time", 0}
+	case errors.Is(err, context.Canceled):
+		return apiError{http.StatusServiceUnavailable, "canceled", "the request was canceled", 0}
+	default:
+		return apiError{http.StatusBadGateway, "origin_error", "the origin failed", 0}
+	}
+}
+
+func writeError(w http.ResponseWriter, e apiError) {
+	if e.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, e.retryAfter.Round(time.Second)/time.Second))))
+	}
+	writeJSON(w, e.status, ErrorBody{Error: ErrorDetail{Code: e.code, Message: e.message}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil { // only our own types are written; this is a bug
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":{"code":"internal","message":"internal error"}}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,445 @@
+// Package productd is the reference service: a product-detail HTTP API over
+// an SQL origin with a flightcache in front. cmd/productd runs it;
+// cmd/stampede starts it in-process. Run(ctx, cfg, log) is the whole
+// server; New and Serve split it for callers that bring their own listener.
+package productd
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/cmd/internal/product"
+	"github.com/flightcache/flightcache/redislease"
+)
+
+// Config is everything productd can be told. Every field has a flag and a
+// PRODUCTD_* environment variable (see ParseFlags); Default gives the
+// values used when neither is set.
+type Config struct {
+	Addr         string // listen address
+	DB           string // see product.AcceptedDSNForms
+	DBMaxConns   int    // origin connection pool size
+	Seed         bool   // seed the demo catalog into an empty database
+	SeedProducts int    // products per tenant in the seeded catalog
+	Redis        string // redis:// URL of the shared tier; empty: memory only
+	RedisPrefix  string // key prefix in Redis
+	// RedisTimeout bounds every Redis call of the request path (the cache's
+	// SharedTimeout) and the readiness ping.
+	RedisTimeout time.Duration
+	// Coalesce is how far loads are coalesced: CoalesceCluster (one load
+	// per key across every instance sharing the Redis) or CoalesceLocal
+	// (one per key per process). Empty picks cluster with -redis, local
+	// without; cluster without -redis is a configuration error.
+	Coalesce string
+	// LeaseTTL is the cluster lease's life without a heartbeat: a crashed
+	// loader is replaced within about this long.
+	LeaseTTL time.Duration
+	// CoalesceWait bounds how long a request waits for another instance's
+	// load; past it the request is served stale, or loads on its own
+	// without caching the result. 0 picks EffectiveCoalesceWait's default,
+	// LeaseTTL + LoaderTimeout: a crashed leader's lease expires within
+	// LeaseTTL, and the instance that takes it over loads within
+	// LoaderTimeout, so a waiting request gets that load's value instead
+	// of querying the origin itself (capped at what flightcache accepts;
+	// see maxCoalesceWait). An explicit value shorter than LeaseTTL
+	// contradicts the lease and is refused (Validate).
+	CoalesceWait  time.Duration
+	OriginLatency time.Duration // artificial delay per origin lookup
+
+	// BusDownTTL, BusHeartbeat and BusDownAfter tune the invalidation bus,
+	// which every instance with -redis uses in flightcache mode, whatever
+	// the coalescing (see docs/productd.md for the bounds they set).
+	// BusDownTTL is how long a value in memory is served, counted from when
+	// it entered memory, while the bus is down
+	// (flightcache.Options.BusDownTTL).
+	BusDownTTL time.Duration
+	// BusHeartbeat is how often each instance sends itself a heartbeat
+	// through Redis (redislease.Options.HeartbeatInterval).
+	BusHeartbeat time.Duration
+	// BusDownAfter is how long the bus may go without a heartbeat coming
+	// back before it is down (redislease.Options.DownAfter); 0 picks
+	// redislease's default: 1s, or 4 BusHeartbeats if that is longer.
+	BusDownAfter time.Duration
+
+	Mode        product.Mode // flightcache or naive
+	TTL         time.Duration
+	NegativeTTL time.Duration
+	Jitter      float64
+	StaleFor    time.Duration
+	// FailureThrottle: after a failed origin load of a product, requests
+	// for it within this window get the stale value (or the failure) at
+	// once instead of asking the origin again. 0 turns it off.
+	FailureThrottle time.Duration
+	EarlyRefresh    bool
+	LoaderTimeout   time.Duration
+	MaxInFlight     int
+	MaxWaiters      int
+	LocalMaxEntries int
+
+	// Bloom turns on the penetration guard (flightcache mode only): a
+	// Bloom filter of the catalog's (tenant, id) pairs, built from the
+	// origin at startup and every BloomRebuild, sized for BloomExpected
+	// pairs at a false-positive rate of BloomFPRate.
+	Bloom         bool
+	BloomRebuild  time.Duration
+	BloomExpected int
+	BloomFPRate   float64
+
+	ShutdownTimeout time.Duration
+	LogLevel        string // debug, info, warn, error
+	LogFormat       string // text or json
+
+	// Catalog is what Seed seeds; nil means product.DemoCatalog with
+	// SeedProducts products per tenant. It has no flag: tests and stampede
+	// set it to seed other tenants or locales.
+	Catalog *product.Catalog
+}
+
+// The coalescing scopes of Config.Coalesce.
+const (
+	CoalesceCluster = "cluster"
+	CoalesceLocal   = "local"
+)
+
+// Default returns the configuration productd runs with when nothing is set.
+func Default() Config {
+	return Config{
+		Addr:            "127.0.0.1:8080",
+		DB:              "productd.db",
+		DBMaxConns:      product.DefaultMaxConns,
+		Seed:            true,
+		SeedProducts:    product.DemoCatalog.ProductsPerTenant,
+		RedisPrefix:     "productd:",
+		RedisTimeout:    flightcache.DefaultSharedTimeout,
+		LeaseTTL:        redislease.DefaultLeaseTTL,
+		BusDownTTL:      flightcache.DefaultBusDownTTL,
+		BusHeartbeat:    redislease.DefaultHeartbeatInterval,
+		FailureThrottle: 2 * time.Second,
+		Mode:            product.ModeFlightcache,
+		TTL:             5 * time.Minute,
+		NegativeTTL:     30 * time.Second,
+		Jitter:          0.1,
+		LoaderTimeout:   5 * time.Second,
+		MaxInFlight:     10_000,
+		MaxWaiters:      100_000,
+		LocalMaxEntries: 100_000,
+		ShutdownTimeout: 15 * time.Second,
+		LogLevel:        "info",
+		LogFormat:       "text",
+
+		Bloom:         true,
+		BloomRebuild:  10 * time.Minute,
+		BloomExpected: 1_000_000,
+		BloomFPRate:   0.01,
+	}
+}
+
+// Validate reports the first setting out of range.
+func (c Config) Validate() error {
+	bad := func(format string, a ...any) error { return fmt.Errorf("productd: "+format, a...) }
+	switch {
+	case c.DB == "":
+		return bad("-db must not be empty")
+	case c.DBMaxConns < 1:
+		return bad("-db-max-conns must be at least 1")
+	case c.SeedProducts < 1 || c.SeedProducts > 99_999:
+		return bad("-seed-products must be between 1 and 99999")
+	case c.OriginLatency < 0:
+		return bad("-origin-latency must not be negative")
+	case c.TTL < flightcache.MinTTL || c.TTL > flightcache.MaxTTL:
+		return bad("-cache-ttl must be between %v and %v", flightcache.MinTTL, flightcache.MaxTTL)
+	case c.NegativeTTL < flightcache.MinTTL || c.NegativeTTL > c.TTL:
+		return bad("-negative-ttl must be between 1s and -cache-ttl")
+	case c.Jitter < 0 || c.Jitter > 0.5:
+		return bad("-cache-jitter must be in [0, 0.5]")
+	case c.StaleFor < 0:
+		return bad("-stale-for must not be negative")
+	case c.FailureThrottle < 0 || c.FailureThrottle > time.Minute:
+		return bad("-failure-throttle must be between 0 and 1m")
+	case c.RedisTimeout < time.Millisecond || c.RedisTimeout > 10*time.Second:
+		return bad("-redis-timeout must be between 1ms and 10s")
+	case c.LoaderTimeout < time.Millisecond || c.LoaderTimeout > 10*time.Minute:
+		return bad("-loader-timeout must be between 1ms and 10m")
+	case c.Coalesce != "" && c.Coalesce != CoalesceCluster && c.Coalesce != CoalesceLocal:
+		return bad("-coalesce must be cluster or local")
+	case c.Coalesce == CoalesceCluster && c.Redis == "":
+		return bad("-coalesce cluster needs -redis: the instances coordinate through Redis (use -coalesce local, or set -redis)")
+	case c.Coalesce == CoalesceCluster && c.Mode == product.ModeNaive:
+		return bad("-coalesce cluster does not apply to -mode naive, which coalesces nothing")
+	case c.LeaseTTL < 100*time.Millisecond || c.LeaseTTL > time.Minute:
+		return bad("-lease-ttl must be between 100ms and 1m")
+	case c.CoalesceWait < 0:
+		return bad("-coalesce-wait must not be negative")
+	case c.CoalesceWait > c.maxCoalesceWait():
+		return bad("-coalesce-wait %v is longer than %s (%v)", c.CoalesceWait, maxCoalesceWaitFlags, c.maxCoalesceWait())
+	case c.CoalesceWait != 0 && c.CoalesceWait < c.LeaseTTL:
+		return bad("-coalesce-wait %v is shorter than -lease-ttl %v: a request would stop waiting for a crashed instance's load "+
+			"before its lease expires and another instance can take it over, then query the origin itself without caching the result; "+
+			"set -coalesce-wait to at least -lease-ttl, or leave it 0 for -lease-ttl + -loader-timeout", c.CoalesceWait, c.LeaseTTL)
+	case c.BusDownTTL < time.Millisecond || c.BusDownTTL > c.TTL:
+		return bad("-bus-down-ttl must be between 1ms and -cache-ttl")
+	case c.BusHeartbeat < 10*time.Millisecond || c.BusHeartbeat > 10*time.Second:
+		return bad("-bus-heartbeat must be between 10ms and 10s")
+	case c.BusDownAfter != 0 && (c.BusDownAfter < 2*c.BusHeartbeat || c.BusDownAfter > time.Minute):
+		return bad("-bus-down-after must be 0 (the default) or between twice -bus-heartbeat and 1m")
+	case c.MaxInFlight < 0 || c.MaxWaiters < 0:
+		return bad("-max-in-flight and -max-waiters must not be negative")
+	case c.LocalMaxEntries < 1:
+		return bad("-local-max-entries must be at least 1")
+	case c.BloomRebuild < time.Second:
+		return bad("-bloom-rebuild must be at least 1s")
+	case c.BloomExpected < 1:
+		return bad("-bloom-expected must be at least 1")
+	case !(c.BloomFPRate > 0 && c.BloomFPRate < 1):
+		return bad("-bloom-fp-rate must be in (0, 1)")
+	case c.ShutdownTimeout <= 0:
+		return bad("-shutdown-timeout must be positive")
+	case c.LogFormat != "text" && c.LogFormat != "json":
+		return bad("-log-format must be text or json")
+	}
+	if _, err := product.ParseDSN(c.DB); err != nil {
+		return fmt.Errorf("productd: -db: %w", err)
+	}
+	if _, err := product.ParseMode(string(c.Mode)); err != nil {
+		return err
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Coalescing is the scope c asks for: CoalesceCluster or CoalesceLocal
+// (Coalesce, or its default: cluster with -redis, local without), or
+// "none" in naive mode.
+func (c Config) Coalescing() string {
+	switch {
+	case c.Mode == product.ModeNaive:
+		return "none"
+	case c.Coalesce != "":
+		return c.Coalesce
+	case c.Redis != "":
+		return CoalesceCluster
+	}
+	return CoalesceLocal
+}
+
+// EffectiveCoalesceWait is CoalesceWait, or the default it stands for
+// when 0: LeaseTTL + LoaderTimeout, the longest a takeover can take (the
+// dead leader's lease runs out, then the new leader loads), which is also
+// flightcache's own default and bound for a Coordinator with that lease.
+func (c Config) EffectiveCoalesceWait() time.Duration {
+	if c.CoalesceWait != 0 {
+		return c.CoalesceWait
+	}
+	return c.maxCoalesceWait()
+}
+
+// maxCoalesceWait is the longest CoalesceWait flightcache.Options accepts
+// with a Coordinator whose lease lasts LeaseTTL, and maxCoalesceWaitFlags
+// names it in flag terms.
+func (c Config) maxCoalesceWait() time.Duration { return c.LeaseTTL + c.LoaderTimeout }
+
+const maxCoalesceWaitFlags = "-lease-ttl + -loader-timeout"
+
+// EffectiveBusDownAfter is BusDownAfter, or the default it stands for
+// when 0: redislease.DefaultDownAfter, or 4 BusHeartbeats if longer.
+func (c Config) EffectiveBusDownAfter() time.Duration {
+	if c.BusDownAfter != 0 {
+		return c.BusDownAfter
+	}
+	return max(redislease.DefaultDownAfter, 4*c.BusHeartbeat)
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("productd: -log-level must be debug, info, warn or error")
+	}
+	return l, nil
+}
+
+// NewLogger returns the slog logger c asks for, writing to w.
+func (c Config) NewLogger(w io.Writer) *slog.Logger {
+	lvl, _ := parseLevel(c.LogLevel)
+	o := &slog.HandlerOptions{Level: lvl, ReplaceAttr: readableDurations}
+	if c.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, o))
+	}
+	return slog.New(slog.NewTextHandler(w, o))
+}
+
+// readableDurations writes durations as Go duration strings ("1.5s",
+// "250ms"): slog's JSON handler would write integer nanoseconds, which no
+// one reads at a glance.
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
+}
+
+// envPrefix starts every environment variable productd reads.
+const envPrefix = "PRODUCTD_"
+
+// ParseFlags reads the configuration from args (without the program name)
+// over the environment (getenv, usually os.Getenv) over Default: a flag
+// wins over its variable, which wins over the default. -h prints every
+// flag with its variable and default to out and returns flag.ErrHelp.
+func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Config, error) {
+	c := Default()
+	fs := flag.NewFlagSet("productd", flag.ContinueOnError)
+	fs.SetOutput(out)
+	var envErrs []error
+	// bind registers a flag whose default comes from its variable, and
+	// names the variable in the usage text.
+	bind := func(name, usage string, set func(fs *flag.FlagSet, env string, usage string)) {
+		env := envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		set(fs, env, usage+" (env "+env+")")
+	}
+	str := func(p *string, name, usage string) {
+		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
+			if v := getenv(env); v != "" {
+				*p = v
+			}
+			fs.StringVar(p, name, *p, usage)
+		})
+	}
+	dur := func(p *time.Duration, name, usage string) {
+		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
+			if v := getenv(env); v != "" {
+				d, err := time.ParseDuration(v)
+				if err != nil {
+					envErrs = append(envErrs, fmt.Errorf("productd: %s: %w", env, err))
+				}
+				*p = d
+			}
+			fs.DurationVar(p, name, *p, usage)
+		})
+	}
+	num := func(p *int, name, usage string) {
+		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
+			if v := getenv(env); v != "" {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					envErrs = append(envErrs, fmt.Errorf("productd: %s: %w", env, err))
+				}
+				*p = n
+			}
+			fs.IntVar(p, name, *p, usage)
+		})
+	}
+	boolean := func(p *bool, name, usage string) {
+		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
+			if v := getenv(env); v != "" {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					envErrs = append(envErrs, fmt.Errorf("productd: %s: %w", env, err))
+				}
+				*p = b
+			}
+			fs.BoolVar(p, name, *p, usage)
+		})
+	}
+	float := func(p *float64, name, usage string) {
+		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
+			if v := getenv(env); v != "" {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					envErrs = append(envErrs, fmt.Errorf("productd: %s: %w", env, err))
+				}
+				*p = f
+			}
+			fs.Float64Var(p, name, *p, usage)
+		})
+	}
+	// secret registers a string flag whose value may hold a password:
+	// the usage text (and so -h and every flag error) shows its default
+	// redacted.
+	secret := func(p *string, name, usage string) {
+		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
+			if v := getenv(env); v != "" {
+				*p = v
+			}
+			fs.Var((*secretValue)(p), name, usage)
+		})
+	}
+	mode := string(c.Mode)
+
+	str(&c.Addr, "addr", "HTTP listen address; the default listens on loopback only, :8080 listens on every interface")
+	secret(&c.DB, "db", "origin database (`dsn`): "+product.AcceptedDSNForms+" (a SQLite file is created and seeded if missing)")
+	num(&c.DBMaxConns, "db-max-conns", "origin connection pool size")
+	boolean(&c.Seed, "seed", "seed the demo catalog (3 tenants x -seed-products products x 3 locales x 3 currencies) on first start")
+	num(&c.SeedProducts, "seed-products", "products per tenant in the seeded demo catalog (1 to 99999)")
+	secret(&c.Redis, "redis", "redis:// `url` of the shared cache tier; empty keeps the cache in memory only")
+	str(&c.RedisPrefix, "redis-prefix", "prefix of productd's keys in Redis")
+	dur(&c.RedisTimeout, "redis-timeout", "bound of each Redis call on the request path (1ms to 10s); a hung Redis costs a request at most this per call")
+	str(&c.Coalesce, "coalesce", "how far loads are coalesced: cluster (one origin load per key across every instance sharing -redis; the default with -redis) or local (one per key per process; the default without -redis, and the only way to get it with -redis)")
+	dur(&c.LeaseTTL, "lease-ttl", "cluster mode: life of a key's load lease without a heartbeat (100ms to 1m; extended every third of it while the load runs); a crashed loader is replaced within about this long")
+	dur(&c.CoalesceWait, "coalesce-wait", "cluster mode: how long a request waits for another instance's load before it serves a stale value, or queries the origin itself without caching the result; at least -lease-ttl, so that a crashed instance's lease can run out and another instance take it over (0: -lease-ttl + -loader-timeout, which also covers the new leader's load)")
+	dur(&c.BusDownTTL, "bus-down-ttl", "with -redis: while the invalidation bus is down, how long a value stays servable from memory after it entered it (1ms to -cache-ttl); another instance's PUT then shows here within about this long")
+	dur(&c.BusHeartbeat, "bus-heartbeat", "with -redis: how often each instance sends itself a heartbeat through the invalidation bus (10ms to 10s)")
+	dur(&c.BusDownAfter, "bus-down-after", "with -redis: how long the invalidation bus may go without a heartbeat coming back before it counts as down (0: 1s, or 4 x -bus-heartbeat if longer; otherwise twice -bus-heartbeat to 1m)")
+	dur(&c.OriginLatency, "origin-latency", "artificial delay added to each origin lookup (demos, tests), e.g. 200ms")
+	str(&mode, "mode", "read path: flightcache (coalesced) or naive (uncoordinated cache-aside, to show the herd)")
+	dur(&c.TTL, "cache-ttl", "how long a product stays fresh in the cache (1s to 24h)")
+	dur(&c.NegativeTTL, "negative-ttl", "how long a \"not found\" is cached (1s to -cache-ttl)")
+	float(&c.Jitter, "cache-jitter", "fraction by which each TTL is randomly shortened, in [0, 0.5]")
+	dur(&c.StaleFor, "stale-for", "serve values up to this long past their TTL when the origin fails (0: off)")
+	dur(&c.FailureThrottle, "failure-throttle", "after a failed origin load of a product, serve its stale value (or the failure) at once for this long instead of asking the origin again (0: off, at most 1m)")
+	boolean(&c.EarlyRefresh, "early-refresh", "refresh hot entries in the background before they expire (XFetch)")
+	dur(&c.LoaderTimeout, "loader-timeout", "hard timeout of one origin load; beyond it requests get 504")
+	num(&c.MaxInFlight, "max-in-flight", "products loading at once before new misses get 503 (0: unlimited)")
+	num(&c.MaxWaiters, "max-waiters", "requests waiting on one load before more get 503 (0: unlimited)")
+	num(&c.LocalMaxEntries, "local-max-entries", "bound of the in-memory cache tier, in entries")
+	boolean(&c.Bloom, "bloom", "turn away product ids that cannot exist with a Bloom filter of the catalog, before the cache tiers and the origin")
+	dur(&c.BloomRebuild, "bloom-rebuild", "how often the Bloom filter is rebuilt from the origin")
+	num(&c.BloomExpected, "bloom-expected", "number of (tenant, id) pairs the Bloom filter is sized for")
+	float(&c.BloomFPRate, "bloom-fp-rate", "target false-positive rate of the Bloom filter, in (0, 1)")
+	dur(&c.ShutdownTimeout, "shutdown-timeout", "how long a graceful shutdown waits for requests in flight")
+	str(&c.LogLevel, "log-level", "debug, info, warn or error")
+	str(&c.LogFormat, "log-format", "text or json")
+
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "productd: the flightcache reference product-detail service.\n\n"+
+			"Usage: productd [flags]\n\nEvery flag can also be set by the environment variable shown; a flag wins.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := errors.Join(envErrs...); err != nil {
+		return c, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("productd: unexpected argument %q", fs.Arg(0))
+	}
+	c.Mode = product.Mode(mode)
+	return c, c.Validate()
+}
+
+// secretValue is a string flag.Value that prints redacted: flag's usage
+// text shows a flag's default through String.
+type secretValue string
+
+func (v *secretValue) String() string {
+	if v == nil {
+		return ""
+	}
+	return product.Redact(string(*v))
+}
+
+func (v *secretValue) Set(s string) error { *v = secretValue(s); return nil }
+
+// FromEnvironment is ParseFlags(os.Args[1:], os.Getenv, os.Stderr).
+func FromEnvironment() (Config, error) {
+	return ParseFlags(os.Args[1:], os.Getenv, os.Stderr)
+}

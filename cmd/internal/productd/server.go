@@ -1,0 +1,698 @@
+package productd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/breaker"
+	"github.com/flightcache/flightcache/clock"
+	"github.com/flightcache/flightcache/cmd/internal/httpapi"
+	"github.com/flightcache/flightcache/cmd/internal/product"
+	"github.com/flightcache/flightcache/cmd/internal/ratelog"
+	"github.com/flightcache/flightcache/driver"
+	"github.com/flightcache/flightcache/memstore"
+	"github.com/flightcache/flightcache/promflight"
+	"github.com/flightcache/flightcache/redislease"
+	"github.com/flightcache/flightcache/redisstore"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+)
+
+// OriginQueriesMetric is the Prometheus counter of origin lookups; the
+// stampede demo and the end-to-end tests read it from /metrics.
+const OriginQueriesMetric = "productd_origin_queries_total"
+
+// InvalidationFailuresMetric counts cache deletes after a committed PUT that
+// failed or timed out.
+const InvalidationFailuresMetric = "productd_invalidation_failures_total"
+
+// OriginRowsMetric is the Prometheus counter of product rows the origin
+// lookups asked for: one per single lookup, one per id of a batch lookup.
+const OriginRowsMetric = "productd_origin_rows_total"
+
+// BusLastMessageAgeMetric is the Prometheus gauge of the seconds since the
+// last message of any kind (heartbeats included) arrived on the
+// invalidation bus, or since the bus started if none has yet. Exposed
+// with -redis in flightcache mode only.
+const BusLastMessageAgeMetric = "productd_bus_last_message_age_seconds"
+
+// BusStateMetric is the Prometheus gauge of the invalidation bus's state
+// as the cache sees it at the scrape: 1 down, 2 up (the encoding of
+// promflight's flightcache_bus_state, which follows the changes and so
+// reads 0 until the bus first came up). Exposed with -redis in
+// flightcache mode only.
+const BusStateMetric = "productd_bus_state"
+
+// Server is a productd instance: the origin, the cache tiers, the service
+// and its HTTP handler. Build it with New, then Serve; or just call Run.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	repo    *product.SQLRepository
+	counted *product.CountingRepository
+	local   *memstore.Store[product.Entry]
+	rdb     *redis.Client        // nil without -redis
+	store   *redisstore.Store    // nil without -redis
+	breaker driver.SharedBreaker // nil without -redis
+	// bus is the invalidation bus: nil without -redis or in naive mode.
+	// In cluster mode it is also the coordinator (coord).
+	bus      *redislease.Coordinator
+	busStart time.Time               // when bus was built
+	coord    *redislease.Coordinator // nil unless cluster coalescing
+	cache    *flightcache.Cache[product.Entry]
+	svc      *product.QueryService
+	guard    *penetrationGuard // nil without -bloom or in naive mode
+	handler  http.Handler
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New connects to Redis when configured (refusing an unreachable one before
+// touching the database), opens the origin (migrating and, with cfg.Seed,
+// seeding it), and builds the cache and the HTTP handler. The caller must
+// Serve or Close the Server.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	s = &Server{cfg: cfg, log: log}
+	// The error returns below set s to nil: release what was opened through
+	// a reference of our own.
+	partial := s
+	defer func() {
+		if err != nil {
+			partial.Close()
+		}
+	}()
+
+	// Redis first: a -redis that is malformed or does not answer, or a
+	// coordinator that cannot start on it, is refused before the database
+	// is opened, migrated or seeded.
+	var shared driver.SharedStore
+	var coord driver.Coordinator
+	var bus driver.Bus
+	if cfg.Mode != product.ModeNaive && cfg.Redis != "" {
+		shared, err = s.connectRedis(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.connectCoordinator(ctx); err != nil {
+			return nil, err
+		}
+		bus = s.bus
+		if cfg.Coalescing() == CoalesceCluster {
+			s.coord = s.bus
+			coord = s.coord
+		}
+	}
+
+	s.repo, err = product.Open(ctx, cfg.DB, product.Options{OriginLatency: cfg.OriginLatency, MaxConns: cfg.DBMaxConns})
+	if err != nil {
+		return nil, err
+	}
+	var seed *product.Catalog
+	if cfg.Seed {
+		seed = cfg.Catalog
+		if seed == nil {
+			c := product.DemoCatalog
+			c.ProductsPerTenant = cfg.SeedProducts
+			seed = &c
+		}
+	}
+	start := time.Now()
+	seeded, err := product.Migrate(ctx, s.repo, seed)
+	if err != nil {
+		return nil, fmt.Errorf("productd: origin %s: %w", s.repo.Name(), err)
+	}
+	if seeded {
+		log.LogAttrs(ctx, slog.LevelInfo, "seeded the demo catalog",
+			slog.Int("rows", seed.Rows()), slog.Duration("took", time.Since(start)))
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	originQueries := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: OriginQueriesMetric,
+		Help: "Product lookups that reached the origin database.",
+	})
+	reg.MustRegister(originQueries)
+	s.counted = product.Count(s.repo, originQueries.Inc)
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: OriginRowsMetric,
+		Help: "Product rows the origin lookups asked for (a batch lookup asks for several in one query).",
+	}, func() float64 { return float64(s.counted.Rows()) }))
+
+	// A coarse clock: hits read one atomic word instead of the real clock
+	// (slow on virtual machines); entries may outlive their TTL by ~1ms.
+	s.local, err = memstore.New(memstore.Options[product.Entry]{MaxEntries: cfg.LocalMaxEntries, ClockResolution: clock.DefaultResolution})
+	if err != nil {
+		return nil, err
+	}
+	invalidateFailed := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: InvalidationFailuresMetric,
+		Help: "Cache deletes after a committed PUT that failed or timed out (the PUT still succeeded).",
+	})
+	reg.MustRegister(invalidateFailed)
+	svcOpts := product.ServiceOptions{
+		Mode: cfg.Mode, TTL: cfg.TTL, NegativeTTL: cfg.NegativeTTL, Jitter: cfg.Jitter,
+		LoaderTimeout: cfg.LoaderTimeout, Logger: log, OnInvalidateFailed: invalidateFailed.Inc,
+	}
+	if cfg.Mode == product.ModeNaive {
+		svcOpts.Naive = s.local
+	} else {
+		if err := s.startGuard(ctx, reg); err != nil {
+			return nil, err
+		}
+		if s.guard != nil && s.guard.recent != nil {
+			// A cached "not found" of a product created since on another
+			// instance: one ZSCORE per negative hit finds it.
+			svcOpts.CreatedSince = s.guard.recent.createdSince
+		}
+		metrics, err := promflight.New(reg, promflight.WithOperation("product"))
+		if err != nil {
+			return nil, err
+		}
+		if s.bus != nil {
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: BusLastMessageAgeMetric,
+				Help: "Seconds since the last message of any kind (heartbeats included) arrived on the invalidation bus, or since the bus started if none has.",
+			}, func() float64 { return s.busQuiet().Seconds() }))
+			reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: BusStateMetric,
+				Help: "State of the invalidation bus at the scrape: 1 down (values in memory served for at most -bus-down-ttl), 2 up.",
+			}, func() float64 { return float64(s.BusState()) }))
+		}
+		jitter := cfg.Jitter
+		if jitter == 0 {
+			jitter = flightcache.DisableJitter
+		}
+		s.cache, err = flightcache.New(flightcache.Options[product.Entry]{
+			Name: "product", Local: s.local, Shared: shared, Coordinator: coord, CoalesceWait: cfg.EffectiveCoalesceWait(),
+			Bus: bus, BusDownTTL: cfg.BusDownTTL,
+			TTL: cfg.TTL, NegativeTTL: cfg.NegativeTTL, Jitter: jitter, StaleFor: cfg.StaleFor,
+			EarlyRefresh: cfg.EarlyRefresh, LoaderTimeout: cfg.LoaderTimeout, FailureThrottle: cfg.FailureThrottle,
+			SharedTimeout: cfg.RedisTimeout, SharedBreaker: s.breaker,
+			MaxInFlight: cfg.MaxInFlight, MaxWaiters: cfg.MaxWaiters,
+			Observer: product.WatchStale(metrics, staleWarner(log)), Logger: log,
+			Guard: s.cacheGuard(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		svcOpts.Cache = s.cache
+	}
+	s.svc, err = product.NewQueryService(s.counted, svcOpts)
+	if err != nil {
+		return nil, err
+	}
+	cacheName := "flightcache"
+	if cfg.Mode == product.ModeNaive {
+		cacheName = "naive"
+	}
+	api := httpapi.New(httpapi.Options{
+		Service: s.svc, Creator: creator{svc: s.svc, guard: s.guard}, CacheName: cacheName, Ready: s.ready,
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), Logger: log,
+	})
+	s.handler = instrument(reg, log, api)
+	return s, nil
+}
+
+// Client settings for Redis on the request path, used unless the -redis
+// URL sets them (go-redis ParseURL query parameters: dial_timeout,
+// read_timeout, write_timeout, max_retries, pool_timeout). A Redis that
+// hangs or is gone must cost a request a few hundred milliseconds at most,
+// never go-redis' defaults (5s dials, retried; 3 command retries).
+const (
+	redisDialTimeout = 500 * time.Millisecond
+	redisIOTimeout   = 500 * time.Millisecond // backstop; -redis-timeout usually ends a call first
+	redisPoolTimeout = 500 * time.Millisecond
+)
+
+// redisOptions parses the -redis URL and fills in productd's client
+// settings where the URL says nothing.
+func redisOptions(raw string, timeout time.Duration) (*redis.Options, error) {
+	opt, err := redis.ParseURL(raw)
+	if err != nil {
+		// url.Error quotes the whole URL, password included: keep only
+		// the reason, since this message is logged.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("productd: -redis: invalid URL: %w", err)
+	}
+	var q url.Values
+	if u, err := url.Parse(raw); err == nil {
+		q = u.Query()
+	}
+	unset := func(param string) bool { return !q.Has(param) }
+	if unset("dial_timeout") {
+		opt.DialTimeout = max(redisDialTimeout, timeout)
+	}
+	if unset("read_timeout") {
+		opt.ReadTimeout = max(redisIOTimeout, timeout)
+	}
+	if unset("write_timeout") {
+		opt.WriteTimeout = max(redisIOTimeout, timeout)
+	}
+	if unset("pool_timeout") {
+		opt.PoolTimeout = max(redisPoolTimeout, timeout)
+	}
+	if unset("max_retries") {
+		// -1, not 0: go-redis reads 0 as "the default" (3 retries). A
+		// failed cache read is a miss; retrying it only delays the origin.
+		opt.MaxRetries = -1
+	}
+	// One dial per attempt, no dial retries (go-redis' default is 5 with
+	// back-off, which made every cold GET wait seconds while Redis was
+	// down). There is no URL parameter for it.
+	opt.DialerRetries = 1
+	// Let the request's context (the cache's SharedTimeout) bound a stuck
+	// socket, not only the timeouts above.
+	opt.ContextTimeoutEnabled = true
+	return opt, nil
+}
+
+func (s *Server) connectRedis(ctx context.Context) (driver.SharedStore, error) {
+	opt, err := redisOptions(s.cfg.Redis, s.cfg.RedisTimeout)
+	if err != nil {
+		return nil, err
+	}
+	installRedisLogger()
+	s.rdb = redis.NewClient(opt)
+	// A PING that timed out is tried again until the startup window ends:
+	// one PING is bounded by -redis-timeout, and a Redis (or host) busy for
+	// a moment is not a misconfiguration. A refused connection fails at
+	// once; a Redis that never answers is refused after startupWait.
+	pctx, cancel := context.WithTimeout(ctx, startupWait)
+	defer cancel()
+	if err := untilAnswer(pctx, func(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }); err != nil {
+		why := "start it, fix -redis, or leave -redis empty for a memory-only cache"
+		if s.cfg.Coalescing() == CoalesceCluster {
+			why = "cluster coalescing, the default with -redis, needs it: start it, fix -redis, or ask for -coalesce local explicitly"
+		}
+		return nil, fmt.Errorf("productd: -redis: Redis at %s does not answer at startup (%s): %w", opt.Addr, why, err)
+	}
+	b, err := breaker.New(breaker.Options{OnStateChange: func(from, to driver.BreakerState) {
+		lvl := slog.LevelWarn
+		if to == driver.BreakerClosed {
+			lvl = slog.LevelInfo
+		}
+		s.log.LogAttrs(context.Background(), lvl, "redis breaker changed state",
+			slog.String("from", from.String()), slog.String("to", to.String()))
+	}})
+	if err != nil {
+		return nil, err
+	}
+	s.breaker = b
+	// HashTag in both coalescing modes, so that instances in either mode
+	// share the values (a rolling switch of -coalesce keeps the cache).
+	s.store, err = redisstore.New(s.rdb, redisstore.Options{Prefix: s.cfg.RedisPrefix, Timeout: s.cfg.RedisTimeout, HashTag: true})
+	if err != nil {
+		return nil, err
+	}
+	return s.store, nil
+}
+
+// connectCoordinator builds the redislease.Coordinator on the Redis of the
+// shared tier, in both coalescing modes: it is always the invalidation bus
+// (s.bus), and the cluster coordinator in cluster mode only (New sets
+// s.coord). Redis was just PINGed; redislease.New PINGs again and refuses
+// if it does not answer: cluster mode asked for (or implied by -redis) is
+// never silently replaced by process-local coalescing, nor is a cache
+// whose instances would not hear of each other's writes started.
+func (s *Server) connectCoordinator(ctx context.Context) error {
+	c, err := redislease.New(ctx, s.rdb, s.store, redislease.Options{
+		LeaseTTL: s.cfg.LeaseTTL, Timeout: s.cfg.RedisTimeout,
+		HeartbeatInterval: s.cfg.BusHeartbeat, DownAfter: s.cfg.BusDownAfter,
+		// Bulk invalidations must be replayable while the shared tier may
+		// still hold entries they cover: -cache-ttl plus -stale-for.
+		BulkRetention: min(max(redislease.DefaultBulkRetention, s.cfg.TTL+s.cfg.StaleFor+time.Hour), redislease.MaxBulkRetention),
+	})
+	if err != nil {
+		if s.cfg.Coalescing() == CoalesceCluster {
+			return fmt.Errorf("productd: cluster coalescing (-coalesce cluster, the default with -redis) and invalidation bus: %w", err)
+		}
+		return fmt.Errorf("productd: invalidation bus (-redis): %w", err)
+	}
+	s.bus, s.busStart = c, time.Now()
+	return nil
+}
+
+// busQuiet is how long the bus has gone without a message of any kind
+// (heartbeats included): since the last one, or since the bus was built
+// if none has arrived. The caller checks s.bus.
+func (s *Server) busQuiet() time.Duration {
+	last := s.bus.BusStats().LastMessage
+	if last.IsZero() {
+		last = s.busStart
+	}
+	return time.Since(last)
+}
+
+// redisLoggerOnce guards installRedisLogger: go-redis has one logger per
+// process (redis.SetLogger), shared by every client, so it is installed once
+// and never replaced by a later Server.
+var redisLoggerOnce sync.Once
+
+// installRedisLogger routes go-redis' own log lines (plain text on stderr by
+// default, which breaks JSON logs) through slog.Default(), read at each
+// line, as WARN records with msg "redis client", at most one per second
+// (a Redis outage makes go-redis log per dial). The process picks where
+// they go with slog.SetDefault: cmd/productd sets its logger there, so they
+// are JSON like the rest with -log-format json. Several Servers in one
+// process share the lines rather than the last one taking them all.
+func installRedisLogger() {
+	redisLoggerOnce.Do(func() {
+		redis.SetLogger(redisLogger{lim: ratelog.New(slog.New(defaultHandler{}), time.Second)})
+	})
+}
+
+// redisLogger is go-redis' internal logger, writing through slog.
+type redisLogger struct{ lim *ratelog.Limiter }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.lim.Log(ctx, slog.LevelWarn, "redis client", slog.String("detail", fmt.Sprintf(format, v...)))
+}
+
+// defaultHandler is slog.Default()'s handler, looked up at every call so
+// that a later slog.SetDefault takes effect.
+type defaultHandler struct{}
+
+func (defaultHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return slog.Default().Handler().Enabled(ctx, l)
+}
+
+func (defaultHandler) Handle(ctx context.Context, r slog.Record) error {
+	return slog.Default().Handler().Handle(ctx, r)
+}
+
+func (defaultHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return slog.Default().Handler().WithAttrs(as)
+}
+
+func (defaultHandler) WithGroup(name string) slog.Handler {
+	return slog.Default().Handler().WithGroup(name)
+}
+
+// staleWarner logs the origin failures that a stale value hid from the
+// client: the request succeeded, so nothing else would show them. At most
+// one line per second (ratelog). Answers of the failure throttle are not
+// logged: they repeat a failure already logged, and the origin was not
+// asked (promflight counts them).
+func staleWarner(log *slog.Logger) func(context.Context, error) {
+	lim := ratelog.New(log, time.Second)
+	return func(ctx context.Context, why error) {
+		var te *flightcache.ThrottledError
+		switch {
+		case errors.As(why, &te):
+			return
+		case errors.Is(why, flightcache.ErrSoftTimeout):
+			lim.Log(ctx, slog.LevelWarn, "origin slower than the soft timeout; served a stale value")
+		default:
+			lim.Log(ctx, slog.LevelWarn, "origin failed; served a stale value", slog.Any("error", why))
+		}
+	}
+}
+
+// instrument counts requests by route pattern and status, and writes an
+// access log line per request at debug level. The labels and the log line
+// name the route pattern, never the path: paths hold tenant and product
+// IDs.
+func instrument(reg prometheus.Registerer, log *slog.Logger, next http.Handler) http.Handler {
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "productd_http_requests_total",
+		Help: "HTTP requests served, by route pattern and status code.",
+	}, []string{"route", "code"})
+	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "productd_http_request_duration_seconds",
+		Help:    "HTTP request latency, by route pattern.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9),
+	}, []string{"route"})
+	reg.MustRegister(requests, duration)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		next.ServeHTTP(sw, r)
+		route := r.Pattern
+		if route == "" {
+			route = "none"
+		}
+		took := time.Since(start)
+		requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
+		duration.WithLabelValues(route).Observe(took.Seconds())
+		if log.Enabled(r.Context(), slog.LevelDebug) {
+			log.LogAttrs(r.Context(), slog.LevelDebug, "request",
+				slog.String("method", r.Method), slog.String("route", route),
+				slog.Int("status", sw.code), slog.Duration("took", took),
+				slog.String("cache_status", sw.Header().Get("Cache-Status")))
+		}
+	})
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if !s.wrote {
+		s.code, s.wrote = code, true
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// ready is /readyz. The instance can serve while the origin answers a
+// query on the products table: that alone decides. Redis is reported but
+// never makes the instance unready, not even in cluster mode (which then
+// degrades to process-local coalescing), since without it requests still go to
+// the memory tier and the origin; a load balancer that dropped every
+// instance when the shared Redis went down would turn a degraded cache
+// into a full outage. The invalidation bus is reported the same way: while
+// it is down, values in memory are served for at most -bus-down-ttl.
+func (s *Server) ready(ctx context.Context) httpapi.Readiness {
+	rd := httpapi.Readiness{Ready: true, Dependencies: map[string]string{"db": "up"}, Coalescing: s.Coalescing(), Bus: s.BusState().String()}
+	if s.bus != nil {
+		if last := s.bus.BusStats().LastMessage; !last.IsZero() {
+			rd.BusLastMessageAge, rd.BusHeard = time.Since(last), true
+		}
+	}
+	if err := s.repo.CanServe(ctx); err != nil {
+		rd.Ready, rd.Dependencies["db"] = false, "down"
+	}
+	if s.rdb != nil {
+		pctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
+		defer cancel()
+		rd.Dependencies["redis"] = "up"
+		if err := s.rdb.Ping(pctx).Err(); err != nil {
+			rd.Dependencies["redis"] = "down"
+		}
+		if s.breaker != nil {
+			rd.Dependencies["redis_breaker"] = s.breaker.State().String()
+		}
+	}
+	return rd
+}
+
+// Coalescing is the scope loads are coalesced in right now, as /readyz
+// and the startup log show it: "cluster"; "local (degraded)" when cluster
+// mode was asked for but Redis fails at run time (each new load retries
+// the coordinator, so it comes back by itself); "local" when asked for
+// (or without -redis); "none" in naive mode.
+func (s *Server) Coalescing() string {
+	switch {
+	case s.cache == nil:
+		return "none"
+	case s.coord == nil:
+		return CoalesceLocal
+	case s.cache.Scope() == flightcache.ScopeCluster:
+		return CoalesceCluster
+	}
+	return CoalesceLocal + " (degraded)"
+}
+
+// BusState is the state of the cache's invalidation bus: BusUp while
+// other instances' invalidations arrive, BusDown while they may not (values
+// in memory are then served for at most -bus-down-ttl), BusNone without
+// -redis or in naive mode.
+func (s *Server) BusState() driver.BusState {
+	if s.cache == nil {
+		return driver.BusNone
+	}
+	return s.cache.BusState()
+}
+
+// Handler is the server's HTTP handler, for tests and embedding.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// OriginQueries is the number of product lookups that reached the origin.
+func (s *Server) OriginQueries() int64 { return s.counted.Queries() }
+
+// OriginRows is the number of product rows the origin lookups asked for
+// (OriginRowsMetric).
+func (s *Server) OriginRows() int64 { return s.counted.Rows() }
+
+// Tiers names the cache tiers in use, for logs.
+func (s *Server) Tiers() string {
+	switch {
+	case s.cfg.Mode == product.ModeNaive:
+		return "memory (uncoordinated)"
+	case s.rdb != nil:
+		return "memory+redis"
+	default:
+		return "memory"
+	}
+}
+
+// Serve answers HTTP on ln until ctx is done, then shuts down gracefully:
+// it stops accepting, waits up to cfg.ShutdownTimeout for requests in
+// flight, closes the cache (stopping background refreshes), and closes the
+// Redis and database connections. It returns nil after a clean shutdown.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	// In cluster mode a request may wait for another instance's load,
+	// then run its own.
+	longestRequest := s.cfg.EffectiveCoalesceWait() + s.cfg.LoaderTimeout
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      longestRequest + 10*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	scope := s.Coalescing()
+	attrs := []slog.Attr{
+		slog.String("addr", ln.Addr().String()),
+		slog.String("mode", string(s.cfg.Mode)),
+		slog.String("coalescing", scope),
+		slog.String("tiers", s.Tiers()),
+	}
+	if s.bus != nil {
+		attrs = append(attrs, slog.String("bus", "redis"),
+			slog.Duration("bus_heartbeat", s.cfg.BusHeartbeat),
+			slog.Duration("bus_down_after", s.cfg.EffectiveBusDownAfter()),
+			slog.Duration("bus_down_ttl", s.cfg.BusDownTTL))
+	} else {
+		attrs = append(attrs, slog.String("bus", "none"))
+	}
+	attrs = append(attrs,
+		slog.String("origin", string(s.repo.Dialect())),
+		slog.String("db", s.repo.Name()),
+		slog.Duration("ttl", s.cfg.TTL),
+		slog.Bool("early_refresh", s.cfg.EarlyRefresh),
+		slog.Duration("origin_latency", s.cfg.OriginLatency))
+	s.log.LogAttrs(ctx, slog.LevelInfo, "productd listening", attrs...)
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		s.log.LogAttrs(context.Background(), slog.LevelInfo, "shutting down: draining requests in flight",
+			slog.Duration("timeout", s.cfg.ShutdownTimeout))
+	case serveErr = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	shutdownErr := srv.Shutdown(sctx)
+	if serveErr == nil {
+		if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+			serveErr = err
+		}
+	}
+	closeErr := s.Close()
+	s.log.LogAttrs(context.Background(), slog.LevelInfo, "productd stopped")
+	return errors.Join(serveErr, shutdownErr, closeErr)
+}
+
+// Close releases the cache, the tiers and the connections. It is
+// idempotent; Serve calls it.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		var errs []error
+		if s.guard != nil {
+			errs = append(errs, s.guard.filter.Close())
+		}
+		// The Cache first: it stops its bus subscription and its loads,
+		// which use the Coordinator (bus and, in cluster mode, coord).
+		if s.cache != nil {
+			errs = append(errs, s.cache.Close())
+		}
+		if s.bus != nil {
+			errs = append(errs, s.bus.Close())
+		}
+		if s.local != nil {
+			s.local.Close()
+		}
+		if s.rdb != nil {
+			errs = append(errs, s.rdb.Close())
+		}
+		if s.repo != nil {
+			errs = append(errs, s.repo.Close())
+		}
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// Run is the whole service: New, listen on cfg.Addr, Serve until ctx is
+// done.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	s, err := New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		s.Close()
+		return fmt.Errorf("productd: listen: %w", err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// untilAnswer calls ping, 100ms apart, while it times out and ctx lasts:
+// a startup check that rides out a moment's stall of a dependency or of
+// the host, and reports any other error at once.
+// startupWait bounds how long productd waits at startup for a Redis that
+// accepts connections but does not answer yet. It is generous: on a host
+// busy with other work (measured: eight instances starting beside a test
+// suite on two cores) a PING can time out again and again for over 5s, and
+// refusing to start then would be wrong; a refused connection still fails
+// at once.
+const startupWait = 15 * time.Second
+
+func untilAnswer(ctx context.Context, ping func(context.Context) error) error {
+	for {
+		err := ping(ctx)
+		var ne net.Error
+		if err == nil || ctx.Err() != nil || !(errors.As(err, &ne) && ne.Timeout()) {
+			return err
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}

@@ -1,0 +1,259 @@
+package stampede
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache/cmd/internal/product"
+	"github.com/flightcache/flightcache/cmd/internal/productd"
+	"github.com/flightcache/flightcache/internal/testenv"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// smallCatalog seeds fast under -race and holds the default hot product
+// (acme/p-00042) and the one TestStampedeTableAgainstARunningTarget uses.
+var smallCatalog = product.Catalog{
+	Tenants:           []string{"acme", "globex"},
+	ProductsPerTenant: 100,
+	Locales:           []string{"en-US", "fr-FR"},
+	Currencies:        []string{"USD", "EUR"},
+}
+
+func decode(t *testing.T, out []byte) map[string]Result {
+	t.Helper()
+	var doc struct{ Results []Result }
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatalf("stdout is not the JSON document: %v\n%s", err, out)
+	}
+	m := map[string]Result{}
+	for _, r := range doc.Results {
+		m[r.Mode] = r
+	}
+	return m
+}
+
+// The demo's claim, checked end to end through the command's own entry
+// point: after the hot entry expires, flightcache sends one query to the
+// origin where naive cache-aside sends many.
+func TestStampedeJSONShowsOneOriginQueryForFlightcacheAndManyForNaive(t *testing.T) {
+	// A 5s TTL (the demo uses 1s): under -race on a 2-core machine that
+	// runs a second test suite, serving the herd has taken over 2s, and an
+	// entry that expired again mid-herd would rightly cost a second origin
+	// query. The continuous traffic outlasts the TTL so that early refresh
+	// must happen.
+	report := filepath.Join(t.TempDir(), "report.html")
+	var stdout, stderr bytes.Buffer
+	code := mainWith(context.Background(), Config{Catalog: &smallCatalog}, []string{"-json", "-n", "300", "-duration", "6s", "-ttl", "5s", "-report", report}, &stdout, &stderr, false)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	res := decode(t, stdout.Bytes())
+	naive, fc, early := res[ModeNaive], res[ModeFlightcache], res[ModeEarlyRefresh]
+	if fc.Requests != 300 || fc.OriginQueries != 1 || fc.Errors != 0 {
+		t.Fatalf("flightcache: %d requests, %d origin queries, %d errors; want 300, 1, 0", fc.Requests, fc.OriginQueries, fc.Errors)
+	}
+	// On an overloaded machine the naive herd may arrive spread out and
+	// not stampede; the demo must then say so rather than show a
+	// misleading comparison.
+	if naive.Requests != 300 || naive.Errors != 0 || (naive.OriginQueries < 10*fc.OriginQueries && len(naive.Warnings) == 0) {
+		t.Fatalf("naive: %d requests, %d origin queries, %d errors, warnings %q; want 300, at least 10 queries or a warning, 0",
+			naive.Requests, naive.OriginQueries, naive.Errors, naive.Warnings)
+	}
+	if early.Requests == 0 || early.Errors != 0 || early.OriginQueries < 1 {
+		t.Fatalf("early-refresh: %d requests, %d origin queries, %d errors; want traffic that refreshed the entry without errors", early.Requests, early.OriginQueries, early.Errors)
+	}
+	if fc.Suppression < 0.99 || fc.RequestsPerLoader != 300 {
+		t.Fatalf("flightcache suppression %v, requests/loader %v", fc.Suppression, fc.RequestsPerLoader)
+	}
+	if !strings.Contains(stderr.String(), "report: "+report) {
+		t.Fatalf("the report path is not printed on stderr with -json: %q", stderr.String())
+	}
+	html, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(html), "<svg") < 4 {
+		t.Fatalf("the report has %d charts, want a timeline per mode and a latency chart", strings.Count(string(html), "<svg"))
+	}
+	// Self-contained: no script, no external reference (the only URL is the SVG namespace).
+	if regexp.MustCompile(`(?i)<script|\ssrc=|\shref=|@import|url\(`).Match(html) {
+		t.Fatal("the report references external assets or scripts")
+	}
+}
+
+func TestStampedeTableAgainstARunningTarget(t *testing.T) {
+	cfg := productd.Default()
+	cfg.DB = filepath.Join(t.TempDir(), "p.db")
+	cfg.Catalog = &smallCatalog
+	cfg.OriginLatency = 100e6 // 100ms
+	srv, err := productd.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	}()
+
+	// The TTL (5m) is longer than stampede waits, so it invalidates the
+	// entry with a PUT of the same values: still exactly one origin query.
+	var stdout, stderr bytes.Buffer
+	code := Main(context.Background(), []string{"-target", "http://" + ln.Addr().String() + "/", "-mode", "flightcache",
+		"-n", "200", "-key", "globex/p-00099?locale=fr-FR&currency=EUR", "-report", ""}, &stdout, &stderr, false)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	table, legend, _ := strings.Cut(stdout.String(), "\n\n")
+	lines := strings.Split(strings.TrimSpace(table), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "origin queries") || !strings.Contains(legend, "requests/loader:") {
+		t.Fatalf("table:\n%s", stdout.String())
+	}
+	f := strings.Fields(lines[1])
+	if f[0] != "flightcache" || f[2] != "200" || f[3] != "1" || f[len(f)-1] != "0" {
+		t.Fatalf("row %q: want flightcache, 200 requests, 1 origin query, 0 errors", lines[1])
+	}
+	if srv.OriginQueries() != 2 { // the warm-up load and the herd's one
+		t.Fatalf("the server counted %d origin queries, want 2", srv.OriginQueries())
+	}
+}
+
+func TestInvalidFlagsExitWith2OrExplain(t *testing.T) {
+	for _, args := range [][]string{{"-n", "x"}, {"-bogus"}} {
+		if code := Main(context.Background(), args, io.Discard, io.Discard, false); code != 2 {
+			t.Errorf("Main(%q) = %d, want 2", args, code)
+		}
+	}
+	for _, args := range [][]string{{"-mode", "fast"}, {"-key", "no-slash"}, {"-target", "ftp://x"}, {"-n", "0"}} {
+		var stderr bytes.Buffer
+		if code := Main(context.Background(), args, io.Discard, &stderr, false); code != 1 || stderr.Len() == 0 {
+			t.Errorf("Main(%q) = %d (%q), want 1 with a message", args, code, stderr.String())
+		}
+	}
+}
+
+// A run whose herd arrived spread out, or whose naive mode did not
+// stampede, is flagged as not a valid comparison, with a remedy, on the
+// terminal and in the report; a tight herd is not.
+func TestInvalidComparisonsAreFlaggedWithARemedy(t *testing.T) {
+	results := []Result{
+		{Mode: ModeNaive, Traffic: "herd", Requests: 1000, OriginQueries: 76, SpreadMillis: 180},
+		{Mode: ModeFlightcache, Traffic: "herd", Requests: 1000, OriginQueries: 1, SpreadMillis: 20},
+		{Mode: ModeEarlyRefresh, Traffic: "continuous", Requests: 5000, OriginQueries: 3},
+	}
+	warnings := Validate(results, 100*time.Millisecond)
+	if len(warnings) != 2 || len(results[0].Warnings) != 2 || len(results[1].Warnings) != 0 || len(results[2].Warnings) != 0 {
+		t.Fatalf("warnings %q: want two, both on the naive herd (spread 180ms > 100ms, 76 < 500 queries)", warnings)
+	}
+	for _, w := range warnings {
+		if !strings.Contains(w, "not a valid comparison") || !strings.Contains(w, "-n") || !strings.Contains(w, "-origin-latency") {
+			t.Fatalf("warning %q lacks the verdict or the remedy", w)
+		}
+	}
+	var table bytes.Buffer
+	if err := WriteTable(&table, results); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(table.String(), "WARNING:") != 2 || !strings.Contains(table.String(), "suppression: ") {
+		t.Fatalf("table lacks the warnings or the legend:\n%s", table.String())
+	}
+	for i := range results {
+		results[i].latencies = []time.Duration{time.Millisecond, 120 * time.Millisecond}
+	}
+	var report bytes.Buffer
+	if err := WriteHTML(&report, results, ReportInfo{OriginLatency: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(report.String(), "Not a valid comparison.") != 2 || !strings.Contains(report.String(), "origin latency 100 ms") ||
+		!strings.Contains(report.String(), "requests/loader: ") {
+		t.Fatal("report lacks the warnings, the origin-latency marker or the legend")
+	}
+	if w := Validate([]Result{{Mode: ModeNaive, Traffic: "herd", Requests: 1000, OriginQueries: 990, SpreadMillis: 15}}, 100*time.Millisecond); len(w) != 0 {
+		t.Fatalf("a tight herd that stampeded was flagged: %q", w)
+	}
+}
+
+// The batch demo's claim: cold batch requests with overlapping ids cost
+// flightcache one origin row per distinct id and at most one query per
+// request, where naive per-id loading costs a query per id, and more
+// whenever two requests miss the same id together.
+func TestBatchStampedeLoadsEachDistinctIDOnceWithFlightcache(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"-batch", "-json", "-batches", "12", "-batch-size", "20", "-batch-pool", "40", "-origin-latency", "2ms"}
+	if code := mainWith(context.Background(), Config{Catalog: &smallCatalog}, args, &stdout, &stderr, false); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var doc struct{ Results []BatchResult }
+	if err := json.Unmarshal(stdout.Bytes(), &doc); err != nil || len(doc.Results) != 2 {
+		t.Fatalf("stdout %s: %v", stdout.Bytes(), err)
+	}
+	naive, fc := doc.Results[0], doc.Results[1]
+	if naive.Mode != ModeBatchNaive || fc.Mode != ModeBatchFlightcache || naive.Errors+fc.Errors != 0 {
+		t.Fatalf("results = %+v", doc.Results)
+	}
+	if fc.OriginRows != int64(fc.DistinctIDs) || fc.OriginQueries > int64(fc.Batches) || fc.OriginQueries < 1 {
+		t.Fatalf("flightcache: %d queries for %d rows over %d distinct ids and %d batches; want each id once, at most one query per batch",
+			fc.OriginQueries, fc.OriginRows, fc.DistinctIDs, fc.Batches)
+	}
+	// Naive: one query per id, and an id two requests miss together is
+	// read twice.
+	if naive.OriginQueries != naive.OriginRows || naive.OriginRows < int64(naive.DistinctIDs) || naive.OriginQueries <= fc.OriginQueries {
+		t.Fatalf("naive: %d queries for %d rows over %d distinct ids; want one query per row, every id at least once, more queries than flightcache's %d",
+			naive.OriginQueries, naive.OriginRows, naive.DistinctIDs, fc.OriginQueries)
+	}
+	t.Logf("naive %+v; flightcache %+v", naive, fc)
+}
+
+// -instances: the same herd spread over productd processes that share one
+// Redis and one SQLite file, coalesced per process (up to one origin query
+// per instance) against across all of them (exactly one).
+func TestInstancesShowClusterCoalescingMakesOneOriginQueryWhereLocalMakesOnePerInstance(t *testing.T) {
+	redisURL := "redis://" + testenv.RequireRedis(t) + "/0"
+	var stdout, stderr bytes.Buffer
+	code := mainWith(context.Background(), Config{Catalog: &smallCatalog},
+		[]string{"-instances", "3", "-redis", redisURL, "-json", "-n", "300", "-ttl", "2s", "-report", ""}, &stdout, &stderr, false)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	res := decode(t, stdout.Bytes())
+	local, cluster := res["local x3"], res["cluster x3"]
+	if local.Requests != 300 || cluster.Requests != 300 || local.Errors+cluster.Errors != 0 {
+		t.Fatalf("results %+v", res)
+	}
+	if cluster.OriginQueries != 1 {
+		t.Fatalf("cluster x3: %d origin queries, want 1 (Cache-Status %v)", cluster.OriginQueries, cluster.CacheStatus)
+	}
+	if local.OriginQueries < 1 || local.OriginQueries > 3 {
+		t.Fatalf("local x3: %d origin queries, want 1 to 3", local.OriginQueries)
+	}
+	if cluster.CacheStatus["fwd=miss; collapsed; detail=coalesced-cluster"] == 0 {
+		t.Fatalf("cluster x3 answered no request from another instance's load: %v", cluster.CacheStatus)
+	}
+}
+
+func TestInstancesNeedRedis(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := Main(context.Background(), []string{"-instances", "2"}, &stdout, &stderr, false); code != 1 || !strings.Contains(stderr.String(), "-instances needs -redis") {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+}
