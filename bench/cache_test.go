@@ -269,7 +269,7 @@ func BenchmarkGuard(b *testing.B) {
 }
 
 // BenchmarkColdGet: one cold single-key Get, the path that
-// internal/archtest/coldget counts: a local miss, a flight, a load that
+// bench/coldget counts: a local miss, a flight, a load that
 // answers at once, the write-back to memstore (default options, real
 // clock). Every Get asks a key never asked before; the store evicts as it
 // fills, as a cache under a stream of new keys does. serial is one caller
