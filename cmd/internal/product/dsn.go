@@ -97,6 +97,10 @@ func ParseDSN(s string) (DSN, error) {
 			scheme = "?"
 		}
 		return DSN{}, fmt.Errorf("%w: scheme %q is not supported; want %s", ErrUnsupportedDSN, scheme, AcceptedDSNForms)
+	case schemePrefixRE.MatchString(s):
+		// postgres:x.db, redis:…: a scheme without "//" is a mistyped URL,
+		// not a file to create (a path with a colon can be written ./a:b.db).
+		return DSN{}, fmt.Errorf("%w: it begins with a scheme but is no URL (missing \"//\"?); want %s", ErrUnsupportedDSN, AcceptedDSNForms)
 	case keyValueRE.MatchString(s):
 		return DSN{}, fmt.Errorf("%w: key=value connection strings are not supported; want %s", ErrUnsupportedDSN, AcceptedDSNForms)
 	case sqlitePath(s):
@@ -118,10 +122,15 @@ func sqlitePath(path string) bool {
 
 var (
 	schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]{0,20}$`)
+	// schemePrefixRE matches a name that begins like a URL, "scheme:",
+	// with a scheme of two letters or more (C:\… is a Windows path).
+	schemePrefixRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]{1,20}:`)
 	// keyValueRE matches a libpq connection string: words followed by '='.
 	keyValueRE = regexp.MustCompile(`(^|\s)[A-Za-z_]+\s*=`)
 	// secretKVRE matches a credential in a key=value string or URL query.
-	secretKVRE = regexp.MustCompile(`(?i)((?:^|[\s?&;])(?:password|passwd|pass|pwd|sslpassword|secret|token)\s*=\s*)('[^']*'|[^\s&;]*)`)
+	// A value runs to the next space, & or ;, with libpq's backslash
+	// escapes (a password "a\ b" is one value).
+	secretKVRE = regexp.MustCompile(`(?i)((?:^|[\s?&;])(?:password|passwd|pass|pwd|sslpassword|secret|token)\s*=\s*)('(?:\\.|[^'\\])*'|(?:\\.|[^\s&;\\])*)`)
 )
 
 // Redact returns s, a URL or connection string, with its credentials

@@ -21,6 +21,8 @@ func TestParseDSNAcceptsOnlyUnambiguousForms(t *testing.T) {
 		{"/var/lib/productd/catalog.sqlite", SQLite, "/var/lib/productd/catalog.sqlite"},
 		{"catalog.SQLITE3", SQLite, "catalog.SQLITE3"},
 		{"file:catalog.sqlite3?_pragma=busy_timeout(5000)", SQLite, "catalog.sqlite3"},
+		{"./a:b.db", SQLite, "./a:b.db"},
+		{`C:\data\p.db`, SQLite, `C:\data\p.db`},
 	}
 	for _, tc := range tests {
 		d, err := ParseDSN(tc.in)
@@ -45,6 +47,9 @@ func TestParseDSNRefusesAmbiguousNamesWithoutEchoingThem(t *testing.T) {
 		"file:/tmp/products",
 		"sqlite:///var/lib/productd/catalog.txt",
 		"dir/password=hunter2.db",
+		"postgres:x.db",
+		"postgresql:hunter2@db/p.db",
+		"redis:hunter2.sqlite",
 	} {
 		_, err := ParseDSN(in)
 		if !errors.Is(err, ErrUnsupportedDSN) {
@@ -68,6 +73,9 @@ func TestRedactHidesEveryCredential(t *testing.T) {
 		{"rediss://default:hunter2@cache:6380/0", "rediss://default:xxxxx@cache:6380/0"},
 		{"host=db password=hunter2 dbname=p", "host=db password=xxxxx dbname=p"},
 		{"host=db password='hunter 2' dbname=p", "host=db password=xxxxx dbname=p"},
+		{`host=db password=hun\ ter2 dbname=p`, "host=db password=xxxxx dbname=p"},
+		{`host=db password='hun\'ter2' dbname=p`, "host=db password=xxxxx dbname=p"},
+		{"postgres://app:hun#ter2@db/p", "<unparsable URL, redacted>"},
 		{"products.db", "products.db"},
 		{"", ""},
 	}

@@ -420,7 +420,9 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 		return c, err
 	}
 	if fs.NArg() > 0 {
-		return c, fmt.Errorf("productd: unexpected argument %q", fs.Arg(0))
+		// Redacted: a stray argument is often a flag's value cut off by a
+		// space (-db= 'postgres://user:password@…'), and may hold a secret.
+		return c, fmt.Errorf("productd: unexpected argument %q (is a flag's value separated from its = by a space?)", product.Redact(fs.Arg(0)))
 	}
 	c.Mode = product.Mode(mode)
 	return c, c.Validate()

@@ -213,6 +213,23 @@ func TestUsageAndFlagErrorsNeverPrintCredentials(t *testing.T) {
 	}
 }
 
+// A flag's value cut off by a space (-db= 'postgres://…') becomes a stray
+// argument; the error names it without its password.
+func TestStrayArgumentIsReportedRedacted(t *testing.T) {
+	var out bytes.Buffer
+	_, err := ParseFlags([]string{"-db=", "postgres://app:hunter2@db.internal/products"}, env(nil), &out)
+	if err == nil {
+		t.Fatal("a stray argument was accepted")
+	}
+	text := out.String() + err.Error()
+	if strings.Contains(text, "hunter2") {
+		t.Fatalf("the error printed the password:\n%s", text)
+	}
+	if !strings.Contains(err.Error(), "unexpected argument") || !strings.Contains(err.Error(), "db.internal") {
+		t.Fatalf("unclear error: %v", err)
+	}
+}
+
 // A -db that is none of the accepted forms is refused before anything is
 // opened or created, with an error that lists the forms and hides the
 // password.
