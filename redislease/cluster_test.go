@@ -18,8 +18,11 @@ func TestRedisClusterCoalescesAndTakesOverInOneSlotPerKey(t *testing.T) {
 	newCluster := func(hooks ...redis.Hook) redis.UniversalClient {
 		c := redis.NewUniversalClient(&redis.UniversalOptions{
 			Addrs: addrs, IsClusterMode: true, ContextTimeoutEnabled: true, MaxRetries: -1,
-			DialTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
-			PoolSize: 256, PoolTimeout: 5 * time.Second,
+			// As clientOptions: a herd queues for 32 connections per node
+			// rather than dial hundreds at once, and a loaded machine gets
+			// room before a call times out.
+			DialTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
+			PoolSize: 32, PoolTimeout: 10 * time.Second,
 			DialerRetries: 5, DialerRetryTimeout: 20 * time.Millisecond, // see clientOptions
 		})
 		if _, ok := c.(*redis.ClusterClient); !ok {
@@ -65,7 +68,7 @@ func TestRedisClusterCoalescesAndTakesOverInOneSlotPerKey(t *testing.T) {
 	t.Run("Herd", func(t *testing.T) {
 		// A long lease: under -race on a loaded machine a heartbeat can come
 		// late, and this test is about coalescing, not takeover.
-		ins := newInstances(t, herdInstances, func() redis.UniversalClient { return newCluster() }, testenv.UniqueName("herd:")+":", instanceConfig{lease: Options{Timeout: 5 * time.Second, LeaseTTL: 15 * time.Second}})
+		ins := newInstances(t, herdInstances, func() redis.UniversalClient { return newCluster() }, testenv.UniqueName("herd:")+":", instanceConfig{lease: Options{Timeout: 10 * time.Second, LeaseTTL: 15 * time.Second}})
 		results, calls := herd(t, ins, "product:42")
 		if calls != 1 {
 			for i, in := range ins {

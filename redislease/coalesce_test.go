@@ -74,7 +74,7 @@ func TestClusterModeLoadsOnceForEightInstances(t *testing.T) {
 	// A long lease, as in the Cluster herd: 2,000 goroutines under -race
 	// on a loaded machine can hold the leader's heartbeat back past the
 	// default 3s, and this test is about coalescing, not takeover.
-	ins := newInstances(t, herdInstances, func() redis.UniversalClient { return newClient(t, addr) }, prefix, instanceConfig{lease: Options{Timeout: 5 * time.Second, LeaseTTL: 15 * time.Second}})
+	ins := newInstances(t, herdInstances, func() redis.UniversalClient { return newClient(t, addr) }, prefix, instanceConfig{lease: Options{Timeout: 10 * time.Second, LeaseTTL: 15 * time.Second}})
 	results, calls := herd(t, ins, "product:42")
 	if calls != 1 {
 		for i, in := range ins {
