@@ -231,10 +231,7 @@ func TestInstancesShowClusterCoalescingMakesOneOriginQueryWhereLocalMakesOnePerI
 	redisURL := "redis://" + testenv.RequireRedis(t) + "/0"
 	var stdout, stderr bytes.Buffer
 	code := mainWith(context.Background(), Config{Catalog: &smallCatalog},
-		// A TTL far longer than the herd: beside another test suite the 300
-		// requests have spread over more than 2s, and a request after the
-		// entry expired loads again (a second query on one instance).
-		[]string{"-instances", "3", "-redis", redisURL, "-json", "-n", "300", "-ttl", "1m", "-report", ""}, &stdout, &stderr, false)
+		[]string{"-instances", "3", "-redis", redisURL, "-json", "-n", "300", "-ttl", "2s", "-report", ""}, &stdout, &stderr, false)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
