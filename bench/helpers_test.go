@@ -7,12 +7,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/flightcache/flightcache/internal/testenv"
 	"github.com/flightcache/flightcache/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -28,24 +27,12 @@ type guardFunc func(key string) bool
 
 func (g guardFunc) MayExist(_ context.Context, key string) bool { return g(key) }
 
-const redisAddr = "127.0.0.1:6379"
-
 // newRedisClient connects to the real Redis the benchmarks need, with
-// hooks around the real client. Without a server the benchmark is skipped,
-// or fails when CI=true.
+// hooks around the real client. testenv.RequireRedis skips without a
+// server, or fails when CI=true.
 func newRedisClient(tb testing.TB, hooks ...redis.Hook) *redis.Client {
 	tb.Helper()
-	client := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := client.Ping(ctx).Err(); err != nil {
-		client.Close()
-		msg := "redis not reachable at " + redisAddr + ": start it with redis-server --daemonize yes --port 6379 --save '' --appendonly no (" + err.Error() + ")"
-		if os.Getenv("CI") == "true" {
-			tb.Fatal(msg)
-		}
-		tb.Skip(msg)
-	}
+	client := redis.NewClient(&redis.Options{Addr: testenv.RequireRedis(tb), ContextTimeoutEnabled: true})
 	for _, h := range hooks {
 		client.AddHook(h)
 	}

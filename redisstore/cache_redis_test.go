@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,28 +14,17 @@ import (
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/driver"
+	"github.com/flightcache/flightcache/internal/testenv"
 	"github.com/flightcache/flightcache/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
-const redisAddr = "127.0.0.1:6379"
-
-// newRedisClient connects to the real Redis the tests need, with hooks
-// around the real client. Without a server the test is skipped, or fails
-// when CI=true.
+// newRedisClient connects to the real Redis the tests need, with
+// hooks around the real client. testenv.RequireRedis skips without a
+// server, or fails when CI=true.
 func newRedisClient(tb testing.TB, hooks ...redis.Hook) *redis.Client {
 	tb.Helper()
-	client := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := client.Ping(ctx).Err(); err != nil {
-		client.Close()
-		msg := "redis not reachable at " + redisAddr + ": start it with redis-server --daemonize yes --port 6379 --save '' --appendonly no (" + err.Error() + ")"
-		if os.Getenv("CI") == "true" {
-			tb.Fatal(msg)
-		}
-		tb.Skip(msg)
-	}
+	client := redis.NewClient(&redis.Options{Addr: testenv.RequireRedis(tb), ContextTimeoutEnabled: true})
 	for _, h := range hooks {
 		client.AddHook(h)
 	}
