@@ -165,7 +165,7 @@ func (b *batch[V]) run() {
 	)
 	for i, k := range b.keys {
 		var stale *driver.Item[V]
-		if c.opts.Local != nil && len(k) > 0 && len(k) <= c.opts.MaxKeyLen && !c.coh.Closed() {
+		if c.opts.Local != nil && len(k) > 0 && len(k) <= c.opts.MaxKeyLen && !c.coh.Closed.Load() {
 			if it, ok := c.opts.Local.Get(k); ok {
 				switch c.localState(it, b.now) {
 				case itemFresh:

@@ -264,7 +264,7 @@ func (c *Cache[V]) fetchInstrumented(ctx context.Context, key string, load LoadF
 // cheap checks (closed, length) stay, so a too-long key never reaches the
 // store.
 func (c *Cache[V]) hitLocal(ctx context.Context, key string, load LoadFunc[V]) (r Result[V], ok bool, err error) {
-	if c.opts.Local == nil || len(key) == 0 || len(key) > c.opts.MaxKeyLen || c.coh.Closed() {
+	if c.opts.Local == nil || len(key) == 0 || len(key) > c.opts.MaxKeyLen || c.coh.Closed.Load() {
 		return r, false, nil
 	}
 	it, found := c.opts.Local.Get(key)
@@ -517,7 +517,7 @@ func age(loadedAt time.Time, now int64) time.Duration {
 // key: keys are request input, and logging them invites log injection and
 // data leaks.
 func (c *Cache[V]) admit(ctx context.Context, key string) error {
-	if c.coh.Closed() {
+	if c.coh.Closed.Load() {
 		return ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
@@ -699,7 +699,9 @@ func (c *Cache[V]) Close() error {
 }
 
 // fill is the read path's write of it to the local tier (a copy of a
-// shared hit, a load's result) under ticket t, and then, if it was
+// shared hit, a load's result; a load's write-back, which needs neither of
+// fill's answers, hands fillLocked to Tickets.Fill itself) under ticket t,
+// and then, if it was
 // written, shared (nil: none; the write-back's shared write) under the
 // key's lock but not the bulk lock (coherence.Tickets.Fill). wall is the
 // item's read time as the shared tier has it (see coherence.Read). It

@@ -649,7 +649,7 @@ func TestObserverSeesCacheAndEngineEvents(t *testing.T) {
 }
 
 // A Cache without Options.Now keeps time by its local store's clock when
-// the store has one (memstore.Store.Now), so the two agree on expiry.
+// the store has one (memstore.Store.Clock), so the two agree on expiry.
 func TestCacheWithoutNowFollowsLocalStoreClock(t *testing.T) {
 	clock := newFakeClock()
 	c := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, clock), TTL: time.Minute, Jitter: flightcache.DisableJitter})

@@ -131,7 +131,7 @@ func (c *Cache[V]) invalidateBulk(ctx context.Context, kind driver.InvalidationK
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if c.coh.Closed() {
+	if c.coh.Closed.Load() {
 		return ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
@@ -285,7 +285,7 @@ func (h busHandler[V]) BusChanged(s driver.BusState)        { h.c.busChanged(s) 
 // than ClockSkew (a host with a wrong clock) is taken as now: it must not
 // fence this instance's future.
 func (c *Cache[V]) received(inv driver.Invalidation) {
-	if c.coh.Closed() {
+	if c.coh.Closed.Load() {
 		return
 	}
 	if c.opts.Observer != nil {
@@ -345,7 +345,7 @@ func (c *Cache[V]) busChanged(s driver.BusState) {
 	if s != driver.BusUp {
 		s = driver.BusDown
 	}
-	if c.coh.Closed() || c.BusState() == s {
+	if c.coh.Closed.Load() || c.BusState() == s {
 		return
 	}
 	ctx := context.Background()

@@ -149,6 +149,11 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 	pol := new(storePolicy)
 	// The origin's own deadline, inside the flight: ctx is the engine's
 	// loader context on every path to here (run, lead, loadWithoutLease).
+	// cancel, once the loader has returned, also releases the flight from
+	// the engine's hard timeout: the value was loaded in time, and from
+	// here that timeout could only lose it, whatever follows (a write-back
+	// or a lease's completion: encoding has no deadline, and each shared or
+	// coordinator call has its own).
 	lctx, cancel := flightgroup.LoadContext(ctx, c.opts.LoaderTimeout)
 	defer cancel()
 	lctx = context.WithValue(lctx, policyKey{}, pol)
@@ -225,12 +230,6 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 	if !fl.item.NotFound {
 		fl.item.StaleUntil = fl.item.StaleUntil.Add(c.opts.StaleFor)
 	}
-	// The value was loaded in time: from here the flight's hard timeout
-	// could only lose it, whatever follows (a write-back or a lease's
-	// completion: encoding has no deadline, and each shared or coordinator
-	// call has its own). ctx is the engine's loader context on every path
-	// to here (run, lead, loadWithoutLease).
-	flightgroup.StopTimeout(ctx)
 	return fl, pol, nil
 }
 
@@ -254,11 +253,19 @@ func (m *miss[V]) writeBack(ctx context.Context, t coherence.Ticket, it *driver.
 			c.writeFailed(ctx, tier, err)
 		}
 	}()
+	// The local write, under the key's lock (coherence.Tickets.Fill); a
+	// load serves its own value, so fill's answers (a newer held copy, an
+	// older read) do not matter here and fillLocked is called directly.
+	var wall time.Time
+	local := func(current bool) bool {
+		stored, _, _ := c.fillLocked(current, m.key, it, wall)
+		return stored
+	}
 	if c.opts.Shared == nil {
 		// The local tier is all there is: nothing to encode, no read time
 		// to fence (see wallRead), nothing to write after the local fill.
 		tier = driver.TierLocal
-		c.fill(t, m.key, it, time.Time{}, nil)
+		c.coh.Fill(t, m.key, local, nil)
 		return nil
 	}
 	var (
@@ -274,10 +281,11 @@ func (m *miss[V]) writeBack(ctx context.Context, t coherence.Ticket, it *driver.
 	if writeShared && encErr == nil {
 		enc = &e
 	}
-	c.fill(t, m.key, it, c.wallRead(it, enc), func() {
+	wall = c.wallRead(it, enc)
+	c.coh.Fill(t, m.key, local, func() {
 		tier = driver.TierShared
 		switch {
-		case c.coh.Closed():
+		case c.coh.Closed.Load():
 			// Close came between the decision and the write: a load
 			// that finishes after Close writes no tier.
 		case !writeShared:

@@ -196,7 +196,7 @@ type Options[V any] struct {
 	// processes can compare them whatever clock this one uses.
 	//
 	// Default: the Local store's clock when Local has a method
-	// Now() time.Time (memstore.Store has: with ClockResolution, a coarse
+	// Clock() func() time.Time (memstore.Store has: with ClockResolution, a coarse
 	// clock that is ~1 ns to read and lags real time by about a
 	// millisecond), else clock.Monotonic (the real time, in one monotonic
 	// clock read). The
@@ -215,7 +215,7 @@ type leaseTimer interface {
 
 // storeClock is a LocalStore that keeps its own clock; see Options.Now.
 type storeClock interface {
-	Now() time.Time
+	Clock() func() time.Time
 }
 
 // DisableJitter, as Options.Jitter, turns TTL jitter off.
@@ -445,8 +445,8 @@ func (o Options[V]) withDefaults() (Options[V], error) {
 	}
 	if o.Now == nil {
 		o.Now = clock.Monotonic
-		if sc, ok := o.Local.(storeClock); ok {
-			o.Now = sc.Now
+		if sc, ok := o.Local.(storeClock); ok && sc.Clock() != nil {
+			o.Now = sc.Clock()
 		}
 	}
 	return o, nil

@@ -36,7 +36,7 @@ func (c *Cache[V]) refreshDue(m *driver.Meta, now time.Time) bool {
 // is at most one load per key whichever triggered it.
 func (c *Cache[V]) startRefresh(ctx context.Context, key string, load LoadFunc[V], freshUntil time.Time) bool {
 	c.mu.Lock()
-	if c.coh.Closed() || len(c.refreshing) >= c.maxRefreshes {
+	if c.coh.Closed.Load() || len(c.refreshing) >= c.maxRefreshes {
 		c.mu.Unlock()
 		return false
 	}

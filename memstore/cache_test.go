@@ -49,7 +49,7 @@ func fetch(t *testing.T, c *flightcache.Cache[string], key string, loads *atomic
 	return r
 }
 
-// A Cache without Options.Now keeps time by the Store's clock (Store.Now),
+// A Cache without Options.Now keeps time by the Store's clock (Store.Clock),
 // so the two agree on expiry.
 func TestCacheWithoutNowFollowsTheStoresClock(t *testing.T) {
 	clk := &testClock{}

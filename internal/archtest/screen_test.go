@@ -19,6 +19,7 @@ const (
 	maxDocShortLines   = 35      // lines of `go doc -short .`
 	maxRootExported    = 140     // exported identifiers of the root package
 	maxCacheFields     = 30      // fields of Cache
+	maxColdGetFuncs    = 30      // functions one cold single-key Get enters
 	rootDir            = "../.." // the root package, from this directory
 	cacheTypeName      = "Cache"
 	exportedIdentsHelp = "types, functions, methods, constants, variables, struct fields and interface methods"
@@ -158,4 +159,50 @@ func receiverName(e ast.Expr) string {
 			return ""
 		}
 	}
+}
+
+// TestColdGetIsShallow keeps the depth of the read path a reader has to
+// follow: one cold single-key Get (bench/coldget: memstore, default
+// Options) enters at most maxColdGetFuncs functions of the repository's
+// packages. coldget is built with coverage, clears the counters after a
+// warm-up and writes them after its one cold Get; `go tool covdata func`
+// then lists the functions whose counters moved (a function literal counts
+// toward the function it is written in). make api-report prints the list.
+func TestColdGetIsShallow(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "coldget")
+	build := exec.Command("go", "build", "-cover", "-covermode=atomic", "-coverpkg="+module+"/...", "-o", bin, "./bench/coldget")
+	build.Dir = rootDir
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build coldget: %v\n%s", err, out)
+	}
+	counters := filepath.Join(dir, "counters")
+	if err := os.Mkdir(counters, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := exec.Command(bin)
+	run.Env = append(os.Environ(), "COLDGET_COUNTERS="+counters)
+	if out, err := run.CombinedOutput(); err != nil {
+		t.Fatalf("coldget: %v\n%s", err, out)
+	}
+	out, err := exec.Command("go", "tool", "covdata", "func", "-i="+counters).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go tool covdata func: %v\n%s", err, out)
+	}
+	var entered []string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[0] == "total" || f[len(f)-1] == "0.0%" || strings.Contains(f[0], "coldget/main.go") {
+			continue
+		}
+		entered = append(entered, f[0]+" "+f[1])
+	}
+	if len(entered) == 0 {
+		t.Fatalf("go tool covdata func listed no function a cold Get entered:\n%s", out)
+	}
+	if len(entered) > maxColdGetFuncs {
+		t.Errorf("a cold Get enters %d functions, want at most %d (docs/ARCHITECTURE.md, \"How deep a cold Get goes\"):\n%s",
+			len(entered), maxColdGetFuncs, strings.Join(entered, "\n"))
+	}
+	t.Logf("a cold Get enters %d functions", len(entered))
 }

@@ -12,16 +12,16 @@ type Model struct {
 	Tickets
 	Fences
 	Trust
-	// closed is set by Close: from then on nothing is written.
-	closed atomic.Bool
+	// Closed is set once, by Close, and never cleared: from then on
+	// nothing is written, and the Cache refuses every call. Read it with
+	// Load; only Close sets it. (A field, not a method: the read path
+	// checks it on every call.)
+	Closed atomic.Bool
 }
 
 // Close makes every later write decision a refusal: a load that finishes
 // after Close writes no tier. It reports whether this call closed m.
-func (m *Model) Close() bool { return m.closed.CompareAndSwap(false, true) }
-
-// Closed reports whether Close was called.
-func (m *Model) Closed() bool { return m.closed.Load() }
+func (m *Model) Close() bool { return m.Closed.CompareAndSwap(false, true) }
 
 // Read is when the data of an item was read from its source, on both
 // clocks: Local on the Cache's (what the local tier compares: DecideFill
@@ -91,7 +91,7 @@ func (m *Model) DecideFill(key string, current bool, read Read, held Held, now t
 		prev, _, _ = m.NoteKey(key, read.Wall, now, false)
 	}
 	switch {
-	case m.closed.Load():
+	case m.Closed.Load():
 		return FillSkip
 	case !current:
 		if held.Present && held.Read.Before(read.Local) {
@@ -127,7 +127,7 @@ const (
 // An unfenced write of a load that read the origin before a Set made on
 // another instance would overwrite that Set for the entry's whole TTL.
 func (m *Model) SharedWritable(route WriteRoute, tierDown bool) bool {
-	return !m.closed.Load() && !tierDown && route != Unleased
+	return !m.Closed.Load() && !tierDown && route != Unleased
 }
 
 // Trust says whether the local tier may be believed: while the Bus is

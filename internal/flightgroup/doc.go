@@ -9,9 +9,11 @@
 // that the Cache can use primitives that are not part of that public API
 // without widening it: Start and StartMany, with which a batch registers or
 // joins each key's execution, learning at once which keys it leads, loads
-// those itself in one call and delivers them with Flight.Complete; and
-// StopTimeout, with which an execution whose origin has answered releases
-// itself from the loader timeout before writing the result back.
+// those itself in one call and delivers them with Flight.Complete;
+// LoadContext, the origin call's own deadline inside an execution, whose
+// cancel (the origin has answered) releases the execution from the loader
+// timeout before the result is written back; and StopTimeout, which
+// releases an execution by hand (a batch's other keys).
 //
 // Error strings and panic messages name package singleflight, since that
 // is the name users see.

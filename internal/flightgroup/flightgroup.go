@@ -10,7 +10,9 @@ import (
 )
 
 // shardCount spreads keys over independently locked maps so that unrelated
-// keys do not contend on one mutex. A power of two, so a mask picks a shard.
+// keys do not contend on one mutex. A power of two, so a mask picks a
+// shard: key's is maphash.Comparable(seed, key) & (shardCount - 1), written
+// out where it is needed (Do, start, Forget).
 const shardCount = 32
 
 var seed = maphash.MakeSeed()
@@ -31,8 +33,10 @@ type Group[K comparable, V any] struct {
 	closed atomic.Bool
 	// total counts registered keys across all shards, but only when an
 	// observer needs the total at every change (EventInFlight); otherwise
-	// each shard's own count suffices and no global cache line is written
-	// per execution.
+	// each shard's map length suffices and no global cache line is written
+	// per execution. It changes in the same critical section (of the key's
+	// shard) as the map it counts, so that InFlight and EventInFlight are
+	// exact for anyone who has seen an execution finish.
 	total atomic.Int64
 	// loaders counts loader functions that have started and not yet
 	// returned, registered or not, on time or late: the bulkhead that
@@ -57,17 +61,16 @@ type Group[K comparable, V any] struct {
 // execution of k; c.current holds exactly when m[c.key] == c; every
 // unfinished call of the shard is in exactly one of m (when current) and
 // detached (otherwise), and a finished one in neither: the completion that
-// marks a call finished removes it in the same critical section; n == len(m).
+// marks a call finished removes it in the same critical section.
 type shard[K comparable, V any] struct {
 	mu sync.Mutex
 	m  map[K]*call[K, V] // guarded by mu; allocated on first use
-	n  int               // len(m), kept for InFlight; guarded by mu
 	// detached holds the unfinished executions that are not in m: those
 	// Forget removed, and those whose key is not equal to itself (a NaN),
 	// which a map could never find again. Close still reaches them here.
 	// Guarded by mu; allocated on first use.
 	detached map[*call[K, V]]struct{}
-	_        [32]byte // keep neighbouring shards' mutexes off this cache line
+	_        [40]byte // keep neighbouring shards' mutexes off this cache line
 }
 
 // call is one execution of a loader and everything its callers share.
@@ -118,11 +121,6 @@ func (g *Group[K, V]) Init(opts ...Option) {
 	}
 }
 
-// shardOf returns the index of key's shard.
-func shardOf[K comparable](key K) uint8 {
-	return uint8(maphash.Comparable(seed, key) & (shardCount - 1))
-}
-
 // Do runs fn once per key at a time; duplicates wait for and share its
 // result.
 //
@@ -156,7 +154,7 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 		return v, false, g.reject(ctx, ErrNilFunc)
 	}
 
-	si := shardOf(key)
+	si := uint8(maphash.Comparable(seed, key) & (shardCount - 1))
 	sh := &g.shards[si]
 	sh.mu.Lock()
 	if g.closed.Load() {
@@ -166,16 +164,9 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 	if c, ok := sh.m[key]; ok {
 		return g.join(ctx, sh, c, fn, start)
 	}
-	return g.lead(ctx, si, key, fn, start)
-}
-
-// lead registers a new execution of key (register, which releases the
-// mutex of shard si, held on entry) and runs it for the caller whose
-// context is ctx: inline, fn runs in this goroutine; otherwise in a new
-// one, while this caller waits for it. It is kept apart from Do so that
-// callers that only join (the many, on a hot key) run on a small stack
-// frame.
-func (g *Group[K, V]) lead(ctx context.Context, si uint8, key K, fn func(context.Context) (V, error), start time.Duration) (v V, shared bool, err error) {
+	// A new execution: register it (which releases the shard's mutex) and
+	// run it, inline, in this goroutine, or in a new one while this caller
+	// waits for it.
 	c, timer, inline, err := g.register(ctx, si, key, true, true)
 	if err != nil {
 		return v, false, err
@@ -196,7 +187,7 @@ func (g *Group[K, V]) lead(ctx context.Context, si uint8, key K, fn func(context
 
 // register makes a new execution of key current, or refuses it under
 // WithMaxInFlight. The mutex of shard si is held on entry and released here.
-// On success it returns the execution, now in flight, which lead (Do) or
+// On success it returns the execution, now in flight, which Do or
 // the caller itself (Start) must run; the loader timeout's timer, if
 // ownTimer asks for one (StartMany times its executions together); and
 // whether fn may run inline, in the caller's goroutine: mayInline, ctx can
@@ -247,7 +238,6 @@ func (g *Group[K, V]) register(ctx context.Context, si uint8, key K, ownTimer, m
 			sh.m = make(map[K]*call[K, V])
 		}
 		sh.m[key] = c
-		sh.n++
 	} else {
 		sh.detach(c)
 	}
@@ -473,7 +463,10 @@ func (g *Group[K, V]) complete(c *call[K, V], v V, err error, cancel uint32, cau
 	n := int64(-1)
 	if c.current {
 		c.current = false
-		n = g.unregister(sh, c.key)
+		delete(sh.m, c.key)
+		if g.cfg.obs != nil {
+			n = g.total.Add(-1)
+		}
 	} else {
 		delete(sh.detached, c)
 	}
@@ -485,19 +478,6 @@ func (g *Group[K, V]) complete(c *call[K, V], v V, err error, cancel uint32, cau
 		emitInFlight(obs, n, -1)
 	}
 	return true
-}
-
-// unregister removes key from sh and from the in-flight count, in the same
-// critical section, so that InFlight is exact for anyone who has seen an
-// execution finish. sh.mu must be held. It returns the new global count,
-// or -1 when the Group does not track one.
-func (g *Group[K, V]) unregister(sh *shard[K, V], key K) int64 {
-	delete(sh.m, key)
-	sh.n--
-	if g.cfg.obs != nil {
-		return g.total.Add(-1)
-	}
-	return -1
 }
 
 // detach records c, which is not in sh.m, as running, so that Close can
@@ -569,13 +549,16 @@ func (g *Group[K, V]) DoChan(ctx context.Context, key K, fn func(context.Context
 // remove the newer execution, and its loader counts against WithMaxInFlight
 // until it returns.
 func (g *Group[K, V]) Forget(key K) {
-	si := shardOf(key)
+	si := uint8(maphash.Comparable(seed, key) & (shardCount - 1))
 	sh := &g.shards[si]
 	sh.mu.Lock()
 	n := int64(-1)
 	if c, ok := sh.m[key]; ok {
 		c.current = false
-		n = g.unregister(sh, key)
+		delete(sh.m, key)
+		if g.cfg.obs != nil {
+			n = g.total.Add(-1)
+		}
 		sh.detach(c)
 	}
 	sh.mu.Unlock()
@@ -595,7 +578,10 @@ func (g *Group[K, V]) ForgetFunc(match func(K) bool) {
 		for key, c := range sh.m {
 			if match(key) {
 				c.current = false
-				counts = append(counts, g.unregister(sh, key))
+				delete(sh.m, key)
+				if g.cfg.obs != nil {
+					counts = append(counts, g.total.Add(-1))
+				}
 				sh.detach(c)
 			}
 		}
@@ -618,7 +604,7 @@ func (g *Group[K, V]) InFlight() int {
 	for i := range g.shards {
 		sh := &g.shards[i]
 		sh.mu.Lock()
-		n += sh.n
+		n += len(sh.m)
 		sh.mu.Unlock()
 	}
 	return n

@@ -32,17 +32,16 @@ type observerFunc func(Event)
 func (f observerFunc) ObserveFlight(e Event) { f(e) }
 
 // leftovers counts what a Group's shards still hold: map entries, the
-// per-shard key counts, and detached executions.
+// keys InFlight counts, and detached executions.
 func leftovers[K comparable, V any](g *Group[K, V]) (entries, counted, detached int) {
 	for i := range g.shards {
 		sh := &g.shards[i]
 		sh.mu.Lock()
 		entries += len(sh.m)
-		counted += sh.n
 		detached += len(sh.detached)
 		sh.mu.Unlock()
 	}
-	return entries, counted, detached
+	return entries, g.InFlight(), detached
 }
 
 // nanKeyCalls makes calls whose key is not equal to itself, in every mode an

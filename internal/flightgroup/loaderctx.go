@@ -96,11 +96,14 @@ const (
 // goes on with work bounded otherwise (writes under their own deadline)
 // calls it so that the loader timeout cannot cut that work short and lose
 // a result obtained in time. The waiters are then bounded by fn alone.
+// The cancel function of LoadContext does it too.
 func StopTimeout(ctx context.Context) bool {
 	l, ok := ctx.(*loaderCtx)
-	if !ok {
-		return false
-	}
+	return ok && l.release()
+}
+
+// release is StopTimeout for l.
+func (l *loaderCtx) release() bool {
 	x := l.extra.Load()
 	if x == nil || x.deadline.IsZero() {
 		return false
@@ -142,43 +145,66 @@ type loadCtx struct {
 // (context.Canceled), whichever comes first. Unlike a standard context
 // derived from ctx, it costs ctx no Done channel and no AfterFunc
 // registration (nor, under a value context, a goroutine). For any other
-// ctx, for one that has ended, and for a second load context of one
-// execution while the first is live, it is context.WithTimeout.
+// ctx, for one that has ended or runs without a loader timeout, and for a
+// second load context of one execution while the first is live, it is
+// context.WithTimeout.
+//
+// cancel also says that the origin call is over: it releases the execution
+// from the Group's loader timeout, as StopTimeout does, so that the work
+// fn does after the origin answered (writes bounded by their own
+// deadlines) cannot be cut short and lose a result obtained in time. A
+// caller therefore calls cancel once the origin has returned, not before.
 func LoadContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	p, ok := ctx.(*loaderCtx)
 	if !ok {
 		return context.WithTimeout(ctx, d)
 	}
-	deadline := time.Now().Add(d)
-	if pd, ok := p.Deadline(); ok && pd.Before(deadline) {
-		deadline = pd
-	}
 	// Its parent for Value is ctx without its cancellation, as a loader
 	// context's own parent is: context.Cause must find this context's
 	// cause, not ctx's.
-	lc := &loadCtx{loaderCtx: loaderCtx{parent: context.WithoutCancel(p)}, x: loaderExtra{deadline: deadline}}
+	lc := &loadCtx{loaderCtx: loaderCtx{parent: context.WithoutCancel(p)}}
 	lc.extra.Store(&lc.x)
 	p.mu.Lock()
 	// Watched: cancel now takes the locked path, which ends lc too.
 	if p.flags.Or(flagWatched)&stateMask != ctxLive {
 		p.mu.Unlock()
-		return context.WithTimeout(ctx, d)
+		return p.timeoutReleasing(d)
 	}
-	px := p.extraLocked()
-	if old := px.load; old != nil && old.flags.Load()&stateMask == ctxLive {
+	// Without a loader timeout (no extra yet, or one without a deadline)
+	// there is no hard timeout to release and no reason to avoid the
+	// standard context; nor for a second load context while one is live.
+	px := p.extra.Load()
+	if px == nil || px.deadline.IsZero() || (px.load != nil && px.load.flags.Load()&stateMask == ctxLive) {
 		p.mu.Unlock()
-		return context.WithTimeout(ctx, d)
+		return p.timeoutReleasing(d)
 	}
 	px.load = lc
+	// The deadline: d from now, or ctx's own when earlier (its Deadline,
+	// read here under its lock, where px is at hand).
+	lc.x.deadline = time.Now().Add(d)
+	if pd := px.deadline; px.timeout.Load() != timeoutReleased && pd.Before(lc.x.deadline) {
+		lc.x.deadline = pd
+	}
 	p.mu.Unlock()
-	lc.timer = time.AfterFunc(time.Until(deadline), func() { lc.cancel(ctxDeadlineExceeded, nil) })
-	return lc, lc.stop
+	lc.timer = time.AfterFunc(time.Until(lc.x.deadline), func() { lc.cancel(ctxDeadlineExceeded, nil) })
+	// cancel: end lc and its timer, and release the execution from the
+	// loader timeout. StopTimeout's work, without its answer: px exists,
+	// and without a deadline its timeout state is never read.
+	return lc, func() {
+		lc.timer.Stop()
+		lc.cancel(ctxCanceled, nil)
+		px.timeout.CompareAndSwap(timeoutArmed, timeoutReleased)
+	}
 }
 
-// stop ends lc, a load context, and its timer: LoadContext's cancel.
-func (lc *loadCtx) stop() {
-	lc.timer.Stop()
-	lc.cancel(ctxCanceled, nil)
+// timeoutReleasing is LoadContext's standard fallback for l: its cancel
+// releases l's execution from the loader timeout too.
+func (l *loaderCtx) timeoutReleasing(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(l, d)
+	return ctx, func() {
+		cancel()
+		l.release()
+	}
 }
 
 // afterFunc is one AfterFunc registration; its pointer identifies it.

@@ -3,6 +3,7 @@ package flightgroup
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"sync/atomic"
 	"time"
 )
@@ -98,7 +99,7 @@ func (g *Group[K, V]) start(ctx context.Context, key K, ownTimer bool) (Flight[K
 		f.start = monotime()
 		emit(obs, EventRequest, ctx, 0)
 	}
-	si := shardOf(key)
+	si := uint8(maphash.Comparable(seed, key) & (shardCount - 1))
 	sh := &g.shards[si]
 	sh.mu.Lock()
 	if g.closed.Load() {

@@ -237,3 +237,32 @@ func TestStopTimeoutReleasesOneExecutionOfAStartMany(t *testing.T) {
 		t.Fatalf("InFlight = %d", g.InFlight())
 	}
 }
+
+// LoadContext's cancel says the origin call is over: it releases the
+// execution from the loader timeout as StopTimeout does, so the work after
+// the origin answered is not cut short; the load context itself ends.
+func TestLoadContextCancelReleasesTheLoaderTimeout(t *testing.T) {
+	const timeout = 20 * time.Millisecond
+	g := flightgroup.New[string, int](flightgroup.WithLoaderTimeout(timeout))
+	v, _, err := g.Do(context.Background(), "k", func(ctx context.Context) (int, error) {
+		lctx, cancel := flightgroup.LoadContext(ctx, time.Hour)
+		if d, ok := lctx.Deadline(); !ok || time.Until(d) > timeout {
+			t.Errorf("load context deadline %v, %v; want no later than the execution's", d, ok)
+		}
+		cancel()
+		if lctx.Err() != context.Canceled {
+			t.Errorf("load context after cancel: %v, want context.Canceled", lctx.Err())
+		}
+		if _, ok := ctx.Deadline(); ok {
+			t.Error("the execution still reports a deadline after the load context's cancel")
+		}
+		if !flightgroup.StopTimeout(ctx) {
+			t.Error("StopTimeout does not report the execution released")
+		}
+		<-time.After(3 * timeout) // the work the timeout must no longer cut short
+		return 1, ctx.Err()
+	})
+	if v != 1 || err != nil {
+		t.Fatalf("Do = %v, %v; want the released execution's result", v, err)
+	}
+}

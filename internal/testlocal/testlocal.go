@@ -94,6 +94,6 @@ func (s *Store[V]) Len() int {
 	return len(s.m)
 }
 
-// Now returns the time by the Store's clock. A Cache without Options.Now
-// keeps time by it, as it does by memstore's.
-func (s *Store[V]) Now() time.Time { return s.now() }
+// Clock returns the Store's clock. A Cache without Options.Now keeps time
+// by it, as it does by memstore's.
+func (s *Store[V]) Clock() func() time.Time { return s.now }
