@@ -31,8 +31,8 @@ import (
 )
 
 // The modes. The first two are herds (N requests released at once right
-// after the hot entry expired); EarlyRefresh is continuous traffic across
-// several expiries.
+// after the hot entry expired or was invalidated); EarlyRefresh is
+// continuous traffic across several expiries.
 const (
 	ModeNaive        = "naive"
 	ModeFlightcache  = "flightcache"
