@@ -65,13 +65,18 @@ func clusterArgs(t *testing.T, redisURL string, extra ...string) []string {
 		"-failure-throttle", "0", "-redis-timeout", redisTimeoutUnderLoad, steadyBus[0], steadyBus[1]}, extra...)
 }
 
-// redisTimeoutUnderLoad is the instances' -redis-timeout: these tests are
-// about coalescing, and on a busy 2-core machine running every end-to-end
-// test at once (twice, with a second test suite beside it) a Redis round
-// trip can take longer than the 250ms default, and has taken over 2s.
-// A Get whose shared read timed out rightly skips the coordinator (on the
-// same Redis), which would turn a herd test into a timeout test.
-const redisTimeoutUnderLoad = "5s"
+// sharedTimeoutUnderLoad is the -redis-timeout of the tests that are about
+// what Redis shares (values, coalescing), not about timeouts: on a busy
+// 2-core machine running every end-to-end test at once (twice, with a
+// second test suite beside it) a Redis round trip can take longer than
+// the 250ms default, and has taken over 2s. A Get whose shared read timed
+// out rightly skips the coordinator (on the same Redis), and a load whose
+// write-back timed out rightly leaves the other instances nothing to
+// share, which would turn a herd test into a timeout test.
+const sharedTimeoutUnderLoad = 5 * time.Second
+
+// redisTimeoutUnderLoad is sharedTimeoutUnderLoad as the flag's value.
+var redisTimeoutUnderLoad = sharedTimeoutUnderLoad.String()
 
 func sharedRedisURL(t *testing.T) string {
 	return "redis://" + testenv.RequireRedis(t) + "/0"
@@ -303,17 +308,30 @@ func without(ps []*process, i int) []*process {
 // the instance whose origin query starts first while it loads. It returns
 // that instance's index, when it was killed, and the herd's answers on the
 // other instances once all are in.
-func killLeaderMidLoad(t *testing.T, c *http.Client, ps []*process, n int) (leader int, killed time.Time, survivors <-chan []answer) {
+//
+// "While it loads" is made certain, not left to timing: the products
+// table of dsn (the instances' database) is locked from before the herd
+// until the leader is dead, so the leader's query cannot finish first. On
+// a machine busy with another test suite, finding the leader (polling
+// every instance's /metrics) has taken longer than the origin latency, and
+// a leader killed after its load had completed left nothing to take over.
+// The lock is released as soon as the leader is gone; a takeover's query
+// that starts before that (it is counted when it starts) waits for it.
+func killLeaderMidLoad(t *testing.T, c *http.Client, ps []*process, n int, dsn string) (leader int, killed time.Time, survivors <-chan []answer) {
 	t.Helper()
 	for _, p := range ps {
 		warmConnections(t, c, p.url, n/len(ps))
 	}
+	unlock := lockProducts(t, dsn)
 	done := herdInBackground(c, ps, n, herdPath)
-	leader = waitForLeader(t, c, ps, 10*time.Second)
+	leader = waitForLeader(t, c, ps, 30*time.Second)
 	if err := ps[leader].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed = time.Now()
+	<-ps[leader].done // its stderr ends when it is gone
+	ps[leader].cmd.Wait()
+	unlock()
 	out := make(chan []answer, 1)
 	go func() {
 		var rest []answer
@@ -327,17 +345,60 @@ func killLeaderMidLoad(t *testing.T, c *http.Client, ps []*process, n int) (lead
 	return leader, killed, out
 }
 
+// lockProducts takes an ACCESS EXCLUSIVE lock on the products table of
+// dsn, which holds every query of it until the returned function (or the
+// test's end) releases the lock.
+func lockProducts(t *testing.T, dsn string) (unlock func()) {
+	t.Helper()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The transaction's context must outlive this function: database/sql
+	// rolls a transaction back when its context ends.
+	tx, err := db.BeginTx(context.Background(), nil)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err = tx.ExecContext(ctx, `LOCK TABLE products IN ACCESS EXCLUSIVE MODE`)
+	}
+	if err != nil {
+		db.Close()
+		t.Fatalf("lock the products table: %v", err)
+	}
+	var once sync.Once
+	unlock = func() {
+		once.Do(func() {
+			if err := tx.Rollback(); err != nil {
+				t.Errorf("unlock the products table: %v", err)
+			}
+			db.Close()
+		})
+	}
+	t.Cleanup(unlock)
+	return unlock
+}
+
+// flagValue is the value after name in args, "" if absent.
+func flagValue(args []string, name string) string {
+	if i := slices.Index(args, name); i >= 0 && i+1 < len(args) {
+		return args[i+1]
+	}
+	return ""
+}
+
 func TestClusterLeaderKilledMidLoadIsReplacedWithinTheLeaseTTL(t *testing.T) {
 	t.Parallel()
 	// Long enough that the instance that took over keeps its lease while
 	// starved of CPU under -race on a busy machine (a second takeover would
 	// rightly cost a third origin query).
 	const leaseTTL = 2 * time.Second
-	ps := startInstances(t, 4, clusterArgs(t, sharedRedisURL(t), "-origin-latency", "1s",
-		"-lease-ttl", leaseTTL.String(), "-coalesce-wait", "20s", "-loader-timeout", "30s")...)
+	args := clusterArgs(t, sharedRedisURL(t), "-origin-latency", "1s",
+		"-lease-ttl", leaseTTL.String(), "-coalesce-wait", "20s", "-loader-timeout", "30s")
+	ps := startInstances(t, 4, args...)
 	c := herdClient(400)
 	defer c.CloseIdleConnections()
-	leader, killed, done := killLeaderMidLoad(t, c, ps, 400)
+	leader, killed, done := killLeaderMidLoad(t, c, ps, 400, flagValue(args, "-db"))
 	rest := without(ps, leader)
 	// The takeover: a surviving instance starts the second origin query,
 	// within about the lease TTL (measured figures: docs/RELIABILITY.md).
@@ -381,11 +442,12 @@ func TestClusterLeaderKilledMidLoadUnderTheDefaultWaitCostsOneTakeoverQuery(t *t
 	// lease lets a takeover leader starved of CPU for a second keep it
 	// (heartbeats every 500ms).
 	const leaseTTL, originLatency = 1500 * time.Millisecond, 1500 * time.Millisecond
-	ps := startInstances(t, 4, clusterArgs(t, sharedRedisURL(t), "-origin-latency", originLatency.String(),
-		"-lease-ttl", leaseTTL.String(), "-loader-timeout", "10s")...)
+	args := clusterArgs(t, sharedRedisURL(t), "-origin-latency", originLatency.String(),
+		"-lease-ttl", leaseTTL.String(), "-loader-timeout", "10s")
+	ps := startInstances(t, 4, args...)
 	c := herdClient(200)
 	defer c.CloseIdleConnections()
-	leader, _, done := killLeaderMidLoad(t, c, ps, 200)
+	leader, _, done := killLeaderMidLoad(t, c, ps, 200, flagValue(args, "-db"))
 	rest := without(ps, leader)
 	survivors := <-done
 	body := requireOneBody(t, survivors)

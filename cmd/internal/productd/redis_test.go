@@ -23,6 +23,10 @@ func TestInstancesShareLoadsThroughRedis(t *testing.T) {
 	cfg.Catalog = &testCatalog
 	cfg.Redis = "redis://" + addr + "/0"
 	cfg.RedisPrefix = testenv.UniqueName("productd-test-") + ":"
+	// The claim is about sharing: with the 250ms default, A's write-back
+	// has timed out on a machine busy with another test suite
+	// (detail=shared-write-failed), rightly leaving B nothing to share.
+	cfg.RedisTimeout = sharedTimeoutUnderLoad
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

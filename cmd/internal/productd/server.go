@@ -337,12 +337,25 @@ func (s *Server) connectRedis(ctx context.Context) (driver.SharedStore, error) {
 // never silently replaced by process-local coalescing, nor is a cache
 // whose instances would not hear of each other's writes started.
 func (s *Server) connectCoordinator(ctx context.Context) error {
-	c, err := redislease.New(ctx, s.rdb, s.store, redislease.Options{
+	opts := redislease.Options{
 		LeaseTTL: s.cfg.LeaseTTL, Timeout: s.cfg.RedisTimeout,
 		HeartbeatInterval: s.cfg.BusHeartbeat, DownAfter: s.cfg.BusDownAfter,
 		// Bulk invalidations must be replayable while the shared tier may
 		// still hold entries they cover: -cache-ttl plus -stale-for.
 		BulkRetention: min(max(redislease.DefaultBulkRetention, s.cfg.TTL+s.cfg.StaleFor+time.Hour), redislease.MaxBulkRetention),
+	}
+	// redislease.New PINGs once more, bounded by -redis-timeout: a PING
+	// that timed out is tried again within the startup window, as in
+	// connectRedis (on a host busy with two test suites it has timed out
+	// right after connectRedis's PING answered). It starts nothing before
+	// its PING, so a failed attempt leaves nothing behind.
+	var c *redislease.Coordinator
+	pctx, cancel := context.WithTimeout(ctx, startupWait)
+	defer cancel()
+	err := untilAnswer(pctx, func(ctx context.Context) error {
+		var err error
+		c, err = redislease.New(ctx, s.rdb, s.store, opts)
+		return err
 	})
 	if err != nil {
 		if s.cfg.Coalescing() == CoalesceCluster {

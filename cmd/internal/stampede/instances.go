@@ -29,6 +29,14 @@ const (
 // InstancesOriginLatency is the default -origin-latency with -instances.
 const InstancesOriginLatency = 250 * time.Millisecond
 
+// InstancesTTL is the default -ttl with -instances: far longer than a herd
+// can last, even spread over several processes on a busy machine (an entry
+// that expired again mid-herd would cost each instance a second origin
+// query), and longer than MaxExpiryWait, so the herd comes right after an
+// invalidation that every instance applied (see invalidateHot), not after
+// a wait.
+const InstancesTTL = 5 * time.Minute
+
 // InstanceModes is the default -mode with -instances.
 var InstanceModes = []string{ModeLocal, ModeCluster}
 
@@ -77,6 +85,11 @@ func instanceArgs(cfg Config, run, mode, db string) []string {
 		// test suites on two cores), and a Get whose shared read timed out
 		// rightly skips the coordinator on the same Redis.
 		"-redis-timeout", "5s",
+		// Nor is it about the bus going down: on a loaded machine a
+		// heartbeat can come back later than the 1s default, and a bus
+		// that goes down and up again empties the instance's memory tier
+		// and starts new loads of what it was loading, mid-herd.
+		"-bus-down-after", "10s",
 	}
 	if cfg.Catalog != nil {
 		args = append(args, "-seed-products", strconv.Itoa(cfg.Catalog.ProductsPerTenant))
@@ -109,6 +122,12 @@ func startInstancesWith(ctx context.Context, cfg Config, bin string, args []stri
 		bases[i] = in.base
 	}
 	client := &http.Client{Timeout: 10 * time.Second}
+	for i, b := range bases {
+		if err := waitBusUp(ctx, client, b, busUpWait); err != nil {
+			stopAll()
+			return nil, fmt.Errorf("stampede: productd instance %d of %d: %w", i+1, cfg.Instances, err)
+		}
+	}
 	tg := remoteTarget(client, bases)
 	tg.stop = stopAll
 	return tg, nil
@@ -163,6 +182,45 @@ func startInstance(ctx context.Context, bin string, args []string) (*instance, e
 	<-in.exited
 	cmd.Wait()
 	return nil, errors.New("did not start listening")
+}
+
+// busUpWait bounds how long a run waits for an instance's invalidation bus
+// to come up after it started listening.
+const busUpWait = time.Minute
+
+// waitBusUp polls base+"/readyz" until it reports the invalidation bus up.
+// An instance empties its memory tier when its bus first comes up: a herd
+// must not start before that, and the invalidation before the herd
+// (invalidateHot) must reach every instance.
+func waitBusUp(ctx context.Context, client *http.Client, base string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	last := "no answer"
+	for {
+		req, _ := http.NewRequestWithContext(ctx, "GET", base+"/readyz", nil)
+		if resp, err := client.Do(req); err == nil {
+			var body struct {
+				Bus string `json:"bus"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			if err == nil && body.Bus == "up" {
+				return nil
+			}
+			last = fmt.Sprintf("status %d, bus %q", resp.StatusCode, body.Bus)
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("its invalidation bus did not come up within %v (/readyz: %s)", within, last)
+		}
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
 }
 
 // stop shuts the process down gracefully (SIGTERM), or kills it after 15s.

@@ -33,7 +33,7 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 		modes    = fs.String("mode", strings.Join(AllModes, ","), "comma-separated modes: naive, flightcache, early-refresh; penetration (or penetration-naive, penetration-negative, penetration-guard): -n distinct ids that do not exist; with -instances: local, cluster (default both), or staleness alone (see below)")
 		duration = fs.Duration("duration", DefaultDuration, "length of the continuous traffic of early-refresh mode")
 		latency  = fs.Duration("origin-latency", DefaultOriginLatency, fmt.Sprintf("in-process productd and -instances: delay of each origin query (default %v with -instances)", InstancesOriginLatency))
-		ttl      = fs.Duration("ttl", DefaultTTL, fmt.Sprintf("in-process productd and -instances: cache TTL (the herd arrives right after it expires; default %v with -mode staleness)", StalenessTTL))
+		ttl      = fs.Duration("ttl", DefaultTTL, fmt.Sprintf("in-process productd and -instances: cache TTL (the herd arrives right after it expires or, when that is more than 15s away, right after an update of another variant of the product invalidated it on every instance; default %v with -instances, %v with -mode staleness)", InstancesTTL, StalenessTTL))
 		asJSON   = fs.Bool("json", false, "print machine-readable results on stdout")
 		report   = fs.String("report", filepath.Join(os.TempDir(), "stampede-report.html"), "where to write the HTML report; empty: no report")
 		inst     = fs.Int("instances", 0, "start this many productd processes (built from this module) sharing -redis and one database, spread the herd over them, and compare -mode local (coalescing per process) against cluster (across them)")
@@ -88,6 +88,9 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 		// A herd spread over several processes takes longer to send; a
 		// slower origin keeps it a herd (see Validate).
 		cfg.OriginLatency = InstancesOriginLatency
+	}
+	if *inst > 0 && !set["ttl"] {
+		cfg.TTL = InstancesTTL
 	}
 	if strings.TrimSpace(*modes) == ModeStaleness {
 		if !set["origin-latency"] {

@@ -19,7 +19,7 @@ func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 // Legend explains the table's columns; it is printed under the table and
 // shown under the report's.
 var Legend = []string{
-	"requests: requests sent; for a herd, all released at once right after the hot entry expired.",
+	"requests: requests sent; for a herd, all released at once right after the hot entry expired or was invalidated.",
 	"origin queries: lookups that reached the database during the run.",
 	"requests/loader: requests answered per origin query (requests / origin queries); higher means fewer trips to the database.",
 	"suppression: share of requests that did not reach the database (1 - origin queries / requests).",

@@ -5,7 +5,9 @@
 package stampede
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,8 +31,8 @@ import (
 )
 
 // The modes. The first two are herds (N requests released at once right
-// after the hot entry expired); EarlyRefresh is continuous traffic across
-// several expiries.
+// after the hot entry expired or was invalidated); EarlyRefresh is
+// continuous traffic across several expiries.
 const (
 	ModeNaive        = "naive"
 	ModeFlightcache  = "flightcache"
@@ -63,8 +65,9 @@ type Config struct {
 	OriginLatency time.Duration
 	TTL           time.Duration
 	// MaxExpiryWait bounds how long a run waits for a target's entry to
-	// expire; beyond it the entry is invalidated with a PUT of the same
-	// values instead. Default 15s.
+	// expire; beyond it the entry is invalidated instead, by a PUT of the
+	// same values to another variant of the product, which leaves every
+	// instance reading the hot entry under one cache key. Default 15s.
 	MaxExpiryWait time.Duration
 	// Catalog is what the in-process productd seeds; nil means
 	// product.DemoCatalog. Key must name one of its products.
@@ -376,24 +379,11 @@ func remoteTarget(client *http.Client, bases []string) *target {
 
 // ScrapeCounter reads an unlabelled counter from base+"/metrics".
 func ScrapeCounter(ctx context.Context, client *http.Client, base, name string) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", base+"/metrics", nil)
+	body, err := scrape(ctx, client, base)
 	if err != nil {
 		return 0, err
 	}
-	req.Header.Set("Accept-Encoding", "identity") // no gzip: scraped often, on loopback
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("%s/metrics: status %d", base, resp.StatusCode)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(body, "\n") {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {
@@ -403,6 +393,28 @@ func ScrapeCounter(ctx context.Context, client *http.Client, base, name string) 
 		}
 	}
 	return 0, fmt.Errorf("%s/metrics has no %s: is it productd?", base, name)
+}
+
+// scrape reads base+"/metrics".
+func scrape(ctx context.Context, client *http.Client, base string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", base+"/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Accept-Encoding", "identity") // no gzip: scraped often, on loopback
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s/metrics: status %d", base, resp.StatusCode)
+	}
+	return string(body), nil
 }
 
 // sample is one request's outcome.
@@ -428,10 +440,12 @@ func runMode(ctx context.Context, cfg Config, client *http.Client, tg *target, m
 	if err := warmConnections(ctx, client, tg.bases, workers); err != nil {
 		return Result{}, err
 	}
-	// Load the hot entry. A herd then waits for it to expire, so that it
-	// arrives at a cache that had the value a moment ago, as in production;
-	// continuous traffic starts at once and runs across the expiries.
-	if err := loadHotEntry(ctx, cfg, client, tg.bases, path, !continuous); err != nil {
+	// Load the hot entry. A herd then waits for it to expire (or has it
+	// invalidated), so that it arrives at a cache that had the value a
+	// moment ago, as in production; continuous traffic starts at once and
+	// runs across the expiries.
+	warnings, err := loadHotEntry(ctx, cfg, client, tg.bases, path, !continuous)
+	if err != nil {
 		return Result{}, err
 	}
 	base, err := tg.queries(ctx)
@@ -480,6 +494,7 @@ func runMode(ctx context.Context, cfg Config, client *http.Client, tg *target, m
 	}
 	timeline = append(timeline, Point{float64(elapsed.Microseconds()) / 1000, final - base})
 	r := summarise(mode, samples, final-base, elapsed, timeline)
+	r.Warnings = warnings
 	r.Traffic = "herd"
 	if continuous {
 		r.Traffic = "continuous"
@@ -517,33 +532,45 @@ func warmConnections(ctx context.Context, client *http.Client, bases []string, n
 }
 
 // loadHotEntry loads the hot product on every target and, with expire,
-// waits until its cache entry has expired (Cache-Status ttl), or, when that
-// is longer than MaxExpiryWait, invalidates it with a PUT of the same
-// values.
-func loadHotEntry(ctx context.Context, cfg Config, client *http.Client, bases []string, path string, expire bool) error {
+// makes its cache entry cold on every target before the herd: it waits
+// until the entry has expired (Cache-Status ttl), or, on the targets where
+// that is longer than MaxExpiryWait, invalidates it (invalidateHot). It
+// returns warnings for the results.
+func loadHotEntry(ctx context.Context, cfg Config, client *http.Client, bases []string, path string, expire bool) ([]string, error) {
 	var wait time.Duration
+	var long []string // targets whose entry outlives MaxExpiryWait
+	var hot []byte    // the hot product as the first target answered
 	for _, b := range bases {
 		req, _ := http.NewRequestWithContext(ctx, "GET", b+path, nil)
 		resp, err := client.Do(req)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: status %d: %s", path, resp.StatusCode, strings.TrimSpace(string(body)))
+			return nil, fmt.Errorf("GET %s: status %d: %s", path, resp.StatusCode, strings.TrimSpace(string(body)))
+		}
+		if hot == nil {
+			hot = body
 		}
 		ttl, ok := ttlOf(resp.Header.Get("Cache-Status"))
 		if !expire || !ok {
 			continue // naive servers and caches that do not say: nothing to wait for
 		}
 		if ttl > cfg.MaxExpiryWait {
-			if err := invalidate(ctx, client, b, path, body); err != nil {
-				return err
-			}
+			long = append(long, b)
 			continue
 		}
 		wait = max(wait, ttl)
+	}
+	var warnings []string
+	if len(long) > 0 {
+		w, err := invalidateHot(ctx, cfg, client, long, path, hot)
+		if err != nil {
+			return nil, err
+		}
+		warnings = w
 	}
 	if wait > 0 {
 		t := time.NewTimer(wait + 50*time.Millisecond)
@@ -551,10 +578,182 @@ func loadHotEntry(ctx context.Context, cfg Config, client *http.Client, bases []
 		select {
 		case <-t.C:
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
-	return nil
+	return warnings, nil
+}
+
+// invalidateHot makes the hot product's entry cold on every one of bases
+// at once, under the one cache key they all read it by, as an update made
+// elsewhere would.
+//
+// It cannot update the hot row itself: productd keys a row by the highest
+// revision of it that the instance itself committed (its read-your-writes
+// floor), so the instance that took the update would read the hot row
+// under a key of its own, and updates through several instances would give
+// each one a key of its own; a cluster-wide herd would then cost one
+// origin query per key, not one. So it writes back the values of another
+// variant of the product (another locale or currency: another row): that
+// row's floor moves on the instance that takes the update, the hot row's
+// floor moves nowhere, and productd invalidates every variant of the
+// product, on that instance at once and on the others through the
+// invalidation bus. It then waits until each other target has applied that
+// invalidation (its flightcache_invalidations_*_total{kind="prefix"}
+// count moved): a target whose bus is not up, or that does not hear it
+// within busWait (no bus shared with the first), takes the update itself.
+//
+// A product with no other variant readable on the first target leaves
+// only the hot row: it is updated through every target, with a warning
+// when there are several.
+func invalidateHot(ctx context.Context, cfg Config, client *http.Client, bases []string, path string, hot []byte) ([]string, error) {
+	var p product.Product
+	if err := jsonUnmarshal(hot, &p); err != nil {
+		return nil, fmt.Errorf("GET %s: %w", path, err)
+	}
+	sib, sibBody, err := findVariant(ctx, cfg, client, bases[0], p)
+	if err != nil {
+		return nil, err
+	}
+	if sib == "" {
+		for _, b := range bases {
+			if err := invalidate(ctx, client, b, path, hot); err != nil {
+				return nil, err
+			}
+		}
+		if len(bases) == 1 {
+			return nil, nil
+		}
+		return []string{fmt.Sprintf(
+			"the hot entry was invalidated by updating the hot row through each target (the product has no other variant readable on %s): each instance now reads it under a revision of its own, so the herd's loads cannot be coalesced into one across instances; use a -key of a product with several locales or currencies",
+			bases[0])}, nil
+	}
+	// What each other target has applied so far, read before the update.
+	before := make([]float64, len(bases))
+	heard := make([]bool, len(bases)) // whether to wait for the bus
+	for i, b := range bases[1:] {
+		v, err := readBus(ctx, client, b)
+		if err != nil {
+			return nil, err
+		}
+		before[i+1], heard[i+1] = v.applied, v.up
+	}
+	if err := invalidate(ctx, client, bases[0], sib, sibBody); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(busWait)
+	for i, b := range bases[1:] {
+		i++
+		for heard[i] {
+			v, err := readBus(ctx, client, b)
+			if err != nil {
+				return nil, err
+			}
+			if v.applied > before[i] {
+				break
+			}
+			if time.Now().After(deadline) {
+				heard[i] = false
+				break
+			}
+			t := time.NewTimer(10 * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			}
+		}
+		if !heard[i] {
+			if err := invalidate(ctx, client, b, sib, sibBody); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return nil, nil
+}
+
+// busWait bounds how long invalidateHot waits for a target to apply an
+// invalidation that came through the bus: delivery takes milliseconds
+// (docs/ARCHITECTURE.md), and a target that has not applied it after this
+// long is taken to share no bus with the first.
+const busWait = 10 * time.Second
+
+// findVariant returns the path and the body of a variant of p (the same
+// product in another locale or currency: another row) that base answers
+// with 200, trying the locales and currencies of cfg's catalog (the demo
+// catalog by default) next to p's own; "" when none answers.
+func findVariant(ctx context.Context, cfg Config, client *http.Client, base string, p product.Product) (string, []byte, error) {
+	cat := product.DemoCatalog
+	if cfg.Catalog != nil {
+		cat = *cfg.Catalog
+	}
+	locales := append([]string{p.Locale}, cat.Locales...)
+	currencies := append([]string{p.Currency}, cat.Currencies...)
+	tried := map[string]bool{p.Locale + "|" + p.Currency: true}
+	for _, l := range locales {
+		for _, c := range currencies {
+			if tried[l+"|"+c] || len(tried) > maxVariantTries {
+				continue
+			}
+			tried[l+"|"+c] = true
+			path := "/v1/tenants/" + url.PathEscape(p.TenantID) + "/products/" + url.PathEscape(p.ProductID) +
+				"?" + url.Values{"locale": {l}, "currency": {c}}.Encode()
+			req, _ := http.NewRequestWithContext(ctx, "GET", base+path, nil)
+			resp, err := client.Do(req)
+			if err != nil {
+				return "", nil, err
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				return "", nil, err
+			}
+			if resp.StatusCode == http.StatusOK {
+				return path, body, nil
+			}
+		}
+	}
+	return "", nil, nil
+}
+
+// maxVariantTries bounds the variants findVariant asks for.
+const maxVariantTries = 8
+
+// busView is what a target's /metrics says of its invalidation bus.
+type busView struct {
+	up bool // productd_bus_state is 2 (up)
+	// applied counts the bulk (prefix) invalidations received from other
+	// instances and handled: applied or ignored as already covered.
+	applied float64
+}
+
+// readBus reads busView from base+"/metrics". A target without the bus
+// metrics (no -redis, naive mode) has no bus: up is false.
+func readBus(ctx context.Context, client *http.Client, base string) (busView, error) {
+	body, err := scrape(ctx, client, base)
+	if err != nil {
+		return busView{}, err
+	}
+	var v busView
+	for _, line := range strings.Split(body, "\n") {
+		name, rest, ok := strings.Cut(line, " ")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case name == productd.BusStateMetric:
+			v.up = f == 2
+		case (strings.HasPrefix(name, "flightcache_invalidations_applied_total{") ||
+			strings.HasPrefix(name, "flightcache_invalidations_ignored_total{")) && strings.Contains(name, `kind="prefix"`):
+			v.applied += f
+		}
+	}
+	return v, nil
 }
 
 // ttlOf extracts the ttl parameter of a Cache-Status value.
@@ -571,15 +770,19 @@ func ttlOf(cs string) (time.Duration, bool) {
 	return 0, false
 }
 
-// invalidate PUTs back the values just read: the data does not change but
-// every cached variant is invalidated, as after a real update.
+// invalidate PUTs back the values of body, a product read at path: the
+// data does not change, but the row's revision does and every cached
+// variant of the product is invalidated, as after a real update.
 func invalidate(ctx context.Context, client *http.Client, base, path string, body []byte) error {
 	var p product.Product
 	if err := jsonUnmarshal(body, &p); err != nil {
 		return err
 	}
-	patch := fmt.Sprintf(`{"displayName":%q,"priceCents":%d}`, p.DisplayName, p.PriceCents)
-	req, _ := http.NewRequestWithContext(ctx, "PUT", base+path, strings.NewReader(patch))
+	patch, err := json.Marshal(product.Patch{DisplayName: &p.DisplayName, PriceCents: &p.PriceCents})
+	if err != nil {
+		return err
+	}
+	req, _ := http.NewRequestWithContext(ctx, "PUT", base+path, bytes.NewReader(patch))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {

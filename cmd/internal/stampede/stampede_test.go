@@ -16,6 +16,7 @@ import (
 
 	"github.com/flightcache/flightcache/cmd/internal/product"
 	"github.com/flightcache/flightcache/cmd/internal/productd"
+	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/testenv"
 	"go.uber.org/goleak"
 )
@@ -117,7 +118,8 @@ func TestStampedeTableAgainstARunningTarget(t *testing.T) {
 	}()
 
 	// The TTL (5m) is longer than stampede waits, so it invalidates the
-	// entry with a PUT of the same values: still exactly one origin query.
+	// entry with a PUT of the same values to another variant of the
+	// product: still exactly one origin query.
 	var stdout, stderr bytes.Buffer
 	code := Main(context.Background(), []string{"-target", "http://" + ln.Addr().String() + "/", "-mode", "flightcache",
 		"-n", "200", "-key", "globex/p-00099?locale=fr-FR&currency=EUR", "-report", ""}, &stdout, &stderr, false)
@@ -133,8 +135,10 @@ func TestStampedeTableAgainstARunningTarget(t *testing.T) {
 	if f[0] != "flightcache" || f[2] != "200" || f[3] != "1" || f[len(f)-1] != "0" {
 		t.Fatalf("row %q: want flightcache, 200 requests, 1 origin query, 0 errors", lines[1])
 	}
-	if srv.OriginQueries() != 2 { // the warm-up load and the herd's one
-		t.Fatalf("the server counted %d origin queries, want 2", srv.OriginQueries())
+	// The warm-up load, the read of the variant whose values the
+	// invalidation writes back, and the herd's one.
+	if srv.OriginQueries() != 3 {
+		t.Fatalf("the server counted %d origin queries, want 3", srv.OriginQueries())
 	}
 }
 
@@ -226,12 +230,16 @@ func TestBatchStampedeLoadsEachDistinctIDOnceWithFlightcache(t *testing.T) {
 
 // -instances: the same herd spread over productd processes that share one
 // Redis and one SQLite file, coalesced per process (up to one origin query
-// per instance) against across all of them (exactly one).
+// per instance) against across all of them (exactly one). With the default
+// TTL (InstancesTTL, which no herd outlasts) the herd comes right after the
+// demo's invalidation, which must leave every instance reading the hot
+// product under one cache key: else cluster coalescing makes one query per
+// key.
 func TestInstancesShowClusterCoalescingMakesOneOriginQueryWhereLocalMakesOnePerInstance(t *testing.T) {
 	redisURL := "redis://" + testenv.RequireRedis(t) + "/0"
 	var stdout, stderr bytes.Buffer
 	code := mainWith(context.Background(), Config{Catalog: &smallCatalog},
-		[]string{"-instances", "3", "-redis", redisURL, "-json", "-n", "300", "-ttl", "2s", "-report", ""}, &stdout, &stderr, false)
+		[]string{"-instances", "3", "-redis", redisURL, "-json", "-n", "300", "-report", ""}, &stdout, &stderr, false)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
@@ -244,10 +252,112 @@ func TestInstancesShowClusterCoalescingMakesOneOriginQueryWhereLocalMakesOnePerI
 		t.Fatalf("cluster x3: %d origin queries, want 1 (Cache-Status %v)", cluster.OriginQueries, cluster.CacheStatus)
 	}
 	if local.OriginQueries < 1 || local.OriginQueries > 3 {
-		t.Fatalf("local x3: %d origin queries, want 1 to 3", local.OriginQueries)
+		t.Fatalf("local x3: %d origin queries, want 1 to 3 (Cache-Status %v)", local.OriginQueries, local.CacheStatus)
 	}
-	if cluster.CacheStatus["fwd=miss; collapsed; detail=coalesced-cluster"] == 0 {
+	if fromAnotherInstance(cluster.CacheStatus) == 0 {
 		t.Fatalf("cluster x3 answered no request from another instance's load: %v", cluster.CacheStatus)
+	}
+}
+
+// -target A,B against two running instances in cluster mode (one Redis,
+// one database): the entry outlives what stampede waits for, so it
+// invalidates it, and both instances must then read the hot product under
+// one cache key: one origin query for the herd across both. Updating the
+// hot row through each target instead gave each its own revision floor,
+// hence its own key, and cost one query per instance.
+func TestStampedeAgainstTwoClusterTargetsMakesOneOriginQuery(t *testing.T) {
+	redisURL := "redis://" + testenv.RequireRedis(t) + "/0"
+	cfg := productd.Default()
+	cfg.DB = filepath.Join(t.TempDir(), "p.db")
+	cfg.Catalog = &smallCatalog
+	cfg.Redis = redisURL
+	cfg.RedisPrefix = testenv.UniqueName("stampede-targets-") + ":"
+	cfg.Coalesce = productd.CoalesceCluster
+	cfg.OriginLatency = 250 * time.Millisecond
+	cfg.TTL = 5 * time.Minute
+	cfg.Jitter = 0
+	cfg.LoaderTimeout = 30 * time.Second
+	cfg.MaxWaiters = 0
+	// What these instances share through Redis is the subject; on a
+	// machine busy with another test suite a Redis round trip has
+	// outlasted the 250ms default, and a heartbeat the 1s DownAfter.
+	cfg.RedisTimeout = 5 * time.Second
+	cfg.BusDownAfter = 10 * time.Second
+	var bases []string
+	var srvs []*productd.Server
+	for range 2 { // one after the other: the first seeds the database
+		srv, base := serveProductd(t, cfg)
+		srvs, bases = append(srvs, srv), append(bases, base)
+	}
+	for _, srv := range srvs {
+		waitServerBus(t, srv)
+	}
+
+	var stdout, stderr bytes.Buffer
+	code := Main(context.Background(), []string{"-target", strings.Join(bases, ","), "-mode", "flightcache",
+		"-n", "300", "-key", "acme/p-00042?locale=en-US&currency=USD", "-json", "-report", ""}, &stdout, &stderr, false)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	fc := decode(t, stdout.Bytes())[ModeFlightcache]
+	if fc.Requests != 300 || fc.Errors != 0 || fc.OriginQueries != 1 {
+		t.Fatalf("flightcache over 2 cluster-mode targets: %d requests, %d errors, %d origin queries; want 300, 0, 1 (Cache-Status %v)",
+			fc.Requests, fc.Errors, fc.OriginQueries, fc.CacheStatus)
+	}
+	if fromAnotherInstance(fc.CacheStatus) == 0 {
+		t.Fatalf("Cache-Status %v: no answer came from the other instance's load", fc.CacheStatus)
+	}
+	for _, w := range fc.Warnings {
+		if strings.Contains(w, "revision of its own") {
+			t.Fatalf("the demo fell back to updating the hot row: %s", w)
+		}
+	}
+}
+
+// fromAnotherInstance counts the answers that came from another
+// instance's load: waiting for it (coalesced-cluster), or, once it was
+// stored, reading it from the shared tier (the herd arrives spread out on
+// a busy machine). An instance that read the product under a key of its
+// own would have neither.
+func fromAnotherInstance(cacheStatus map[string]int) int {
+	return cacheStatus["fwd=miss; collapsed; detail=coalesced-cluster"] + cacheStatus["hit; detail=shared"]
+}
+
+// serveProductd starts productd with cfg on a loopback port until the test
+// ends.
+func serveProductd(t *testing.T, cfg productd.Config) (*productd.Server, string) {
+	t.Helper()
+	srv, err := productd.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		srv.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	})
+	return srv, "http://" + ln.Addr().String()
+}
+
+// waitServerBus waits until srv's invalidation bus is up: when it first comes
+// up it empties the memory tier, which must not happen mid-herd.
+func waitServerBus(t *testing.T, srv *productd.Server) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for srv.BusState() != driver.BusUp {
+		if time.Now().After(deadline) {
+			t.Fatalf("the invalidation bus is %v after a minute, want up", srv.BusState())
+		}
+		time.Sleep(10 * time.Millisecond) // polling state that the bus's own heartbeats set
 	}
 }
 
