@@ -232,7 +232,7 @@ func TestEndToEndNotFoundCachedBeforeACreateElsewhereIsDroppedAtOnce(t *testing.
 		cleanRedisPrefix(ctx, t, redisAddr, prefix)
 	})
 	args := []string{"-db", dsn, "-seed-products", "50", "-redis", "redis://" + redisAddr + "/0", "-redis-prefix", prefix,
-		"-bloom-rebuild", "1h", "-negative-ttl", "5m"}
+		"-bloom-rebuild", "1h", "-negative-ttl", "5m", "-redis-timeout", redisTimeoutUnderLoad}
 	a := startProductd(t, args...)
 	// A filter sized for one id at 50 %, filled with the catalog: every
 	// id is "maybe", so B caches the "not found" it loads.
