@@ -7,6 +7,8 @@
 GO        ?= go
 PKGS      ?= github.com/flightcache/flightcache/...
 MODULES    = $(shell $(GO) list -m -f '{{.Dir}}')
+# The released library modules besides the core, whose suites also run outside the workspace (modules).
+LIBMODULES = memstore redisstore redislease bloomguard breaker promflight otelflight flightcachevet
 BENCH     ?= .
 COUNT     ?= 10
 BENCHTIME ?= 1s
@@ -31,12 +33,16 @@ vettool:
 	$(GO) vet -vettool="$$d/flightcachevet" -handkey $(PKGS)
 
 ## modules: each module built and vetted on its own, outside the workspace (GOWORK=off), as a user's build sees it: a requirement missing from a go.mod cannot hide behind go.work.
-## Build and vet only: the tests run once, in the workspace (race); running the suite a second time per module would not fit make test's budget of about 10 minutes on 2 cores.
+## The released library modules' suites then run outside the workspace too (without -race, about a minute and a half), on the versions their own go.mod selects. The core requires nothing, so its build is the same either way; cmd, deploy and bench are not released, and their suites (productd's end-to-end tests take minutes) run once, in the workspace (race).
 ## internal/archtest adds what a build cannot see: every go.mod is tidy, the core requires nothing, and scratch modules outside the repository that import the core (or the Redis adapters) get nothing more in their module graph (go list -m all).
 modules:
 	@set -e; for m in $(MODULES); do \
 		echo "GOWORK=off go build ./... && go vet ./...  ($$m)"; \
 		(cd "$$m" && GOWORK=off $(GO) build ./... && GOWORK=off $(GO) vet ./...); \
+	done
+	@set -e; for m in $(LIBMODULES); do \
+		echo "GOWORK=off go test ./...  ($$m)"; \
+		(cd "$$m" && GOWORK=off $(GO) test -count=1 ./...); \
 	done
 
 race:
