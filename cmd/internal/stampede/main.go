@@ -25,6 +25,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, isTermin
 func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io.Writer, isTerminal bool) int {
 	fs := flag.NewFlagSet("stampede", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	// The flag package prints each flag's default, the in-process one;
+	// the help names the values -instances and -mode staleness use instead.
+	instancesTTL := InstancesTTL.String()
+	if StalenessTTL != InstancesTTL {
+		instancesTTL += " (" + StalenessTTL.String() + " with -mode staleness)"
+	}
 	var (
 		targets  = fs.String("target", "", "comma-separated base URLs of running productd instances; empty starts productd in-process (SQLite, memory tier)")
 		n        = fs.Int("n", DefaultN, "requests per herd")
@@ -32,8 +38,8 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 		key      = fs.String("key", DefaultKey, "hot product: tenant/id[?locale=…&currency=…]")
 		modes    = fs.String("mode", strings.Join(AllModes, ","), "comma-separated modes: naive, flightcache, early-refresh; penetration (or penetration-naive, penetration-negative, penetration-guard): -n distinct ids that do not exist; with -instances: local, cluster (default both), or staleness alone (see below)")
 		duration = fs.Duration("duration", DefaultDuration, "length of the continuous traffic of early-refresh mode")
-		latency  = fs.Duration("origin-latency", DefaultOriginLatency, fmt.Sprintf("in-process productd and -instances: delay of each origin query (default %v with -instances)", InstancesOriginLatency))
-		ttl      = fs.Duration("ttl", DefaultTTL, fmt.Sprintf("in-process productd and -instances: cache TTL (the herd arrives right after it expires or, when that is more than 15s away, right after an update of another variant of the product invalidated it on every instance; default %v with -instances, %v with -mode staleness)", InstancesTTL, StalenessTTL))
+		latency  = fs.Duration("origin-latency", DefaultOriginLatency, fmt.Sprintf("delay of each origin query, for -instances %v unless set (%v with -mode staleness) and for the in-process productd", InstancesOriginLatency, StalenessOriginLatency))
+		ttl      = fs.Duration("ttl", DefaultTTL, "cache TTL (the herd arrives right after it expires or, when that is more than 15s away, right after an update of another variant of the product invalidated it on every instance), for -instances "+instancesTTL+" unless set and for the in-process productd")
 		asJSON   = fs.Bool("json", false, "print machine-readable results on stdout")
 		report   = fs.String("report", filepath.Join(os.TempDir(), "stampede-report.html"), "where to write the HTML report; empty: no report")
 		inst     = fs.Int("instances", 0, "start this many productd processes (built from this module) sharing -redis and one database, spread the herd over them, and compare -mode local (coalescing per process) against cluster (across them)")
