@@ -69,11 +69,24 @@ type Config struct {
 	// redislease's default: 1s, or 4 BusHeartbeats if that is longer.
 	BusDownAfter time.Duration
 
-	Mode        product.Mode // flightcache or naive
-	TTL         time.Duration
+	Mode product.Mode // flightcache or naive
+	TTL  time.Duration
+	// NegativeTTL is how long a "not found" is cached; 0 picks
+	// EffectiveNegativeTTL's default, DefaultNegativeTTL capped at TTL (as
+	// flightcache.Options.NegativeTTL is), so that a short TTL needs no
+	// -negative-ttl of its own. An explicit value above TTL is refused.
 	NegativeTTL time.Duration
 	Jitter      float64
-	StaleFor    time.Duration
+	// StaleFor keeps values this long past their TTL, to be served when a
+	// load fails or (with SoftTimeout) is slow. 0 turns it off.
+	StaleFor time.Duration
+	// SoftTimeout: a request for a product that has a stale value (see
+	// StaleFor) waits this long for the origin, then gets the stale value
+	// while the load goes on in the background and refreshes the entry
+	// (flightcache.Options.SoftTimeout). 0 turns it off: such a request
+	// waits for the load, up to LoaderTimeout. It needs StaleFor and must
+	// be below LoaderTimeout (Validate).
+	SoftTimeout time.Duration
 	// FailureThrottle: after a failed origin load of a product, requests
 	// for it within this window get the stale value (or the failure) at
 	// once instead of asking the origin again. 0 turns it off.
@@ -103,6 +116,10 @@ type Config struct {
 	Catalog *product.Catalog
 }
 
+// DefaultNegativeTTL is how long a "not found" is cached when
+// -negative-ttl is not set, capped at -cache-ttl (EffectiveNegativeTTL).
+const DefaultNegativeTTL = 30 * time.Second
+
 // The coalescing scopes of Config.Coalesce.
 const (
 	CoalesceCluster = "cluster"
@@ -125,7 +142,6 @@ func Default() Config {
 		FailureThrottle: 2 * time.Second,
 		Mode:            product.ModeFlightcache,
 		TTL:             5 * time.Minute,
-		NegativeTTL:     30 * time.Second,
 		Jitter:          0.1,
 		LoaderTimeout:   5 * time.Second,
 		MaxInFlight:     10_000,
@@ -156,18 +172,29 @@ func (c Config) Validate() error {
 		return bad("-origin-latency must not be negative")
 	case c.TTL < flightcache.MinTTL || c.TTL > flightcache.MaxTTL:
 		return bad("-cache-ttl must be between %v and %v", flightcache.MinTTL, flightcache.MaxTTL)
-	case c.NegativeTTL < flightcache.MinTTL || c.NegativeTTL > c.TTL:
-		return bad("-negative-ttl must be between 1s and -cache-ttl")
+	case c.NegativeTTL < 0 || (c.NegativeTTL != 0 && c.NegativeTTL < flightcache.MinTTL):
+		return bad("-negative-ttl must be 0 (the default: %v, capped at -cache-ttl) or between %v and -cache-ttl", DefaultNegativeTTL, flightcache.MinTTL)
+	case c.NegativeTTL > c.TTL:
+		return bad("-negative-ttl %v is longer than -cache-ttl %v: a \"not found\" would be cached longer than a product; "+
+			"lower -negative-ttl, or leave it unset for %v capped at -cache-ttl", c.NegativeTTL, c.TTL, DefaultNegativeTTL)
 	case c.Jitter < 0 || c.Jitter > 0.5:
 		return bad("-cache-jitter must be in [0, 0.5]")
 	case c.StaleFor < 0:
 		return bad("-stale-for must not be negative")
+	case c.SoftTimeout < 0:
+		return bad("-soft-timeout must not be negative")
+	case c.SoftTimeout > 0 && c.StaleFor == 0:
+		return bad("-soft-timeout %v needs -stale-for: it serves a stale value when the origin is slower than it, "+
+			"and without -stale-for no value is kept past its TTL; set -stale-for (say 1h), or leave -soft-timeout 0", c.SoftTimeout)
 	case c.FailureThrottle < 0 || c.FailureThrottle > time.Minute:
 		return bad("-failure-throttle must be between 0 and 1m")
 	case c.RedisTimeout < time.Millisecond || c.RedisTimeout > 10*time.Second:
 		return bad("-redis-timeout must be between 1ms and 10s")
 	case c.LoaderTimeout < time.Millisecond || c.LoaderTimeout > 10*time.Minute:
 		return bad("-loader-timeout must be between 1ms and 10m")
+	case c.SoftTimeout > 0 && c.SoftTimeout >= c.LoaderTimeout:
+		return bad("-soft-timeout %v must be below -loader-timeout %v: past -loader-timeout the load has failed, "+
+			"and a stale value stands in for a failed load without any soft timeout", c.SoftTimeout, c.LoaderTimeout)
 	case c.Coalesce != "" && c.Coalesce != CoalesceCluster && c.Coalesce != CoalesceLocal:
 		return bad("-coalesce must be cluster or local")
 	case c.Coalesce == CoalesceCluster && c.Redis == "":
@@ -230,6 +257,15 @@ func (c Config) Coalescing() string {
 		return CoalesceCluster
 	}
 	return CoalesceLocal
+}
+
+// EffectiveNegativeTTL is NegativeTTL, or the default it stands for when
+// 0: DefaultNegativeTTL, capped at TTL.
+func (c Config) EffectiveNegativeTTL() time.Duration {
+	if c.NegativeTTL != 0 {
+		return c.NegativeTTL
+	}
+	return min(DefaultNegativeTTL, c.TTL)
 }
 
 // EffectiveCoalesceWait is CoalesceWait, or the default it stands for
@@ -391,9 +427,10 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	dur(&c.OriginLatency, "origin-latency", "artificial delay added to each origin lookup (demos, tests), e.g. 200ms")
 	str(&mode, "mode", "read path: flightcache (coalesced) or naive (uncoordinated cache-aside, to show the herd)")
 	dur(&c.TTL, "cache-ttl", "how long a product stays fresh in the cache (1s to 24h)")
-	dur(&c.NegativeTTL, "negative-ttl", "how long a \"not found\" is cached (1s to -cache-ttl)")
+	dur(&c.NegativeTTL, "negative-ttl", "how long a \"not found\" is cached (0: 30s, capped at -cache-ttl; otherwise 1s to -cache-ttl)")
 	float(&c.Jitter, "cache-jitter", "fraction by which each TTL is randomly shortened, in [0, 0.5]")
-	dur(&c.StaleFor, "stale-for", "serve values up to this long past their TTL when the origin fails (0: off)")
+	dur(&c.StaleFor, "stale-for", "serve values up to this long past their TTL when the origin fails, or is slower than -soft-timeout (0: off)")
+	dur(&c.SoftTimeout, "soft-timeout", "with -stale-for: how long a request for a product that has a stale value waits for the origin before it gets that value (Cache-Status detail=soft-timeout), the load going on in the background to refresh it; below -loader-timeout (0: off, requests wait for the load up to -loader-timeout)")
 	dur(&c.FailureThrottle, "failure-throttle", "after a failed origin load of a product, serve its stale value (or the failure) at once for this long instead of asking the origin again (0: off, at most 1m)")
 	boolean(&c.EarlyRefresh, "early-refresh", "refresh hot entries in the background before they expire (XFetch)")
 	dur(&c.LoaderTimeout, "loader-timeout", "hard timeout of one origin load; beyond it requests get 504")

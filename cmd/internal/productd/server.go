@@ -169,7 +169,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	})
 	reg.MustRegister(invalidateFailed)
 	svcOpts := product.ServiceOptions{
-		Mode: cfg.Mode, TTL: cfg.TTL, NegativeTTL: cfg.NegativeTTL, Jitter: cfg.Jitter,
+		Mode: cfg.Mode, TTL: cfg.TTL, NegativeTTL: cfg.EffectiveNegativeTTL(), Jitter: cfg.Jitter,
 		LoaderTimeout: cfg.LoaderTimeout, Logger: log, OnInvalidateFailed: invalidateFailed.Inc,
 	}
 	if cfg.Mode == product.ModeNaive {
@@ -204,7 +204,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 		s.cache, err = flightcache.New(flightcache.Options[product.Entry]{
 			Name: "product", Local: s.local, Shared: shared, Coordinator: coord, CoalesceWait: cfg.EffectiveCoalesceWait(),
 			Bus: bus, BusDownTTL: cfg.BusDownTTL,
-			TTL: cfg.TTL, NegativeTTL: cfg.NegativeTTL, Jitter: jitter, StaleFor: cfg.StaleFor,
+			TTL: cfg.TTL, NegativeTTL: cfg.EffectiveNegativeTTL(), Jitter: jitter,
+			StaleFor: cfg.StaleFor, SoftTimeout: cfg.SoftTimeout,
 			EarlyRefresh: cfg.EarlyRefresh, LoaderTimeout: cfg.LoaderTimeout, FailureThrottle: cfg.FailureThrottle,
 			SharedTimeout: cfg.RedisTimeout, SharedBreaker: s.breaker,
 			MaxInFlight: cfg.MaxInFlight, MaxWaiters: cfg.MaxWaiters,
@@ -494,7 +495,14 @@ func (s *statusWriter) WriteHeader(code int) {
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // ready is /readyz. The instance can serve while the origin answers a
-// query on the products table: that alone decides. Redis is reported but
+// query on the products table, or, with -stale-for (flightcache mode),
+// while it answers from the cache: then a database that fails is reported
+// (db: down) but keeps the instance ready, since the cache serves the
+// values it holds stale for -stale-for and every instance shares the
+// outage, so a load balancer that took them all out would turn stale
+// answers into no answers. Without -stale-for a database that fails makes
+// the instance unready, as nothing but fresh cached values could be
+// served, for at most -cache-ttl. Redis is reported but
 // never makes the instance unready, not even in cluster mode (which then
 // degrades to process-local coalescing), since without it requests still go to
 // the memory tier and the origin; a load balancer that dropped every
@@ -509,7 +517,7 @@ func (s *Server) ready(ctx context.Context) httpapi.Readiness {
 		}
 	}
 	if err := s.repo.CanServe(ctx); err != nil {
-		rd.Ready, rd.Dependencies["db"] = false, "down"
+		rd.Ready, rd.Dependencies["db"] = s.servesStale(), "down"
 	}
 	if s.rdb != nil {
 		pctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
@@ -524,6 +532,11 @@ func (s *Server) ready(ctx context.Context) httpapi.Readiness {
 	}
 	return rd
 }
+
+// servesStale reports whether the cache keeps values past their TTL to
+// stand in for a failed or slow origin: -stale-for in flightcache mode
+// (the naive mode has no stale values).
+func (s *Server) servesStale() bool { return s.cache != nil && s.cfg.StaleFor > 0 }
 
 // Coalescing is the scope loads are coalesced in right now, as /readyz
 // and the startup log show it: "cluster"; "local (degraded)" when cluster
@@ -611,6 +624,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		slog.String("origin", string(s.repo.Dialect())),
 		slog.String("db", s.repo.Name()),
 		slog.Duration("ttl", s.cfg.TTL),
+		slog.Duration("stale_for", s.cfg.StaleFor),
+		slog.Duration("soft_timeout", s.cfg.SoftTimeout),
 		slog.Bool("early_refresh", s.cfg.EarlyRefresh),
 		slog.Duration("origin_latency", s.cfg.OriginLatency))
 	s.log.LogAttrs(ctx, slog.LevelInfo, "productd listening", attrs...)
