@@ -23,6 +23,21 @@ import (
 //   - fwd (§2.2): the request went to the origin. fwd=miss: no usable value
 //     was cached; fwd=stale: only a stale value was cached, the origin was
 //     asked and did not deliver, and the stale value was served.
+//     fwd=uri-miss (no entry for the key at all) is never sent: a Result
+//     does not tell an absent entry from an unusable one (expired, past
+//     its stale window, untrusted while the bus is down, or unreadable in
+//     Redis), so every forward without a usable value is fwd=miss, the
+//     RFC's value for a cache that cannot tell. For the same reason a load
+//     that succeeded while a stale value was cached is fwd=miss too.
+//   - fwd-status (§2.3): only with fwd=stale, when the stale value stood in
+//     for a failure of this process's load: the status productd answers
+//     that failure with when it has no stale value (502 for an origin
+//     error, 504 for a timeout, 500 for a loader panic; see classify). It
+//     is left out when the origin has not answered (soft-timeout), when
+//     another instance ran the load (cluster mode), and when the cause is
+//     unknown. With every other fwd it is left out and defaults, per the
+//     RFC, to the response's own status, which is then what the load came
+//     to: 200, the 404 of a not-found, the error status of a failure.
 //   - stored (§2.5): this request's load stored its value, in the memory
 //     tier at least (detail=shared-write-failed: not in Redis).
 //   - collapsed (§2.6): this request shared another request's load.
@@ -36,9 +51,7 @@ import (
 //     mode; the value arrived through Redis). Each detail is an RFC 8941
 //     token.
 //
-// fwd-status (§2.3) is never sent: the origin is a database, not an HTTP
-// server, so there is no status it returned. key (§2.7) is never sent:
-// cache keys hold tenant and product IDs.
+// key (§2.7) is never sent: cache keys hold tenant and product IDs.
 //
 // A request turned away before anything was forwarded (overload, shutdown,
 // an origin still throttled after a failure) carries neither hit nor fwd,
@@ -52,7 +65,9 @@ import (
 //	flightcache; fwd=miss; collapsed; ttl=300; detail=coalesced-cluster
 //	flightcache; fwd=miss; stored; ttl=300; detail=shared-write-failed
 //	flightcache; hit; ttl=17; detail=not-found
-//	flightcache; fwd=stale; ttl=-4; detail=origin-error
+//	flightcache; fwd=stale; fwd-status=502; ttl=-4; detail=origin-error
+//	flightcache; fwd=stale; fwd-status=504; ttl=-4; detail=origin-error
+//	flightcache; fwd=stale; ttl=-4; detail=soft-timeout
 //	flightcache; hit; ttl=-4; detail=origin-throttled
 //	flightcache; fwd=miss; detail=origin-timeout
 //	flightcache; fwd=miss; detail=uncached
@@ -90,6 +105,9 @@ func CacheStatus(cache string, sv product.Served, err error) string {
 			detail = "soft-timeout"
 		default:
 			param("fwd=stale")
+			if code, ok := staleFwdStatus(sv.StaleCause); ok {
+				param("fwd-status=" + strconv.Itoa(code))
+			}
 			detail = "origin-error"
 		}
 	case flightcache.OutcomeLoaded:
@@ -154,6 +172,32 @@ func CacheStatus(cache string, sv product.Served, err error) string {
 		param("detail=" + detail)
 	}
 	return sb.String()
+}
+
+// staleFwdStatus is the fwd-status of a stale value served because of
+// cause (Served.StaleCause): the status productd answers cause with when it
+// has no stale value to serve, when cause is the failure of a load this
+// process ran or shared. ok is false when there is no such status: the
+// cause is unknown (nil), the origin has not answered yet (soft timeout),
+// the load ran on another instance or was never started here (cluster
+// mode's leader failure, coalesce timeout, unavailable coordinator), or
+// nothing was forwarded (the failure throttle, an overload rejection,
+// shutdown).
+func staleFwdStatus(cause error) (code int, ok bool) {
+	var te *flightcache.ThrottledError
+	switch {
+	case cause == nil,
+		errors.Is(cause, flightcache.ErrSoftTimeout),
+		errors.As(cause, &te),
+		errors.Is(cause, flightcache.ErrLeaderFailed),
+		errors.Is(cause, flightcache.ErrCoalesceTimeout),
+		errors.Is(cause, flightcache.ErrCoordinatorUnavailable),
+		errors.Is(cause, singleflight.ErrTooManyInFlight),
+		errors.Is(cause, singleflight.ErrTooManyWaiters),
+		errors.Is(cause, singleflight.ErrClosed):
+		return 0, false
+	}
+	return classify(cause, 0).status, true
 }
 
 // ttlSeconds rounds away from zero: a fresh value's ttl up, so that a

@@ -582,12 +582,15 @@ func TestCacheStatusFollowsRFC9211ForEveryOutcome(t *testing.T) {
 		{"§2.5 stored: this request's load led the cluster; no coalescing detail", scoped(flightcache.OutcomeLoaded, flightcache.ScopeLocal), nil, "flightcache; fwd=miss; stored; ttl=300"},
 		{"§2.5 stored: a not-found is stored as a tombstone", sv(flightcache.OutcomeLoaded, 30*time.Second), product.ErrNotFoundCached, "flightcache; fwd=miss; stored; ttl=30; detail=not-found"},
 		{"§2.1 hit on a cached not-found", sv(flightcache.OutcomeNegativeHit, 17*time.Second), product.ErrNotFoundCached, "flightcache; hit; ttl=17; detail=not-found"},
-		{"§2.2 fwd=stale: only a stale value was cached and the request went forward; §2.4 negative ttl is stale", stale(originDown), nil, "flightcache; fwd=stale; ttl=-4; detail=origin-error"},
-		{"§2.2 fwd=stale: forwarded, the origin was too slow for the soft timeout", stale(flightcache.ErrSoftTimeout), nil, "flightcache; fwd=stale; ttl=-4; detail=soft-timeout"},
+		{"§2.2 fwd=stale: only a stale value was cached and the request went forward; §2.3 fwd-status: the 502 the failure gets without a stale value; §2.4 negative ttl is stale", stale(originDown), nil, "flightcache; fwd=stale; fwd-status=502; ttl=-4; detail=origin-error"},
+		{"§2.2 fwd=stale; §2.3 fwd-status: the 504 of a load that timed out", stale(fmt.Errorf("load: %w", context.DeadlineExceeded)), nil, "flightcache; fwd=stale; fwd-status=504; ttl=-4; detail=origin-error"},
+		{"§2.2 fwd=stale; §2.3 no fwd-status: the load failed on another instance (cluster mode), whose status this one cannot know", stale(fmt.Errorf("%w: it timed out", flightcache.ErrLeaderFailed)), nil, "flightcache; fwd=stale; ttl=-4; detail=origin-error"},
+		{"§2.2 fwd=stale; §2.3 no fwd-status: another instance's load has not answered yet (cluster mode)", stale(flightcache.ErrCoalesceTimeout), nil, "flightcache; fwd=stale; ttl=-4; detail=origin-error"},
+		{"§2.2 fwd=stale: forwarded, the origin was too slow for the soft timeout; §2.3 no fwd-status, the origin has not answered", stale(flightcache.ErrSoftTimeout), nil, "flightcache; fwd=stale; ttl=-4; detail=soft-timeout"},
 		{"§2.1 hit: the failure throttle served the stale value without forwarding; §2.4 negative ttl", stale(throttled), nil, "flightcache; hit; ttl=-4; detail=origin-throttled"},
 		{"§2.2 fwd=miss; §2.5 stored: the memory tier of this cache holds it, only the shared write failed (§2.8 detail); §2.4 ttl of the stored value", sv(flightcache.OutcomeLoadedWriteFailed, time.Minute), nil, "flightcache; fwd=miss; stored; ttl=60; detail=shared-write-failed"},
 		{"§2.2 fwd=miss; no §2.5 stored and no ttl: another instance held the lease past the coalesce wait", sv(flightcache.OutcomeLoadedUncached, 300*time.Second), nil, "flightcache; fwd=miss; detail=uncached"},
-		{"§2.2 fwd=miss that failed; §2.3 fwd-status omitted, the origin is not HTTP", failed, originDown, "flightcache; fwd=miss; detail=origin-error"},
+		{"§2.2 fwd=miss that failed; §2.3 fwd-status omitted: it defaults to the response's own status (502)", failed, originDown, "flightcache; fwd=miss; detail=origin-error"},
 		{"§2.2 fwd=miss that timed out", failed, fmt.Errorf("load: %w", context.DeadlineExceeded), "flightcache; fwd=miss; detail=origin-timeout"},
 		{"§2.2 fwd=miss for an uncached not-found (naive mode)", failed, product.ErrNotFoundCached, "flightcache; fwd=miss; detail=not-found"},
 		{"§2.2 no fwd: an overload rejection forwarded nothing", failed, singleflight.ErrTooManyInFlight, "flightcache; detail=overloaded"},
@@ -597,7 +600,7 @@ func TestCacheStatusFollowsRFC9211ForEveryOutcome(t *testing.T) {
 		{"§2.2 no fwd: the load failed on the instance that led it (cluster mode)", failed, fmt.Errorf("%w: connection refused", flightcache.ErrLeaderFailed), "flightcache; detail=leader-failed"},
 		{"§2.1 no hit, §2.2 no fwd: the guard answered without a stored response", sv(flightcache.OutcomeFiltered, time.Second), product.ErrNotFoundCached, "flightcache; detail=filtered"},
 		{"§2.4 ttl only when known", product.Served{Outcome: flightcache.OutcomeHitLocal}, nil, "flightcache; hit"},
-		{"§2.4 a value stale by less than a second is still negative, never ttl=0", product.Served{Outcome: flightcache.OutcomeStale, TTL: -300 * time.Millisecond, TTLKnown: true}, nil, "flightcache; fwd=stale; ttl=-1; detail=origin-error"},
+		{"§2.4 a value stale by less than a second is still negative, never ttl=0; §2.3 no fwd-status for an unknown cause", product.Served{Outcome: flightcache.OutcomeStale, TTL: -300 * time.Millisecond, TTLKnown: true}, nil, "flightcache; fwd=stale; ttl=-1; detail=origin-error"},
 	}
 	for _, tc := range tests {
 		if got := CacheStatus("flightcache", tc.sv, tc.err); got != tc.want {
