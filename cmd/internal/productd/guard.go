@@ -2,10 +2,14 @@ package productd
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flightcache/flightcache/bloomguard"
@@ -42,12 +46,44 @@ const createTimeout = 20 * time.Second
 // older than MaxAge, so (3) committed less than MaxAge ago, and (1)
 // preceded (3) by at most createTimeout: (1) is younger than keep, a
 // contradiction.
+//
+// The argument needs the recent set intact. A Redis restarted empty (or
+// a replica that missed writes) loses it: the guard detects that through
+// the set's epoch (see recentCreations), lets every id through until its
+// filter has been rebuilt from the origin, and adds every product it loads
+// to its filter, so an id it has served is never filtered afterwards.
+// While Redis cannot answer at all, creations are refused (their record
+// fails) and the filter decides alone: only creations committed on other
+// instances since its last rebuild may be missed, and the first failure
+// triggers an early rebuild that reads them (see docs/productd.md, the
+// outage table: "Redis trouble, Bloom guard").
 type penetrationGuard struct {
 	filter *bloomguard.Filter
 	recent *recentCreations // nil without Redis
+	src    bloomguard.Source
+	log    *slog.Logger
+
+	// settle is how long after a detected loss of the recent set the
+	// rebuild that restores trust must start (nanoseconds): a creation
+	// whose record was lost commits at most createTimeout after it, so a
+	// rebuild starting createTimeout after the detection reads it.
+	settle atomic.Int64
+	lossAt atomic.Int64 // Unix ns of the last detected loss
+
+	lost, trouble chan struct{} // 1-buffered wake-ups of recover
+	touchEvery    time.Duration // how often recover renews the epoch's TTL
+	ctx           context.Context
+	cancel        context.CancelFunc
+	done          chan struct{}
+	closeOnce     sync.Once
 }
 
 // MayExist implements driver.Guard on productd's cache keys.
+//
+// An id the filter rules out is let through when the recent set has it,
+// or when the set cannot be trusted (its loss was detected and the filter
+// has not been rebuilt since). While Redis cannot answer (timeout, error,
+// open breaker) the filter alone decides: see recentCreations.contains.
 func (g *penetrationGuard) MayExist(ctx context.Context, k string) bool {
 	parts, err := key.Parse(k)
 	if err != nil || parts.Tenant == "" || parts.ID == "" {
@@ -57,6 +93,148 @@ func (g *penetrationGuard) MayExist(ctx context.Context, k string) bool {
 		return true
 	}
 	return g.recent != nil && g.recent.contains(ctx, parts.Tenant, parts.ID)
+}
+
+// onLoss is recentCreations.onLoss: wake recover to rebuild the filter.
+func (g *penetrationGuard) onLoss() {
+	g.lossAt.Store(time.Now().UnixNano())
+	g.log.LogAttrs(context.Background(), slog.LevelWarn,
+		"bloom guard: the recent-creations set in redis was lost (its epoch is gone or changed); ids the filter rules out go to the origin until it is rebuilt")
+	select {
+	case g.lost <- struct{}{}:
+	default:
+	}
+}
+
+// onTrouble is recentCreations.onTrouble: wake recover for an early
+// rebuild, which narrows what the filter alone may miss to creations that
+// committed after it read the origin.
+func (g *penetrationGuard) onTrouble() {
+	select {
+	case g.trouble <- struct{}{}:
+	default:
+	}
+}
+
+// recover runs until close: after a loss of the recent set, it waits
+// settle, adopts the set's current epoch (creating one if there is none),
+// rebuilds the filter from the origin and only then trusts the set again;
+// after the start of Redis trouble, it rebuilds the filter early.
+func (g *penetrationGuard) recover() {
+	defer close(g.done)
+	wait := func(d time.Duration) bool {
+		if d <= 0 {
+			return g.ctx.Err() == nil
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-g.ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	// The epoch key lives epochTTL past its last write: every running
+	// instance keeps it alive, so only a Redis that lost it (or 24 hours
+	// without any instance) makes it go.
+	var touch <-chan time.Time
+	if g.recent != nil {
+		t := time.NewTicker(g.touchEvery)
+		defer t.Stop()
+		touch = t.C
+	}
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-touch:
+			g.recent.touch(g.ctx)
+		case <-g.trouble:
+			if err := g.filter.Rebuild(g.ctx, g.src); err != nil && g.ctx.Err() == nil {
+				g.log.LogAttrs(g.ctx, slog.LevelWarn, "bloom guard: early rebuild on redis trouble failed", slog.Any("error", err))
+			}
+		case <-g.lost:
+			if !wait(time.Until(time.Unix(0, g.lossAt.Load()).Add(time.Duration(g.settle.Load())))) {
+				return
+			}
+			for {
+				epoch, err := g.recent.adopt(g.ctx)
+				if err == nil {
+					err = g.filter.Rebuild(g.ctx, g.src)
+				}
+				if err == nil {
+					g.recent.trust(epoch)
+					g.log.LogAttrs(g.ctx, slog.LevelInfo, "bloom guard: filter rebuilt after the loss of the recent-creations set; trusting it again")
+					break
+				}
+				if g.ctx.Err() != nil {
+					return
+				}
+				g.log.LogAttrs(g.ctx, slog.LevelWarn, "bloom guard: recovery from the loss of the recent-creations set failed; trying again",
+					slog.Any("error", err))
+				if !wait(time.Second) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// close stops the scheduled rebuilds and recover, and waits for them.
+func (g *penetrationGuard) close() error {
+	g.closeOnce.Do(func() {
+		g.cancel()
+		<-g.done
+	})
+	return g.filter.Close()
+}
+
+// servedRepository adds every product the origin returns to the filter:
+// an id this instance has loaded is never filtered afterwards, whatever
+// the recent set (lost, trimmed, on a replica that missed it) says.
+type servedRepository struct {
+	product.Repository
+	filter *bloomguard.Filter
+}
+
+func (r servedRepository) Get(ctx context.Context, ref product.Ref) (product.Product, error) {
+	p, err := r.Repository.Get(ctx, ref)
+	if err == nil {
+		r.filter.Add(ref.Tenant, ref.ID)
+	}
+	return p, err
+}
+
+func (r servedRepository) GetMany(ctx context.Context, sel product.Selection) (map[string]product.Product, error) {
+	br, ok := r.Repository.(product.BatchRepository)
+	if !ok {
+		out := make(map[string]product.Product, len(sel.IDs))
+		for _, id := range sel.IDs {
+			p, err := r.Get(ctx, product.Ref{Tenant: sel.Tenant, ID: id, Locale: sel.Locale, Currency: sel.Currency})
+			if errors.Is(err, product.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			out[id] = p
+		}
+		return out, nil
+	}
+	out, err := br.GetMany(ctx, sel)
+	for id := range out {
+		r.filter.Add(sel.Tenant, id)
+	}
+	return out, err
+}
+
+func (r servedRepository) Create(ctx context.Context, ref product.Ref, d product.Draft) (product.Product, error) {
+	cr, ok := r.Repository.(product.Creator)
+	if !ok {
+		return product.Product{}, product.ErrCreateUnsupported
+	}
+	return cr.Create(ctx, ref, d)
 }
 
 // announce makes a product about to be created known before its row is
@@ -108,6 +286,14 @@ func (c creator) Create(ctx context.Context, ref product.Ref, d product.Draft) (
 // in the last keep, scored by creation time (Unix ms). Entries older than
 // keep are trimmed on every record and ignored on lookup.
 //
+// Beside the sets lives an epoch key, a random token written (if absent)
+// in the transaction of every record. An instance trusts the sets only
+// while the epoch it read before its filter's last rebuild after a loss
+// (or at start) is the one Redis holds: a Redis restarted empty, flushed
+// or replaced by a replica without the key answers another epoch or none,
+// and a lookup that sees that makes the sets "unknown" (ids the filter
+// rules out go to the origin) until the guard has rebuilt its filter.
+//
 // Every call is bounded by timeout (-redis-timeout) and goes through
 // breaker, the Cache's shared-tier breaker: a sick Redis costs a lookup at
 // most one timeout until the breaker opens, then nothing, and the guard's
@@ -118,7 +304,16 @@ type recentCreations struct {
 	keep    time.Duration
 	timeout time.Duration
 	breaker driver.SharedBreaker // nil: every call goes to Redis
+
+	trusted   atomic.Pointer[string] // the epoch the filter covers; nil: the sets are unknown
+	troubled  atomic.Bool            // the last call failed
+	onLoss    func()                 // called when trusted goes nil (may be nil)
+	onTrouble func()                 // called when troubled goes true (may be nil)
 }
+
+// epochTTL is the life of the epoch key after its last renewal (a record,
+// a recovery, or every -bloom-rebuild by each running instance).
+const epochTTL = 24 * time.Hour
 
 // allow asks the breaker for a call. done reports the call's outcome; a
 // failure caused by the caller's own context ending is not Redis' fault
@@ -140,14 +335,59 @@ func (r *recentCreations) key(tenant string) string {
 	return r.prefix + "bloom:created:" + tenant
 }
 
+func (r *recentCreations) epochKey() string {
+	return r.prefix + "bloom:epoch"
+}
+
+func newEpoch() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// trust makes epoch the one the filter covers.
+func (r *recentCreations) trust(epoch string) {
+	r.trusted.Store(&epoch)
+}
+
+// check compares the epoch Redis answered ("" for none) with the trusted
+// one and reports whether the sets can be trusted. The first mismatch
+// drops the trust and calls onLoss.
+func (r *recentCreations) check(epoch string) bool {
+	t := r.trusted.Load()
+	if t == nil {
+		return false
+	}
+	if epoch != "" && *t == epoch {
+		return true
+	}
+	if r.trusted.CompareAndSwap(t, nil) && r.onLoss != nil {
+		r.onLoss()
+	}
+	return false
+}
+
+// answered records whether Redis answered a call: the first failure after
+// an answer calls onTrouble.
+func (r *recentCreations) answered(ok bool) {
+	if ok {
+		r.troubled.Store(false)
+	} else if r.troubled.CompareAndSwap(false, true) && r.onTrouble != nil {
+		r.onTrouble()
+	}
+}
+
 // record adds id to tenant's set, trims what is older than keep and lets
-// the whole set expire keep after its last write.
+// the whole set expire keep after its last write; it writes the epoch key
+// if absent in the same transaction (so a set never outlives its epoch
+// unnoticed) and checks it.
 // A failure, a timeout or an open breaker is an error matching
 // product.ErrCacheUnavailable (the create is refused with 503 before its
 // row is inserted); the caller's own context ending is its error.
 func (r *recentCreations) record(ctx context.Context, tenant, id string) error {
 	done, err := r.allow(ctx)
 	if err != nil {
+		r.answered(false)
 		return fmt.Errorf("productd: record the creation in redis: %w: %w", product.ErrCacheUnavailable, err)
 	}
 	now := time.Now()
@@ -155,6 +395,9 @@ func (r *recentCreations) record(ctx context.Context, tenant, id string) error {
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	pipe := r.rdb.TxPipeline()
+	pipe.SetNX(cctx, r.epochKey(), newEpoch(), 0)
+	pipe.PExpire(cctx, r.epochKey(), epochTTL)
+	epoch := pipe.Get(cctx, r.epochKey())
 	pipe.ZAdd(cctx, k, redis.Z{Score: float64(now.UnixMilli()), Member: id})
 	pipe.ZRemRangeByScore(cctx, k, "-inf", "("+strconv.FormatInt(now.Add(-r.keep).UnixMilli(), 10))
 	pipe.PExpire(cctx, k, r.keep)
@@ -162,21 +405,63 @@ func (r *recentCreations) record(ctx context.Context, tenant, id string) error {
 	done(err)
 	switch {
 	case err == nil:
+		r.answered(true)
+		r.check(epoch.Val())
 		return nil
 	case ctx.Err() != nil:
 		return context.Cause(ctx)
 	default:
+		r.answered(false)
 		return fmt.Errorf("productd: record the creation in redis: %w: %w", product.ErrCacheUnavailable, err)
 	}
 }
 
-// contains reports whether id was created in tenant within keep. A lookup
-// that fails answers true: a "maybe" costs an origin query at most, a
-// wrong "no" would hide a product. While the breaker is open it answers
-// true without calling Redis.
+// adopt writes the epoch key if absent and returns the epoch Redis holds:
+// the guard reads it before rebuilding the filter, and trusts it once the
+// rebuild succeeded.
+func (r *recentCreations) adopt(ctx context.Context) (string, error) {
+	done, err := r.allow(ctx)
+	if err != nil {
+		return "", err
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	pipe := r.rdb.TxPipeline()
+	pipe.SetNX(cctx, r.epochKey(), newEpoch(), 0)
+	pipe.PExpire(cctx, r.epochKey(), epochTTL)
+	epoch := pipe.Get(cctx, r.epochKey())
+	_, err = pipe.Exec(cctx)
+	done(err)
+	if err != nil {
+		return "", fmt.Errorf("productd: read the recent-creations epoch: %w", err)
+	}
+	return epoch.Val(), nil
+}
+
+// touch renews the epoch key's TTL if it exists (a lost one stays lost,
+// for lookups to notice).
+func (r *recentCreations) touch(ctx context.Context) {
+	done, err := r.allow(ctx)
+	if err != nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	done(r.rdb.PExpire(cctx, r.epochKey(), epochTTL).Err())
+}
+
+// contains reports whether the guard should let an id its filter rules
+// out through: true when id was created in tenant within keep, or when
+// the sets are unknown (their loss was detected and the filter not yet
+// rebuilt). When Redis cannot answer (a failure, a timeout, an open
+// breaker) it answers false: the filter, built from the origin, decides
+// alone (see penetrationGuard).
 func (r *recentCreations) contains(ctx context.Context, tenant, id string) bool {
-	at, known := r.lookup(ctx, tenant, id)
-	return !known || !at.IsZero()
+	at, known, trusted := r.lookup(ctx, tenant, id)
+	if !known {
+		return false
+	}
+	return !trusted || !at.IsZero()
 }
 
 // createdSinceSkew is how far another instance's clock, which stamped a
@@ -188,34 +473,55 @@ const createdSinceSkew = time.Second
 // createdSinceSkew), false when Redis cannot tell: it is
 // product.ServiceOptions.CreatedSince, asked on a cached "not found",
 // which stays when in doubt (a Redis outage must not send every cached
-// "not found" to the origin).
+// "not found" to the origin). While the sets are unknown (lost, filter
+// not rebuilt yet) it answers true: the creation may have been lost.
 func (r *recentCreations) createdSince(ctx context.Context, ref product.Ref, since time.Time) bool {
-	at, known := r.lookup(ctx, ref.Tenant, ref.ID)
+	at, known, trusted := r.lookup(ctx, ref.Tenant, ref.ID)
+	if known && !trusted {
+		return true
+	}
 	return known && !at.IsZero() && at.After(since.Add(-createdSinceSkew))
 }
 
-// lookup is one ZSCORE, bounded by timeout and the breaker: when id was
-// created in tenant (zero if not within keep), and whether Redis answered.
-func (r *recentCreations) lookup(ctx context.Context, tenant, id string) (at time.Time, known bool) {
+// lookup is one round trip (the epoch and a ZSCORE), bounded by timeout
+// and the breaker: when id was created in tenant (zero if not within
+// keep), whether Redis answered, and whether the sets can be trusted.
+func (r *recentCreations) lookup(ctx context.Context, tenant, id string) (at time.Time, known, trusted bool) {
 	done, err := r.allow(ctx)
 	if err != nil {
-		return time.Time{}, false
+		r.answered(false)
+		return time.Time{}, false, false
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	score, err := r.rdb.ZScore(cctx, r.key(tenant), id).Result()
-	done(err)
+	pipe := r.rdb.Pipeline()
+	epoch := pipe.Get(cctx, r.epochKey())
+	score := pipe.ZScore(cctx, r.key(tenant), id)
+	pipe.Exec(cctx)
+	err = epoch.Err()
 	if errors.Is(err, redis.Nil) {
-		return time.Time{}, true
+		err = nil
 	}
-	if err != nil {
-		return time.Time{}, false
+	if err == nil {
+		err = score.Err()
 	}
-	at = time.UnixMilli(int64(score))
+	done(err)
+	if err != nil && !errors.Is(err, redis.Nil) {
+		if ctx.Err() == nil {
+			r.answered(false)
+		}
+		return time.Time{}, false, false
+	}
+	r.answered(true)
+	trusted = r.check(epoch.Val())
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, true, trusted
+	}
+	at = time.UnixMilli(int64(score.Val()))
 	if at.Before(time.Now().Add(-r.keep)) {
-		return time.Time{}, true
+		return time.Time{}, true, trusted
 	}
-	return at, true
+	return at, true, trusted
 }
 
 // newPenetrationGuard builds the filter from the origin (a failure leaves
@@ -236,10 +542,14 @@ func newPenetrationGuard(ctx context.Context, cfg Config, repo *product.SQLRepos
 	if err != nil {
 		return nil, err
 	}
-	g := &penetrationGuard{filter: f}
+	g := &penetrationGuard{filter: f, src: repo.EachID, log: log,
+		lost: make(chan struct{}, 1), trouble: make(chan struct{}, 1), done: make(chan struct{}),
+		touchEvery: min(cfg.BloomRebuild, epochTTL/4)}
+	g.settle.Store(int64(createTimeout))
+	g.ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if rdb != nil {
 		g.recent = &recentCreations{rdb: rdb, prefix: cfg.RedisPrefix, keep: maxAge + time.Minute,
-			timeout: cfg.RedisTimeout, breaker: sb}
+			timeout: cfg.RedisTimeout, breaker: sb, onLoss: g.onLoss, onTrouble: g.onTrouble}
 	}
 	stats := func(v func(bloomguard.Stats) float64) func() float64 {
 		return func() float64 { return v(f.Stats()) }
@@ -271,6 +581,17 @@ func newPenetrationGuard(ctx context.Context, cfg Config, repo *product.SQLRepos
 		}, stats(func(s bloomguard.Stats) float64 { return float64(s.RebuildFailures) })),
 	)
 
+	// The epoch is read before the filter is built: every creation
+	// recorded under it after that is in the recent set, every one before
+	// in the origin the build reads.
+	var epoch string
+	if g.recent != nil {
+		var err error
+		if epoch, err = g.recent.adopt(ctx); err != nil {
+			log.LogAttrs(ctx, slog.LevelWarn, "bloom guard: recent-creations epoch not read; ids the filter rules out go to the origin once redis answers, until it is read and the filter rebuilt",
+				slog.Any("error", err))
+		}
+	}
 	start := time.Now()
 	if err := f.Rebuild(ctx, repo.EachID); err != nil {
 		log.LogAttrs(ctx, slog.LevelWarn, "bloom filter not built; every id may exist until a rebuild succeeds",
@@ -282,8 +603,17 @@ func newPenetrationGuard(ctx context.Context, cfg Config, repo *product.SQLRepos
 			slog.Float64("fp_estimate", s.EstimatedFalsePositiveRate), slog.Duration("took", time.Since(start)))
 	}
 	if err := f.RebuildEvery(context.WithoutCancel(ctx), cfg.BloomRebuild, repo.EachID); err != nil {
+		g.cancel()
 		f.Close()
 		return nil, err
+	}
+	go g.recover()
+	if g.recent != nil {
+		if epoch != "" {
+			g.recent.trust(epoch)
+		} else {
+			g.onLoss() // untrusted from the start: recover reads the epoch and rebuilds
+		}
 	}
 	return g, nil
 }
@@ -310,6 +640,9 @@ func (s *Server) startGuard(ctx context.Context, reg prometheus.Registerer) erro
 	if err != nil {
 		return err
 	}
+	// Every product the origin returns is added to the filter (see
+	// servedRepository).
+	s.counted.Repository = servedRepository{Repository: s.counted.Repository, filter: g.filter}
 	s.guard = g
 	return nil
 }

@@ -658,7 +658,7 @@ func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		var errs []error
 		if s.guard != nil {
-			errs = append(errs, s.guard.filter.Close())
+			errs = append(errs, s.guard.close())
 		}
 		// The Cache first: it stops its bus subscription and its loads,
 		// which use the Coordinator (bus and, in cluster mode, coord).
