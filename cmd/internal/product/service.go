@@ -343,6 +343,13 @@ func (s *QueryService) Get(ctx context.Context, ref Ref) (Served, error) {
 	}
 	if !r.Value.FreshUntil.IsZero() {
 		sv.TTL, sv.TTLKnown = r.Value.FreshUntil.Sub(s.opts.Now()), true
+		// The entry's FreshUntil was set on the wall clock inside the load;
+		// the Cache judged the value expired on its own clock (a coarse
+		// clock, whose lag at the load's end can exceed its lag now on a
+		// busy machine). A value served stale is never shown as fresh.
+		if r.Outcome == flightcache.OutcomeStale && sv.TTL > 0 {
+			sv.TTL = -time.Nanosecond
+		}
 	}
 	return sv, nil
 }

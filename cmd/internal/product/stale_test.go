@@ -96,3 +96,54 @@ func TestOutageServesStaleAndProbesTheOriginOncePerWindow(t *testing.T) {
 		t.Fatalf("hidden failures reported: %d (first %v), want one per stale answer", len(hidden), hidden[0])
 	}
 }
+
+// A value served stale is never reported as fresh, even when the entry's
+// own FreshUntil (set on the service's wall clock inside the load) is still
+// ahead of that clock: the Cache judges expiry on its own clock, and on a
+// busy machine its coarse clock can have lagged more at the load's end than
+// it does now, so the Cache may see more time pass than the wall clock.
+func TestStaleAnswerIsNeverShownFresh(t *testing.T) {
+	var mu sync.Mutex
+	wall := time.Now()
+	cacheNow := wall
+	svcClock := func() time.Time { mu.Lock(); defer mu.Unlock(); return wall }
+	cacheClock := func() time.Time { mu.Lock(); defer mu.Unlock(); return cacheNow }
+
+	repo := &failingRepo{Repository: NewMemoryRepository(smallCatalog)}
+	local, err := memstore.New(memstore.Options[Entry]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(local.Close)
+	c, err := flightcache.New(flightcache.Options[Entry]{
+		Local: local, TTL: time.Second, NegativeTTL: time.Second, Jitter: flightcache.DisableJitter,
+		StaleFor: time.Hour, FailureThrottle: 2 * time.Second, Now: cacheClock,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	svc, err := NewQueryService(repo, ServiceOptions{Cache: c, TTL: time.Second, NegativeTTL: time.Second, Now: svcClock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ref := Ref{Tenant: "acme", ID: ProductID(9), Locale: "en-US", Currency: "USD"}
+	if _, err := svc.Get(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	repo.fail.Store(true)
+	mu.Lock()
+	cacheNow = cacheNow.Add(1500 * time.Millisecond) // past the TTL by the Cache's clock
+	wall = wall.Add(500 * time.Millisecond)          // not yet by the wall clock
+	mu.Unlock()
+	for i := range 3 { // the failed probe, then throttled answers
+		sv, err := svc.Get(ctx, ref)
+		if err != nil || sv.Outcome != flightcache.OutcomeStale {
+			t.Fatalf("Get %d = %v, %v; want the stale value", i, sv.Outcome, err)
+		}
+		if !sv.TTLKnown || sv.TTL >= 0 {
+			t.Fatalf("Get %d: stale answer with TTL %v (known %v); want a negative TTL", i, sv.TTL, sv.TTLKnown)
+		}
+	}
+}
