@@ -145,7 +145,7 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 			return m.lead(ctx, t, cl.Lease)
 		}
 		c.emitWoken(ctx, cl.Waited, nil)
-		if it, ok := m.recheck(ctx, c.opts.Now(), t); ok {
+		if it, ok := m.recheck(ctx, c.opts.Now(), t, nil); ok {
 			return &flight[V]{item: it, found: true, remote: true}, nil
 		}
 		after = cl.Done
@@ -230,7 +230,9 @@ func (m *miss[V]) coordinatorFailed(ctx context.Context, t coherence.Ticket, err
 // the broadcast and the release, in the Lease's Complete. The local tier
 // gets the value only if the shared write was not refused: a refused write
 // means a newer load, Set or Delete superseded this one, and the flight
-// then hands its callers what that newer writer stored, when it is there.
+// then hands its callers what that newer writer stored, when it is there
+// (the Lease's Completion carries it, read in the same step as the
+// refusal, or the shared tier is read again).
 // A load that finishes after Close stores nothing (the lease is still
 // completed, so the followers lead at once), and neither does one whose
 // value the codec cannot encode, even by panicking. It sets *ended just
@@ -250,7 +252,7 @@ func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease d
 	// and the followers must hear the result anyway. The Coordinator
 	// bounds its own calls.
 	*ended = true
-	written, err := lease.Complete(context.WithoutCancel(ctx), e)
+	done, err := lease.Complete(context.WithoutCancel(ctx), e)
 	select {
 	case <-lease.Lost():
 		if c.opts.Observer != nil {
@@ -262,15 +264,18 @@ func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease d
 	case err != nil:
 		fl.writeErr = err
 		c.writeFailed(ctx, driver.TierShared, err)
-	case e != nil && !written:
+	case e != nil && !done.Written:
 		if c.opts.Observer != nil {
 			c.emit(ctx, driver.EventFencedWriteRejected, driver.TierShared, nil)
 		}
-		// Not the flight's context either: a leader that stalled past
-		// its loader timeout (paused, swapped out) is exactly the one
-		// whose write is refused, and its callers still wait for the
-		// newer value. The shared read bounds itself (SharedTimeout).
-		if it, ok := m.recheck(context.WithoutCancel(ctx), c.opts.Now(), t); ok {
+		// The entry that refused the write, when the Coordinator read it
+		// in the same step (done.Current), goes through the checks of a
+		// shared read; else the tier is read again. Not the flight's
+		// context either: a leader that stalled past its loader timeout
+		// (paused, swapped out) is exactly the one whose write is
+		// refused, and its callers still wait for the newer value. The
+		// shared read bounds itself (SharedTimeout).
+		if it, ok := m.recheck(context.WithoutCancel(ctx), c.opts.Now(), t, done.Current); ok {
 			return &flight[V]{item: it, found: true, remote: true, loadCtx: fl.loadCtx}
 		}
 		return fl

@@ -41,11 +41,13 @@ func (d *downCoordinator) Invalidate(ctx context.Context, key string) error {
 // tier itself).
 type writeLease struct{}
 
-func (writeLease) Token() uint64                                         { return 1 }
-func (writeLease) TakenOver() bool                                       { return false }
-func (writeLease) Lost() <-chan struct{}                                 { return nil }
-func (writeLease) Complete(context.Context, *driver.Entry) (bool, error) { return true, nil }
-func (writeLease) Fail(context.Context, error) error                     { return nil }
+func (writeLease) Token() uint64         { return 1 }
+func (writeLease) TakenOver() bool       { return false }
+func (writeLease) Lost() <-chan struct{} { return nil }
+func (writeLease) Complete(context.Context, *driver.Entry) (driver.Completion, error) {
+	return driver.Completion{Written: true}, nil
+}
+func (writeLease) Fail(context.Context, error) error { return nil }
 
 func TestCoordinatorOptionsAreValidated(t *testing.T) {
 	coord := &downCoordinator{}

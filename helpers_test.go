@@ -121,6 +121,15 @@ func newMapShared(cacheClock func() time.Time) *mapShared {
 	return &mapShared{m: make(map[string]driver.Entry)}
 }
 
+// peek returns key's entry as the map holds it, without counting a Get
+// or failing with readErr: what another client of the same store sees.
+func (s *mapShared) peek(key string) (driver.Entry, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.m[key]
+	return e, ok
+}
+
 func (s *mapShared) Get(ctx context.Context, key string) (driver.Entry, bool, error) {
 	n := s.gets.Add(1)
 	if s.afterGet != nil {

@@ -53,13 +53,13 @@ func (l *recordingLease) Token() uint64         { return 1 }
 func (l *recordingLease) TakenOver() bool       { return false }
 func (l *recordingLease) Lost() <-chan struct{} { return nil }
 
-func (l *recordingLease) Complete(ctx context.Context, e *driver.Entry) (bool, error) {
+func (l *recordingLease) Complete(ctx context.Context, e *driver.Entry) (driver.Completion, error) {
 	l.completes.Add(1)
 	l.stored.Store(e != nil)
 	if l.coord.ended != nil {
 		l.coord.ended <- l
 	}
-	return true, nil
+	return driver.Completion{Written: true}, nil
 }
 
 func (l *recordingLease) Fail(ctx context.Context, err error) error {

@@ -91,7 +91,7 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 	defer c.coh.End(m.key, t)
 
 	now := c.opts.Now()
-	if it, ok := m.recheck(ctx, now, t); ok {
+	if it, ok := m.recheck(ctx, now, t, nil); ok {
 		return &flight[V]{item: it, found: true}, nil
 	}
 	if c.throttle != nil {
@@ -120,8 +120,10 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 
 // recheck looks for a usable fresh item in the tiers again, inside the
 // flight: another instance may have filled the shared tier, or an earlier
-// flight the local one, since this caller missed.
-func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket) (driver.Item[V], bool) {
+// flight the local one, since this caller missed. read, when not nil, is
+// the key's shared entry already read (the one that refused this flight's
+// fenced write, see completeLease): it stands in for the shared read.
+func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket, read *driver.Entry) (driver.Item[V], bool) {
 	c := m.c
 	usable := func(it *driver.Item[V]) bool {
 		return now.Before(it.FreshUntil) && it.FreshUntil.UnixNano() > m.newerThan
@@ -131,12 +133,17 @@ func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket
 			return *it, true
 		}
 	}
-	if c.opts.Shared != nil && m.sharedDown == sharedUsable {
-		it, err := c.readShared(ctx, m.key, now, t)
+	var it *driver.Item[V]
+	switch {
+	case read != nil:
+		it = c.acceptShared(ctx, m.key, read, now, t)
+	case c.opts.Shared != nil && m.sharedDown == sharedUsable:
+		var err error
+		it, err = c.readShared(ctx, m.key, now, t)
 		m.sharedDown = unavailable(ctx, err)
-		if it != nil && usable(it) {
-			return *it, true
-		}
+	}
+	if it != nil && usable(it) {
+		return *it, true
 	}
 	return driver.Item[V]{}, false
 }

@@ -184,21 +184,30 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 	if !ok {
 		return nil, nil
 	}
+	return c.acceptShared(ctx, key, &e, now, t), nil
+}
+
+// acceptShared turns e, key's entry as read from the shared tier, into
+// the item a read serves at now, or nil when it must be treated as absent:
+// covered by a fence, past its StaleUntil, undecodable (a read failure
+// too), or read before something this instance served since. t is the
+// reader's ticket, under which the local tier gets a copy.
+func (c *Cache[V]) acceptShared(ctx context.Context, key string, e *driver.Entry, now time.Time, t coherence.Ticket) *driver.Item[V] {
 	if c.covered(key, &e.Meta, now) {
 		// Older than something this instance wrote, applied or served:
 		// absent, so that the next load overwrites it.
-		return nil, nil
+		return nil
 	}
 	m := c.fromWall(e.Meta)
 	if !now.Before(m.StaleUntil) {
-		return nil, nil
+		return nil
 	}
-	it = &driver.Item[V]{Meta: m}
+	it := &driver.Item[V]{Meta: m}
 	if !m.NotFound {
 		v, err := c.opts.Codec.Unmarshal(e.Value)
 		if err != nil {
 			c.readFailed(ctx, fmt.Errorf("flightcache: decode shared entry: %w", err))
-			return nil, nil
+			return nil
 		}
 		it.Value = v
 	}
@@ -207,18 +216,18 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 	case older:
 		// Read before something this instance served since the check
 		// above: absent, as if covered.
-		return nil, nil
+		return nil
 	case newer != nil:
 		// This instance holds a fresh copy read later than the entry (a
 		// slow peer's write-back): serving the entry would go back in
 		// time. If the copy is not to be trusted either (the Bus is
 		// down), the entry is absent and the key loads.
 		if c.untrusted(newer, now) {
-			return nil, nil
+			return nil
 		}
-		return newer, nil
+		return newer
 	}
-	return it, nil
+	return it
 }
 
 // covered reports whether a shared entry of key with Meta m (wall clock)

@@ -39,6 +39,10 @@ type fencingCoord struct {
 	// ended, when set, receives the end of every lease: the entry its
 	// Complete was asked to store (nil for none, or for a Fail).
 	ended chan *driver.Entry
+	// noReadBack: a refused Complete does not hand back the entry that
+	// refused it (driver.Completion.Current), as a Coordinator that does
+	// not read it would.
+	noReadBack bool
 }
 
 func newFencingCoord(shared *mapShared) *fencingCoord {
@@ -91,17 +95,25 @@ func (l *fencedLease) Token() uint64         { return l.token }
 func (l *fencedLease) TakenOver() bool       { return false }
 func (l *fencedLease) Lost() <-chan struct{} { return nil }
 
-func (l *fencedLease) Complete(ctx context.Context, e *driver.Entry) (bool, error) {
+func (l *fencedLease) Complete(ctx context.Context, e *driver.Entry) (driver.Completion, error) {
 	if l.f.ended != nil {
 		defer func() { l.f.ended <- e }()
 	}
 	if e == nil {
-		return false, nil
+		return driver.Completion{}, nil
 	}
 	if !l.f.newest(l.key, l.token) {
-		return false, nil
+		// Refused: the entry that refused it, read back as redislease's
+		// script does, unless the test wants the Cache to read it itself.
+		var done driver.Completion
+		if !l.f.noReadBack {
+			if cur, ok := l.f.shared.peek(l.key); ok {
+				done.Current = &cur
+			}
+		}
+		return done, nil
 	}
-	return true, l.f.shared.Set(ctx, l.key, *e)
+	return driver.Completion{Written: true}, l.f.shared.Set(ctx, l.key, *e)
 }
 
 func (l *fencedLease) Fail(ctx context.Context, err error) error {
@@ -174,13 +186,13 @@ func TestSetFencesTheKeyEvenWhenItsCallerLeaves(t *testing.T) {
 		t.Fatalf("after Set the shared tier holds price %d, want 2", got)
 	}
 
-	written, err := older.Complete(context.Background(), entryOf(t, &product{ID: "k", Price: 1}, readAt))
+	done, err := older.Complete(context.Background(), entryOf(t, &product{ID: "k", Price: 1}, readAt))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if written || sharedPrice(t, shared, "k") != 2 {
+	if done.Written || sharedPrice(t, shared, "k") != 2 {
 		t.Fatalf("the older load's fenced write landed after the Set (written %v, shared price %d): "+
-			"the Set wrote the shared tier but its fence was cut short by the caller's context", written, sharedPrice(t, shared, "k"))
+			"the Set wrote the shared tier but its fence was cut short by the caller's context", done.Written, sharedPrice(t, shared, "k"))
 	}
 }
 
@@ -379,5 +391,57 @@ func TestLoadOlderThanABulkInvalidationReplayedWhileTheBusIsDownIsNotServedAfter
 				t.Fatalf("after BusUp: price %d (%v, %d loads), want a new load of 2", r.Value.Price, r.Outcome, calls.Load())
 			}
 		})
+	}
+}
+
+// A leader whose fenced write is refused hands its callers the entry that
+// refused it, not its own older value, even when the shared tier cannot be
+// read after the refusal (a timeout on a busy or just-thawed host): the
+// Coordinator reads that entry back in the same step as the refusal
+// (driver.Completion.Current). A Coordinator that does not read it back
+// leaves the Cache its own read, and when that fails too the callers get
+// the load's own value, the only one there is.
+func TestRefusedLeaderServesTheEntryThatRefusedItWithoutReadingTheTier(t *testing.T) {
+	for _, readBack := range []bool{true, false} {
+		shared := newMapShared(time.Now)
+		coord := newFencingCoord(shared)
+		coord.noReadBack = !readBack
+		c := newCache(t, flightcache.Options[*product]{Shared: shared, Coordinator: coord})
+		started, gate := make(chan struct{}), make(chan struct{})
+		load := func(ctx context.Context) (*product, error) {
+			close(started)
+			<-gate
+			return &product{ID: "k", Price: 1}, nil
+		}
+		res := make(chan *product, 1)
+		go func() {
+			r, err := c.Fetch(context.Background(), "k", load)
+			if err != nil {
+				t.Errorf("Fetch: %v", err)
+			}
+			res <- r.Value
+		}()
+		<-started
+		// Another instance takes the key over (a newer token) and stores
+		// a newer value while this load runs; then the tier stops
+		// answering this instance's reads.
+		newer := coord.lease("k")
+		if done, err := newer.Complete(context.Background(), entryOf(t, &product{ID: "k", Price: 2}, time.Now())); err != nil || !done.Written {
+			t.Fatalf("the newer lease's write: %+v, %v", done, err)
+		}
+		shared.readErr = errors.New("injected: shared read timed out")
+		close(gate)
+		got := <-res
+		want := 2
+		if !readBack {
+			want = 1
+		}
+		if got == nil || got.Price != want {
+			t.Fatalf("read back %v: the refused leader's callers got %+v, want price %d", readBack, got, want)
+		}
+		shared.readErr = nil // the Fetch is over: nothing reads concurrently
+		if sharedPrice(t, shared, "k") != 2 {
+			t.Fatalf("read back %v: the refused write landed", readBack)
+		}
 	}
 }

@@ -84,13 +84,28 @@ type Lease interface {
 	// Complete writes e (nil: nothing to store) to the shared tier if and
 	// only if the lease's token is still the newest for the key (a fenced
 	// write), tells the waiting instances the load is done and releases the
-	// lease. written is false with a nil error when the write was refused
-	// because a newer lease, Set or Delete superseded this load.
-	Complete(ctx context.Context, e *Entry) (written bool, err error)
+	// lease. Its Completion tells whether e was written; when it was
+	// refused, because a newer lease, Set or Delete superseded this load,
+	// the error is nil.
+	Complete(ctx context.Context, e *Entry) (Completion, error)
 	// Fail releases the lease and tells the waiting instances the load
 	// failed: they return an error matching flightcache.ErrLeaderFailed until the
 	// failure window passes. err is this instance's; implementations must
 	// not carry its text to other instances (it may hold SQL, host names
 	// or secrets, and would reach their callers).
 	Fail(ctx context.Context, err error) error
+}
+
+// Completion is what Lease.Complete did.
+type Completion struct {
+	// Written reports that the lease's token was still the newest for the
+	// key: the entry given to Complete, if any, was stored.
+	Written bool
+	// Current is, when the entry was refused, the entry the shared tier
+	// held for the key at that moment, read in the same atomic step as
+	// the refusal: the newer writer's, which the refused load's callers
+	// get instead. Nil when the tier held none, or when the
+	// implementation does not read it back; the Cache then reads the
+	// shared tier itself.
+	Current *Entry
 }

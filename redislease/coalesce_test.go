@@ -172,8 +172,15 @@ func crashedLeaderIsTakenOver(t *testing.T, newClient func(...redis.Hook) redis.
 // A leader paused past its lease comes back after another instance took
 // over and wrote: its write is refused by the fence, the stored value and
 // token are the new leader's, and no reader, the old leader's own callers
-// included, sees the older value afterwards.
+// included, sees the older value afterwards. The old leader's callers get
+// the newer value even when its reads fail after the thaw: the script that
+// refuses the write hands it back.
 func TestPausedLeaderWriteIsRejectedByFencing(t *testing.T) {
+	t.Run("reads work", func(t *testing.T) { pausedLeaderIsFenced(t, false) })
+	t.Run("reads fail after the thaw", func(t *testing.T) { pausedLeaderIsFenced(t, true) })
+}
+
+func pausedLeaderIsFenced(t *testing.T, readsFail bool) {
 	addr, prefix := sharedRedis(t)
 	const ttl = 300 * time.Millisecond
 	cfg := instanceConfig{lease: Options{LeaseTTL: ttl}}
@@ -206,8 +213,10 @@ func TestPausedLeaderWriteIsRejectedByFencing(t *testing.T) {
 	}
 
 	pause.resume() // SIGCONT
+	pause.failGets.Store(readsFail)
 	close(o1.gate)
 	r = await(t, oldGet, 5*time.Second)
+	pause.failGets.Store(false)
 	if r.err != nil || r.r.Value != "new" {
 		t.Fatalf("the old leader's Get = %q, %v; want the newer value it was fenced by", r.r.Value, r.err)
 	}

@@ -53,10 +53,14 @@
 // The leader's heartbeat extends the lease every LeaseTTL/3 with a script
 // that checks the token, and the token key with it while it holds the
 // lease's token: a token key lives LeaseTTL past its last use, not longer
-// (see scripts.go for why that is safe for fencing). Complete is one script: the fenced write (SET of the
-// value only if the leader's token is still the key's newest), the done
-// marker, and the release (compare-and-delete of the lease); then a PUBLISH
-// (SPUBLISH on a Cluster) on the key's channel. Fail records the failure
+// (see scripts.go for why that is safe for fencing). Complete is one
+// script: the fenced write (SET of the value only if the leader's token is
+// still the key's newest), the done marker, and the release
+// (compare-and-delete of the lease); then a PUBLISH (SPUBLISH on a
+// Cluster) on the key's channel. A refused write's script also returns the
+// entry the key holds, which Complete hands back checked as a Get would
+// (driver.Completion.Current): the fenced leader's callers get the newer
+// value without a second round trip. Fail records the failure
 // marker and releases the lease the same way, then publishes. The marker
 // carries only the failure's class (timeout, not-found or error), never the
 // origin's error text, which can hold SQL, host names or credentials:

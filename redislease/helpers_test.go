@@ -248,12 +248,16 @@ func (r *recorder) scopeChanges() []flightcache.Scope {
 // answered "held by another", so a test knows its followers wait.
 type faultHook struct {
 	crashed   atomic.Bool
+	failGets  atomic.Bool // GET fails, as a read timing out on a thawed host would
 	mu        sync.Mutex
 	pause     chan struct{} // non-nil while paused; closed by resume
 	following chan struct{}
 }
 
-var errCrashed = errors.New("injected: instance crashed")
+var (
+	errCrashed    = errors.New("injected: instance crashed")
+	errReadFailed = errors.New("injected: GET timed out")
+)
 
 func (h *faultHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -264,6 +268,10 @@ func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if h.crashed.Load() {
 			cmd.SetErr(errCrashed)
 			return errCrashed
+		}
+		if h.failGets.Load() && cmd.Name() == "get" {
+			cmd.SetErr(errReadFailed)
+			return errReadFailed
 		}
 		h.mu.Lock()
 		p := h.pause

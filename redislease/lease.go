@@ -80,8 +80,9 @@ func (l *lease) end() {
 }
 
 // Complete implements driver.Lease: the fenced write, the done marker
-// and the release in one script, then the broadcast.
-func (l *lease) Complete(ctx context.Context, e *driver.Entry) (bool, error) {
+// and the release in one script, then the broadcast. A refused write's
+// Completion carries the entry that refused it, read in the same script.
+func (l *lease) Complete(ctx context.Context, e *driver.Entry) (driver.Completion, error) {
 	l.end()
 	store, payload, px := "0", []byte(nil), int64(0)
 	if e != nil {
@@ -90,23 +91,41 @@ func (l *lease) Complete(ctx context.Context, e *driver.Entry) (bool, error) {
 			// Nothing is stored, but the followers must still hear the
 			// load is over and the lease must go.
 			_, _ = l.complete(ctx, "0", nil, 0)
-			return false, err
+			return driver.Completion{}, err
 		}
 		store, payload, px = "1", p, ttl.Milliseconds()
 	}
 	return l.complete(ctx, store, payload, px)
 }
 
-func (l *lease) complete(ctx context.Context, store string, payload []byte, px int64) (bool, error) {
+func (l *lease) complete(ctx context.Context, store string, payload []byte, px int64) (driver.Completion, error) {
 	sctx, cancel := l.c.opCtx(ctx)
-	n, err := completeScript.Run(sctx, l.c.client, []string{l.k.lease, l.k.token, l.k.value, l.k.done},
-		l.tok, store, payload, px, ms(l.c.leaseTTL)).Int64()
+	reply, err := completeScript.Run(sctx, l.c.client, []string{l.k.lease, l.k.token, l.k.value, l.k.done},
+		l.tok, store, payload, px, ms(l.c.leaseTTL)).Slice()
 	cancel()
 	if err != nil {
-		return false, fmt.Errorf("redislease: complete: %w", err)
+		return driver.Completion{}, fmt.Errorf("redislease: complete: %w", err)
 	}
 	l.c.publish(ctx, l.k, "done "+l.tok)
-	return n == 1, nil
+	if len(reply) == 0 {
+		return driver.Completion{}, fmt.Errorf("redislease: complete: empty reply")
+	}
+	if reply[0] == int64(1) {
+		return driver.Completion{Written: true}, nil
+	}
+	// Refused. The newer writer's entry, when the key holds one, goes
+	// through the store's own checks (its key hash, its times) as a Get
+	// would; one that fails them is not handed on, and the Cache reads
+	// the tier itself.
+	var done driver.Completion
+	if len(reply) > 1 && store == "1" {
+		if s, ok := reply[1].(string); ok {
+			if cur, found, err := l.c.store.OpenEnvelope(l.k.key, []byte(s)); err == nil && found {
+				done.Current = &cur
+			}
+		}
+	}
+	return done, nil
 }
 
 // Fail implements driver.Lease: the failure marker and the release in

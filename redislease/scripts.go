@@ -72,7 +72,10 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 // to write the value), envelope, value PX ms, done marker PX ms. The fenced
 // write: the value is stored only while ARGV token is the key's newest
 // token. Then the done marker (only for a current token) and the release
-// (compare-and-delete). 1 when the token was current, 0 when fenced.
+// (compare-and-delete). {1} when the token was current; when fenced, {0}
+// and, for a refused value, the value key's payload if it holds one: the newer writer's entry,
+// read in the same step as the refusal, so that the refused leader's
+// callers get it without a second round trip that could fail or time out.
 var completeScript = redis.NewScript(`
 local current = redis.call('GET', KEYS[2]) == ARGV[1]
 if current then
@@ -86,8 +89,12 @@ if current then
 	redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5])
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-if current then return 1 end
-return 0
+if current then return {1} end
+if ARGV[2] == '1' then
+	local winner = redis.call('GET', KEYS[3])
+	if winner then return {0, winner} end
+end
+return {0}
 `)
 
 // failScript: KEYS lease, token, fail; ARGV token, class, failure window

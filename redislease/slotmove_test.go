@@ -204,8 +204,8 @@ func TestFollowersFollowTheirKeysSlotToAnotherMaster(t *testing.T) {
 		return cl.shardSubscribers(ctx, to, k.channel) == 1
 	})
 	completed := time.Now()
-	if ok, err := lc.Lease.Complete(ctx, nil); err != nil || !ok {
-		t.Fatalf("Complete = %v, %v", ok, err)
+	if done, err := lc.Lease.Complete(ctx, nil); err != nil || !done.Written {
+		t.Fatalf("Complete = %+v, %v", done, err)
 	}
 	select {
 	case err := <-res:
@@ -271,8 +271,8 @@ func TestShardedSubscriptionOfSeveralSlotsSurvivesAReconnect(t *testing.T) {
 	rf.waitState(t, driver.BusDown, 10*time.Second)
 	rf.waitState(t, driver.BusUp, 10*time.Second)
 	completed := time.Now()
-	if ok, err := lc.Lease.Complete(ctx, nil); err != nil || !ok {
-		t.Fatalf("Complete = %v, %v", ok, err)
+	if done, err := lc.Lease.Complete(ctx, nil); err != nil || !done.Written {
+		t.Fatalf("Complete = %+v, %v", done, err)
 	}
 	select {
 	case err := <-res:

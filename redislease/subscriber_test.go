@@ -252,8 +252,8 @@ func TestALateConfirmationDoesNotVouchForAResubscription(t *testing.T) {
 		t.Errorf("a Claim waits on the key, but Redis counts %d subscriber(s) of its channel, want 1: the leader's broadcast would be lost", n[k.channel])
 	}
 	p.up.lift()
-	if ok, err := lc.Lease.Complete(ctx, nil); err != nil || !ok {
-		t.Fatalf("Complete = %v, %v", ok, err)
+	if done, err := lc.Lease.Complete(ctx, nil); err != nil || !done.Written {
+		t.Fatalf("Complete = %+v, %v", done, err)
 	}
 	if err := <-res; err != nil {
 		t.Fatalf("second Claim = %v", err)

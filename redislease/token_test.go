@@ -2,6 +2,7 @@ package redislease
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -30,8 +31,8 @@ func TestTokenKeyLivesNoLongerThanTheLease(t *testing.T) {
 		t.Fatalf("Claim = %+v, %v", cl, err)
 	}
 	check("acquire")
-	if ok, err := cl.Lease.Complete(ctx, nil); err != nil || !ok {
-		t.Fatalf("Complete = %v, %v", ok, err)
+	if done, err := cl.Lease.Complete(ctx, nil); err != nil || !done.Written {
+		t.Fatalf("Complete = %+v, %v", done, err)
 	}
 	check("complete")
 	if err := c.Invalidate(ctx, "k"); err != nil {
@@ -59,8 +60,8 @@ func TestALoadLongerThanTheLeaseTTLStillWrites(t *testing.T) {
 	case <-time.After(4 * ttl):
 	}
 	e := entryOf("v")
-	if ok, err := cl.Lease.Complete(ctx, &e); err != nil || !ok {
-		t.Fatalf("Complete after %v = %v, %v; want the write to land", 4*ttl, ok, err)
+	if done, err := cl.Lease.Complete(ctx, &e); err != nil || !done.Written {
+		t.Fatalf("Complete after %v = %+v, %v; want the write to land", 4*ttl, done, err)
 	}
 }
 
@@ -96,8 +97,8 @@ func TestTokensKeepGrowingAcrossTheTokenKeysExpiry(t *testing.T) {
 		return cl.Lease
 	}
 	first := claim()
-	if ok, err := first.Complete(ctx, nil); err != nil || !ok {
-		t.Fatalf("Complete = %v, %v", ok, err)
+	if done, err := first.Complete(ctx, nil); err != nil || !done.Written {
+		t.Fatalf("Complete = %+v, %v", done, err)
 	}
 	after = first.Token()
 	expired()
@@ -117,8 +118,8 @@ func TestTokensKeepGrowingAcrossTheTokenKeysExpiry(t *testing.T) {
 	}
 	expired()
 	e := entryOf("old")
-	if ok, err := second.Complete(ctx, &e); err != nil || ok {
-		t.Fatalf("Complete of a load an Invalidate fenced = %v, %v; want refused", ok, err)
+	if done, err := second.Complete(ctx, &e); err != nil || done.Written || done.Current != nil {
+		t.Fatalf("Complete of a load an Invalidate fenced = %+v, %v; want refused, with no entry to hand back", done, err)
 	}
 	if n, err := c.client.Exists(ctx, k.value).Result(); err != nil || n != 0 {
 		t.Fatalf("the fenced load's value was stored (%d, %v)", n, err)
@@ -131,6 +132,57 @@ func TestTokensKeepGrowingAcrossTheTokenKeysExpiry(t *testing.T) {
 }
 
 // entryOf is an entry of value, fresh for a minute.
+// A refused Complete hands back the entry that refused it, read in the
+// same script: exactly what a Get of the key returns at that moment. A
+// value key holding garbage hands back nothing, and is no error: the
+// Cache then reads the tier itself, through the store's checks.
+func TestRefusedCompleteHandsBackTheEntryThatRefusedIt(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	c := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
+	ctx := context.Background()
+	k, err := c.keysFor("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, garbage := range []bool{false, true} {
+		cl, err := c.Claim(ctx, "k", driver.ClaimRequest{Wait: time.Second})
+		if err != nil || cl.Lease == nil {
+			t.Fatalf("Claim = %+v, %v", cl, err)
+		}
+		// A Set on another instance while the load runs: its write, then
+		// its fence.
+		if err := c.store.Set(ctx, "k", entryOf("new")); err != nil {
+			t.Fatal(err)
+		}
+		if garbage {
+			if err := c.client.Set(ctx, k.value, "not an envelope", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Invalidate(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		old := entryOf("old")
+		done, err := cl.Lease.Complete(ctx, &old)
+		if err != nil || done.Written {
+			t.Fatalf("garbage %v: Complete of a fenced load = %+v, %v; want refused", garbage, done, err)
+		}
+		if garbage {
+			if done.Current != nil {
+				t.Fatalf("a value key holding garbage was handed back as %+v", *done.Current)
+			}
+			continue
+		}
+		want, ok, err := c.store.Get(ctx, "k")
+		if err != nil || !ok || string(want.Value) != "new" {
+			t.Fatalf("the stored entry: %q, %v, %v", want.Value, ok, err)
+		}
+		if done.Current == nil || !reflect.DeepEqual(*done.Current, want) {
+			t.Fatalf("Complete handed back %+v, want the stored entry %+v", done.Current, want)
+		}
+	}
+}
+
 func entryOf(value string) driver.Entry {
 	now := time.Now()
 	return driver.Entry{Value: []byte(value), Meta: driver.Meta{LoadedAt: now, FreshUntil: now.Add(time.Minute), StaleUntil: now.Add(time.Minute)}}

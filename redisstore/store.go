@@ -172,6 +172,18 @@ func (s *Store) Envelope(key string, e driver.Entry) (redisKey string, payload [
 	return rk, payload, time.Until(e.StaleUntil).Truncate(time.Millisecond), nil
 }
 
+// OpenEnvelope is Get's answer for payload, an envelope read under key's
+// Redis key by another client (package redislease's fenced write reads
+// the entry that refused it in the same script): the same checks (the
+// key hash, StaleUntil against this host's wall clock), the same errors.
+func (s *Store) OpenEnvelope(key string, payload []byte) (driver.Entry, bool, error) {
+	rk, err := s.redisKey(key)
+	if err != nil {
+		return driver.Entry{}, false, err
+	}
+	return s.decode(rk, payload, time.Now())
+}
+
 // withTimeout applies Options.Timeout; the returned cancel is never nil.
 func (s *Store) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	if s.timeout > 0 {

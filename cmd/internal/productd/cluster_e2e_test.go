@@ -552,7 +552,8 @@ func TestClusterPausedLeaderWriteIsFenced(t *testing.T) {
 	// A's own request and every reader afterwards, on both instances, get
 	// the takeover's (newer) row, never A's.
 	if ansA[0].body != ansB.body {
-		t.Fatalf("A's own request got %s, want the stored value %s", ansA[0].body, ansB.body)
+		t.Fatalf("A's own request got %s (Cache-Status %q), want the stored value %s; A's shared-tier metrics:\n%s",
+			ansA[0].body, ansA[0].cache, ansB.body, metricLines(t, c, a.url, "shared", "breaker", "error", "fenced"))
 	}
 	for _, p := range ps {
 		if got := get(c, p.url+herdPath); got.status != 200 || got.body != ansB.body {

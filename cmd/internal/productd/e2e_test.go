@@ -194,6 +194,31 @@ func metric(t *testing.T, c *http.Client, base, sample string) float64 {
 	return 0
 }
 
+// metricLines returns the lines of base's /metrics that contain any of
+// words and are not comments, for a failure message.
+func metricLines(t *testing.T, c *http.Client, base string, words ...string) string {
+	t.Helper()
+	resp, err := c.Get(base + "/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var out []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		for _, w := range words {
+			if strings.Contains(line, w) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // warmConnections opens n keep-alive connections (n concurrent /healthz
 // requests), so that the herd is not spread out by n TCP handshakes.
 func warmConnections(t *testing.T, c *http.Client, base string, n int) {
