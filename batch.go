@@ -543,7 +543,7 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	}
 	c.reportUnrequested(fctx, found, ask)
 
-	ttl := time.Duration(pol.ttl.Load())
+	ttl := min(time.Duration(pol.ttl.Load()), c.opts.MaxTTL) // SetTTL's, capped; 0: none
 	flights := make([]*flight[V], len(todo))
 	for n, j := range todo {
 		v, ok := found[names[j]]

@@ -211,7 +211,7 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 		fl.loadCtx = lctx
 	}
 
-	ttl := time.Duration(pol.ttl.Load())
+	ttl := min(time.Duration(pol.ttl.Load()), c.opts.MaxTTL) // SetTTL's, capped; 0: none
 	switch {
 	case err == nil:
 		if ttl == 0 {

@@ -39,6 +39,16 @@ type Options[V any] struct {
 	// Default 0.1. Use DisableJitter to turn it off. A TTL chosen by the
 	// loader with SetTTL is used as is, without jitter.
 	Jitter float64
+	// MaxTTL caps how long any entry stays fresh in this Cache, whoever
+	// chose its lifetime. An entry read from the shared tier is fresh at
+	// most MaxTTL from the read (then stale for at most StaleFor), whatever
+	// it claims: it may have been written by an instance with other
+	// options or an older version, or forged by anyone who can write to
+	// the shared tier. A loader's SetTTL longer than MaxTTL is cut to it.
+	// Set it to TTL when no loader asks for more, so that no entry outlives
+	// what this Cache would have stored. Must be in [TTL, 24h] (the package
+	// constant MaxTTL). Default the package constant MaxTTL.
+	MaxTTL time.Duration
 	// NegativeTTL is how long a "not found" (a loader error matching
 	// ErrNotFound) is cached. Must be in [1s, TTL]. Default 30s, capped at TTL.
 	NegativeTTL time.Duration
@@ -242,7 +252,9 @@ const (
 	// databases for an IN list.
 	DefaultMaxBatchSize = 100
 	MinTTL              = time.Second
-	MaxTTL              = 24 * time.Hour
+	// MaxTTL bounds Options.TTL and Options.MaxTTL, and is the latter's
+	// default.
+	MaxTTL = 24 * time.Hour
 )
 
 // The other defaults and bounds; each is documented on its Options field.
@@ -309,6 +321,12 @@ func (o Options[V]) withDefaults() (Options[V], error) {
 	}
 	if o.TTL < MinTTL || o.TTL > MaxTTL {
 		return bad("TTL", "must be between 1s and 24h, got "+o.TTL.String())
+	}
+	if o.MaxTTL == 0 {
+		o.MaxTTL = MaxTTL
+	}
+	if o.MaxTTL < o.TTL || o.MaxTTL > MaxTTL {
+		return bad("MaxTTL", "must be between TTL ("+o.TTL.String()+") and 24h, got "+o.MaxTTL.String())
 	}
 	switch {
 	case o.Jitter == 0:

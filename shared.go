@@ -307,7 +307,7 @@ func (c *Cache[V]) toWall(m driver.Meta) driver.Meta {
 // tier to the Cache's clock, and caps them: the entry was written by another
 // process, possibly with other options, possibly corrupt or hostile, and
 // must not outlive what this Cache would have stored. FreshUntil is at most
-// now + MaxTTL, StaleUntil at most FreshUntil + StaleFor (FreshUntil for a
+// now + Options.MaxTTL, StaleUntil at most FreshUntil + StaleFor (FreshUntil for a
 // tombstone) and never before FreshUntil, LoadDuration at most the loader
 // timeout (XFetch would otherwise refresh on every hit), LoadedAt at most
 // now plus ClockSkew.
@@ -317,7 +317,7 @@ func (c *Cache[V]) fromWall(m driver.Meta) driver.Meta {
 	m.FreshUntil = shiftTime(m.FreshUntil, off)
 	m.StaleUntil = shiftTime(m.StaleUntil, off)
 	m.LoadedAt = shiftTime(m.LoadedAt, off)
-	if limit := now.Add(MaxTTL); m.FreshUntil.After(limit) {
+	if limit := now.Add(c.opts.MaxTTL); m.FreshUntil.After(limit) {
 		m.FreshUntil = limit
 	}
 	staleLimit := m.FreshUntil

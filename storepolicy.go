@@ -29,7 +29,7 @@ func policyFrom(ctx context.Context) *storePolicy {
 // SetTTL, called by a LoadFunc on its ctx, stores the value it returns with
 // ttl instead of the Cache's TTL (adaptive caching: a value that rarely
 // changes can live longer, a volatile one shorter). The ttl is used as is,
-// without jitter, capped at MaxTTL; a ttl <= 0 means NoStore. It applies to
+// without jitter, capped at the Cache's Options.MaxTTL; a ttl <= 0 means NoStore. It applies to
 // a "not found" result too, in place of NegativeTTL. It is a no-op on any
 // other context, so a loader can call it unconditionally.
 func SetTTL(ctx context.Context, ttl time.Duration) {

@@ -165,7 +165,7 @@ func (s *Store) SetMany(ctx context.Context, keys []string, entries []driver.Ent
 			fail(i, err)
 			continue
 		}
-		payload, err := Encode(rk, entries[i])
+		payload, err := s.encode(rk, entries[i])
 		if err != nil {
 			fail(i, err)
 			continue

@@ -56,6 +56,14 @@
 //	.       n     value: the codec's bytes; n = 0 for a tombstone
 //	end-4   4     CRC-32C (Castagnoli), little endian, of every byte before it
 //
+// An authenticated envelope (version 0x04, written and read only by a Store
+// with Options.EntryKeys; see "Authenticated entries" below) is the same
+// with version byte 0x04, followed by 32 more bytes:
+//
+//	end-32  32    HMAC-SHA256, under the first entry key, of
+//	              uvarint(len(<prefix><key>)) || <prefix><key> || every byte
+//	              before it (the envelope, checksum included)
+//
 // A typical header is 3 + 8 + 9 + 6 + 6 + 4 + 2 bytes plus the 4-byte
 // checksum, about 42 bytes. Decode checks every field (magic, version,
 // reserved flag bits, key hash, varint bounds and minimality, exact length,
@@ -76,8 +84,44 @@
 // that lets chosen keys collide, while for SHA-256 any given pair of keys
 // collides with probability 2^-64; its cost (a few hundred nanoseconds) is
 // noise against a Redis round trip. It is a check, not authentication: a
-// client that can write to Redis can write a valid entry for any key, so
-// access to Redis must be controlled as for any data store.
+// client that can write to Redis can write a valid entry for any key. To
+// keep such a client from choosing what the Cache serves, give the Store
+// entry keys (below); in any case, control access to Redis as for any data
+// store.
+//
+// # Authenticated entries
+//
+// With Options.EntryKeys, every envelope the Store writes (Set, SetMany, and
+// Envelope for redislease's fenced write) is version 0x04 and ends with an
+// HMAC-SHA256 (crypto/hmac) of the Redis key and the whole envelope, made
+// with the first key. Every read (Get, GetMany, and OpenEnvelope for the
+// entry a refused fenced write hands back) accepts an envelope only if its
+// MAC verifies with one of the keys, compared in constant time, and checks
+// it before parsing the entry's times and value. Anything else, an envelope of any other
+// version (a Store without keys, an older release, a forger), a wrong or
+// missing MAC, a truncated envelope, is a *CorruptError (matching
+// ErrUnauthenticated when the envelope was whole but not authenticated),
+// never a value: the Cache reads it as a miss, loads the key's value and
+// overwrites the entry; the breaker does not count it (it matches
+// driver.ErrEntryRejected). A Store without keys reads and writes exactly as
+// before (version 0x03) and refuses version 0x04, which it cannot verify.
+//
+// Keys are at least MinEntryKeyLen (16) bytes; use 32 random bytes, the same
+// on every instance sharing the prefix, and keep them as secret as Redis'
+// password: a key lets its holder write entries every instance serves.
+// Rotation: deploy [new, old] everywhere (new entries are signed with the
+// new key, both verify), then, once every entry signed with the old key has
+// expired (the Caches' TTL plus StaleFor), deploy [new]. Turning keys on or
+// off makes every entry already in Redis a miss, one load per key, spread
+// over the keys' next reads; while a rollout mixes Stores with and without
+// keys, each refuses the other's entries and overwrites them.
+//
+// The MAC authenticates an entry's origin, not its age: someone who can
+// write to Redis can put back an older authenticated entry of the same key
+// (the MAC covers the key, so not another key's), until its StaleUntil. The
+// Cache bounds how long any entry read back stays fresh (Options.MaxTTL in
+// package flightcache), and its fences refuse entries older than writes it
+// knows of.
 //
 // Versions 0x01 and 0x02 of the envelope had no key hash, so their entries
 // cannot be verified. Decode rejects them; Get reads them as a plain miss,
@@ -122,10 +166,11 @@
 //     flightcache.Cache treats a failed read as a miss and a failed write as
 //     best effort. Nothing is retried here beyond what the client itself is
 //     configured to do.
-//   - A payload that does not decode, or that is an entry of another key, is
-//     a *CorruptError. It is left in Redis; the next successful Set
-//     overwrites it. An entry of an envelope version without a key hash is
-//     a plain miss.
+//   - A payload that does not decode, that is an entry of another key, or
+//     (with Options.EntryKeys) that fails authentication, is a
+//     *CorruptError. It is left in Redis; the next successful Set
+//     overwrites it. Without EntryKeys, an entry of an envelope version
+//     without a key hash is a plain miss.
 //   - A Set whose envelope exceeds MaxPayload sends nothing to Redis and
 //     returns a *PayloadTooLargeError (errors.Is(err, ErrPayloadTooLarge)).
 //   - An invalid key is a *flightcache.KeyError; invalid Meta is an

@@ -1,11 +1,14 @@
 package redisstore
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"hash"
 	"hash/crc32"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/flightcache/flightcache/driver"
@@ -20,6 +23,12 @@ const (
 	// (the next Set overwrites them), so an upgrade costs one load per key
 	// and is not reported as a failure.
 	envelopeVersion = 0x03
+	// authVersion is what a Store with Options.EntryKeys writes and the
+	// only version it reads: version 3's layout followed by an
+	// HMAC-SHA256 of the Redis key and every byte before it (see entryKey).
+	// A Store without keys refuses it as it refuses any version it cannot
+	// verify, and a Store with keys refuses every other version.
+	authVersion = 0x04
 	// oldestVersion is the first envelope version ever written.
 	oldestVersion = 0x01
 
@@ -31,6 +40,8 @@ const (
 
 	keyHashSize  = 8
 	checksumSize = 4
+	// macSize is the size of an authenticated envelope's HMAC-SHA256.
+	macSize = sha256.Size
 	// minEnvelope is magic, version, flags, the key hash, four one-byte
 	// varints and the checksum.
 	minEnvelope = 3 + keyHashSize + 4 + checksumSize
@@ -75,11 +86,17 @@ func keyHandle(redisKey string) string {
 // or after StaleUntil, a non-zero LoadedAt before 1970 or after StaleUntil,
 // negative LoadDuration. A zero LoadedAt (unknown) is stored as absent. A
 // tombstone's Value is not stored: it decodes as nil.
+//
+// Encode writes version 3, which carries no MAC: a Store with
+// Options.EntryKeys writes (and reads) authenticated envelopes of its own,
+// through Set, SetMany and Envelope.
 func Encode(redisKey string, e driver.Entry) ([]byte, error) {
-	return appendEnvelope(nil, redisKey, e)
+	return appendEnvelope(nil, redisKey, e, nil)
 }
 
-func appendEnvelope(dst []byte, redisKey string, e driver.Entry) ([]byte, error) {
+// appendEnvelope appends e's envelope for redisKey to dst: version 3
+// without mac, version 4 authenticated with mac otherwise.
+func appendEnvelope(dst []byte, redisKey string, e driver.Entry, mac *entryKey) ([]byte, error) {
 	if !e.StaleUntil.After(time.Unix(0, 0)) || e.StaleUntil.After(maxUnixNano) {
 		return nil, &EntryError{Reason: "StaleUntil must be between 1970 and 2262"}
 	}
@@ -120,12 +137,17 @@ func appendEnvelope(dst []byte, redisKey string, e driver.Entry) ([]byte, error)
 	if flags&flagLoadedAt != 0 {
 		size += uvarintLen(uint64(loadedBefore))
 	}
+	version := byte(envelopeVersion)
+	if mac != nil {
+		version = authVersion
+		size += macSize
+	}
 	if cap(dst)-start < size {
 		grown := make([]byte, start, start+size)
 		copy(grown, dst)
 		dst = grown
 	}
-	dst = append(dst, envelopeMagic, envelopeVersion, flags)
+	dst = append(dst, envelopeMagic, version, flags)
 	dst = binary.LittleEndian.AppendUint64(dst, keyHash(redisKey))
 	dst = binary.AppendUvarint(dst, uint64(stale))
 	dst = binary.AppendUvarint(dst, uint64(freshBefore))
@@ -136,18 +158,33 @@ func appendEnvelope(dst []byte, redisKey string, e driver.Entry) ([]byte, error)
 	dst = binary.AppendUvarint(dst, uint64(len(value)))
 	dst = append(dst, value...)
 	sum := crc32.Checksum(dst[start:], castagnoli)
-	return binary.LittleEndian.AppendUint32(dst, sum), nil
+	dst = binary.LittleEndian.AppendUint32(dst, sum)
+	if mac != nil {
+		dst = mac.sum(dst, redisKey, dst[start:])
+	}
+	return dst, nil
 }
 
 // Decode parses an envelope produced by Encode for redisKey, the Redis key
 // the payload was read from (prefix included). Any deviation from the format
 // is a *CorruptError; so is a well-formed envelope encoded for another key,
-// which also matches ErrKeyMismatch. Decode never panics and never returns a
-// partly decoded Entry. The returned Value is a copy: it does not alias
-// payload.
+// which also matches ErrKeyMismatch, and an authenticated envelope (version
+// 4, written by a Store with Options.EntryKeys), which Decode has no key to
+// verify. Decode never panics and never returns a partly decoded Entry. The
+// returned Value is a copy: it does not alias payload.
 func Decode(redisKey string, payload []byte) (driver.Entry, error) {
+	return decodeEnvelope(redisKey, payload, nil)
+}
+
+// decodeEnvelope is Decode for a reader with the entry keys keys: with
+// none, it accepts version 3 only; with some, version 4 only, and only
+// when its MAC verifies with one of them.
+func decodeEnvelope(redisKey string, payload []byte, keys []*entryKey) (driver.Entry, error) {
 	corrupt := func(reason string) (driver.Entry, error) {
 		return driver.Entry{}, &CorruptError{KeyHandle: keyHandle(redisKey), Reason: reason}
+	}
+	unauthenticated := func(reason string) (driver.Entry, error) {
+		return driver.Entry{}, &CorruptError{KeyHandle: keyHandle(redisKey), Reason: reason, Err: ErrUnauthenticated}
 	}
 	if len(payload) < minEnvelope {
 		return corrupt("shorter than the smallest envelope")
@@ -155,11 +192,26 @@ func Decode(redisKey string, payload []byte) (driver.Entry, error) {
 	if payload[0] != envelopeMagic {
 		return corrupt("bad magic byte")
 	}
+	authenticated := len(keys) > 0
 	switch v := payload[1]; {
+	case authenticated && v >= oldestVersion && v <= envelopeVersion:
+		// Anyone who can write to Redis can write these.
+		return unauthenticated("envelope without an entry MAC")
+	case !authenticated && v == authVersion:
+		return corrupt("authenticated envelope, and no entry key to verify it")
 	case v >= oldestVersion && v < envelopeVersion:
 		return corrupt("envelope version without a key hash")
-	case v != envelopeVersion:
+	case v != envelopeVersion && v != authVersion:
 		return corrupt("unknown envelope version")
+	}
+	// Invariant from here: authenticated if and only if payload is a
+	// version 4 envelope, whose MAC is cut off into mac.
+	var mac []byte
+	if authenticated {
+		if len(payload) < minEnvelope+macSize {
+			return corrupt("shorter than the smallest authenticated envelope")
+		}
+		payload, mac = payload[:len(payload)-macSize], payload[len(payload)-macSize:]
 	}
 	body, tail := payload[:len(payload)-checksumSize], payload[len(payload)-checksumSize:]
 	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(tail) {
@@ -173,6 +225,11 @@ func Decode(redisKey string, payload []byte) (driver.Entry, error) {
 	// entry of another key, not a damaged one.
 	if binary.LittleEndian.Uint64(body[3:]) != keyHash(redisKey) {
 		return driver.Entry{}, &CorruptError{KeyHandle: keyHandle(redisKey), Reason: "entry belongs to another key", Err: ErrKeyMismatch}
+	}
+	// Verified before the times and the value are parsed: nothing of an
+	// entry that fails is used.
+	if authenticated && !verifyMAC(keys, redisKey, payload, mac) {
+		return unauthenticated("entry MAC does not verify with any entry key")
 	}
 
 	rest := body[3+keyHashSize:]
@@ -235,4 +292,52 @@ func uvarintLen(v uint64) int {
 		n++
 	}
 	return n
+}
+
+// entryKey is one entry-authentication key (Options.EntryKeys): it makes
+// the MAC of an authenticated envelope, HMAC-SHA256 under the key of
+//
+//	uvarint(len(redisKey)) || redisKey || envelope up to its MAC
+//
+// (the Redis key, prefix included, with its length first so that no
+// key-and-envelope pair reads as another). The key is copied at New and
+// never leaves the value; it appears in no error and no String.
+type entryKey struct {
+	// pool holds hmac.New(sha256.New, key) hashes, in their keyed initial
+	// state when put back (sum resets them first): building one hashes the
+	// key twice and allocates, so reads and writes share them.
+	pool sync.Pool
+}
+
+func newEntryKey(key []byte) *entryKey {
+	key = append([]byte(nil), key...) // the caller's slice may change
+	k := &entryKey{}
+	k.pool.New = func() any { return hmac.New(sha256.New, key) }
+	return k
+}
+
+// sum appends to dst the MAC of env, an envelope without its MAC, stored
+// under redisKey.
+func (k *entryKey) sum(dst []byte, redisKey string, env []byte) []byte {
+	h := k.pool.Get().(hash.Hash)
+	h.Reset()
+	var n [binary.MaxVarintLen64]byte
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(redisKey)))])
+	h.Write([]byte(redisKey))
+	h.Write(env)
+	dst = h.Sum(dst)
+	k.pool.Put(h)
+	return dst
+}
+
+// verifyMAC reports whether mac is env's MAC under redisKey with one of
+// keys, each compared in constant time.
+func verifyMAC(keys []*entryKey, redisKey string, env, mac []byte) bool {
+	var buf [macSize]byte
+	for _, k := range keys {
+		if hmac.Equal(k.sum(buf[:0], redisKey, env), mac) {
+			return true
+		}
+	}
+	return false
 }

@@ -17,6 +17,14 @@ var ErrCorrupt = errors.New("redisstore: corrupt payload")
 // never returned as a value.
 var ErrKeyMismatch = errors.New("redisstore: entry belongs to another key")
 
+// ErrUnauthenticated is matched (errors.Is) by the *CorruptError of an
+// entry that a Store with Options.EntryKeys cannot authenticate: one
+// without a MAC (written by a Store without keys, by an older version, or
+// by anyone else who can write to Redis) or whose MAC verifies with none
+// of the keys (forged, damaged, or written with a key since removed). It
+// is never returned as a value.
+var ErrUnauthenticated = errors.New("redisstore: entry not authenticated")
+
 // ErrPayloadTooLarge is matched (errors.Is) by every *PayloadTooLargeError,
 // as is driver.ErrEntryRejected.
 var ErrPayloadTooLarge = errors.New("redisstore: payload too large")
@@ -34,14 +42,18 @@ var ErrInvalidEntry = errors.New("redisstore: invalid entry")
 //	printf %s 'flightcache:user:42' | sha256sum | cut -c1-8
 
 // CorruptError reports a stored payload that is not a valid envelope for its
-// key: truncated, written by something else, from another format version, or
-// a well-formed entry of another key (then it also matches ErrKeyMismatch).
+// key: truncated, written by something else, from another format version, a
+// well-formed entry of another key (then it also matches ErrKeyMismatch), or,
+// with Options.EntryKeys, an entry whose MAC is missing or does not verify
+// (then it also matches ErrUnauthenticated).
 type CorruptError struct {
 	// KeyHandle names the key the payload was read under; see above.
 	KeyHandle string
 	// Reason names the first check that failed.
 	Reason string
-	// Err is ErrKeyMismatch for an entry of another key, nil otherwise.
+	// Err is ErrKeyMismatch for an entry of another key,
+	// ErrUnauthenticated for an entry that fails authentication, nil
+	// otherwise.
 	Err error
 }
 

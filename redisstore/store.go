@@ -28,6 +28,9 @@ const (
 	MaxKeyLen = 1024
 	// maxRedisString is Redis' own limit on a string value (proto-max-bulk-len).
 	maxRedisString = 512 << 20
+	// MinEntryKeyLen is the shortest entry key (Options.EntryKeys) New
+	// accepts, in bytes: 128 bits. Use 32 random bytes (openssl rand -hex 32).
+	MinEntryKeyLen = 16
 )
 
 // Options configures a Store. The zero value is valid.
@@ -38,8 +41,8 @@ type Options struct {
 	// since an unprefixed cache could overwrite other data in the database.
 	Prefix string
 	// MaxPayload bounds the size in bytes of a stored envelope (value plus
-	// about 40 bytes of metadata). Zero means DefaultMaxPayload; at most
-	// 512 MiB, Redis' own limit.
+	// about 40 bytes of metadata, 32 more with EntryKeys). Zero means
+	// DefaultMaxPayload; at most 512 MiB, Redis' own limit.
 	MaxPayload int
 	// Timeout, when positive, bounds each operation on top of the caller's
 	// ctx. Zero leaves the caller's ctx in charge. Needs the client's
@@ -55,6 +58,23 @@ type Options struct {
 	// '}'. The layout differs from the untagged one, so switching it on
 	// starts from an empty shared tier. Default off.
 	HashTag bool
+	// EntryKeys, when not empty, authenticates entries: every envelope the
+	// Store writes (Set, SetMany, Envelope) carries an HMAC-SHA256 of the
+	// Redis key and the envelope made with EntryKeys[0], and every read
+	// (Get, GetMany, OpenEnvelope) accepts only an envelope whose MAC
+	// verifies with one of the keys. Anything else (no MAC, a wrong one, a
+	// truncated envelope) is a *CorruptError matching ErrUnauthenticated
+	// or ErrCorrupt, which the Cache reads as a miss: someone who can write
+	// to Redis but does not hold a key cannot make the Cache serve a value.
+	// Each key must be at least MinEntryKeyLen bytes; they should be random
+	// (32 bytes) and secret, and the same on every instance sharing the
+	// prefix. To rotate: put the new key first, keeping the old one after
+	// it, on every instance; drop the old one once every entry written
+	// with it has expired (the longest StaleUntil of the Caches, TTL plus
+	// StaleFor). Turning keys on (or off) makes every entry already stored a
+	// miss: it costs one load per key. New copies the keys. Default none:
+	// entries carry no MAC, as before.
+	EntryKeys [][]byte
 }
 
 // Store is a driver.SharedStore on Redis. It is safe for concurrent
@@ -65,6 +85,9 @@ type Store struct {
 	maxPayload int
 	timeout    time.Duration
 	hashTag    bool
+	// keys are Options.EntryKeys, copied; keys[0] signs. Empty: entries
+	// are neither signed nor verified.
+	keys []*entryKey
 }
 
 // hashTagLen is the length of "{<16 hex digits>}".
@@ -97,8 +120,17 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		return nil, &flightcache.ConfigError{Field: "MaxPayload", Reason: "must be between 0 and 512 MiB"}
 	case s.maxPayload < minEnvelope:
 		return nil, &flightcache.ConfigError{Field: "MaxPayload", Reason: fmt.Sprintf("must be at least %d bytes, the smallest envelope", minEnvelope)}
+	case len(opts.EntryKeys) > 0 && s.maxPayload < minEnvelope+macSize:
+		return nil, &flightcache.ConfigError{Field: "MaxPayload", Reason: fmt.Sprintf("must be at least %d bytes with EntryKeys, the smallest authenticated envelope", minEnvelope+macSize)}
 	case s.timeout < 0:
 		return nil, &flightcache.ConfigError{Field: "Timeout", Reason: "must not be negative"}
+	}
+	for i, k := range opts.EntryKeys {
+		// Neither the key nor its length is told: only which one.
+		if len(k) < MinEntryKeyLen {
+			return nil, &flightcache.ConfigError{Field: "EntryKeys", Reason: fmt.Sprintf("key %d (counting from 0) is shorter than %d bytes", i, MinEntryKeyLen)}
+		}
+		s.keys = append(s.keys, newEntryKey(k))
 	}
 	return s, nil
 }
@@ -116,6 +148,19 @@ func (s *Store) MaxKeyLen() int { return MaxKeyLen - len(s.prefix) - s.tagLen() 
 // HashTag reports whether keys carry a Redis Cluster hash tag; see
 // Options.HashTag.
 func (s *Store) HashTag() bool { return s.hashTag }
+
+// Authenticated reports whether entries carry a MAC; see Options.EntryKeys.
+func (s *Store) Authenticated() bool { return len(s.keys) > 0 }
+
+// encode is Encode for this Store: authenticated with its first entry key,
+// if it has any.
+func (s *Store) encode(rk string, e driver.Entry) ([]byte, error) {
+	var mac *entryKey
+	if len(s.keys) > 0 {
+		mac = s.keys[0]
+	}
+	return appendEnvelope(nil, rk, e, mac)
+}
 
 func (s *Store) tagLen() int {
 	if s.hashTag {
@@ -161,7 +206,7 @@ func (s *Store) Envelope(key string, e driver.Entry) (redisKey string, payload [
 	if err != nil {
 		return "", nil, 0, err
 	}
-	payload, err = Encode(rk, e)
+	payload, err = s.encode(rk, e)
 	if err != nil {
 		return "", nil, 0, err
 	}
@@ -175,7 +220,8 @@ func (s *Store) Envelope(key string, e driver.Entry) (redisKey string, payload [
 // OpenEnvelope is Get's answer for payload, an envelope read under key's
 // Redis key by another client (package redislease's fenced write reads
 // the entry that refused it in the same script): the same checks (the
-// key hash, StaleUntil against this host's wall clock), the same errors.
+// key hash, the MAC with Options.EntryKeys, StaleUntil against this host's
+// wall clock), the same errors.
 func (s *Store) OpenEnvelope(key string, payload []byte) (driver.Entry, bool, error) {
 	rk, err := s.redisKey(key)
 	if err != nil {
@@ -193,11 +239,12 @@ func (s *Store) withTimeout(ctx context.Context) (context.Context, context.Cance
 }
 
 // Get returns the entry stored under key with a single GET. A missing key,
-// an entry already past its StaleUntil, or an entry written by a version of
-// this package whose envelopes carry no key hash (so cannot be verified), is
-// (Entry{}, false, nil). A payload that is not a valid envelope for key,
-// including a valid entry of another key, is a *CorruptError; a Redis
-// failure is returned wrapped.
+// an entry already past its StaleUntil, or (without Options.EntryKeys) an
+// entry written by a version of this package whose envelopes carry no key
+// hash (so cannot be verified), is (Entry{}, false, nil). A payload that is
+// not a valid envelope for key, including a valid entry of another key and,
+// with Options.EntryKeys, any entry that fails authentication, is a
+// *CorruptError; a Redis failure is returned wrapped.
 func (s *Store) Get(ctx context.Context, key string) (driver.Entry, bool, error) {
 	rk, err := s.redisKey(key)
 	if err != nil {
@@ -220,10 +267,10 @@ func (s *Store) Get(ctx context.Context, key string) (driver.Entry, bool, error)
 // now: every read (Get, GetMany) goes through it, so they accept and refuse
 // exactly the same payloads.
 func (s *Store) decode(rk string, payload []byte, now time.Time) (driver.Entry, bool, error) {
-	if isUnverifiable(payload) {
+	if len(s.keys) == 0 && isUnverifiable(payload) {
 		return driver.Entry{}, false, nil
 	}
-	e, err := Decode(rk, payload)
+	e, err := decodeEnvelope(rk, payload, s.keys)
 	if err != nil {
 		return driver.Entry{}, false, err
 	}
@@ -278,7 +325,9 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // isUnverifiable reports an envelope of a version before the key hash. Such an
 // entry may be served under a key it does not belong to, so it must not be
 // used; but it is not damage either (an upgrade leaves every key like this),
-// so Get reads it as a miss rather than as a failure.
+// so a Store without entry keys reads it as a miss rather than as a
+// failure. A Store with entry keys reports it as unauthenticated, as it
+// does every entry without a MAC.
 func isUnverifiable(payload []byte) bool {
 	return len(payload) >= 2 && payload[0] == envelopeMagic &&
 		payload[1] >= oldestVersion && payload[1] < envelopeVersion

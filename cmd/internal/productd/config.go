@@ -31,6 +31,13 @@ type Config struct {
 	SeedProducts int    // products per tenant in the seeded catalog
 	Redis        string // redis:// URL of the shared tier; empty: memory only
 	RedisPrefix  string // key prefix in Redis
+	// RedisEntryKeyFile and RedisEntryKey authenticate the entries of the
+	// shared tier (redisstore.Options.EntryKeys; see EntryKeys): a file of
+	// hex keys, one a line, the first signing and every one verifying, or
+	// one hex key given directly. At most one of them; both need Redis.
+	// RedisEntryKey is a secret: it never appears in -h, logs or errors.
+	RedisEntryKeyFile string
+	RedisEntryKey     string
 	// RedisTimeout bounds every Redis call of the request path (the cache's
 	// SharedTimeout) and the readiness ping.
 	RedisTimeout time.Duration
@@ -241,6 +248,9 @@ func (c Config) Validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err
 	}
+	if err := c.validateEntryKeys(); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -417,6 +427,10 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	num(&c.SeedProducts, "seed-products", "products per tenant in the seeded demo catalog (1 to 99999)")
 	secret(&c.Redis, "redis", "redis:// `url` of the shared cache tier; empty keeps the cache in memory only")
 	str(&c.RedisPrefix, "redis-prefix", "prefix of productd's keys in Redis")
+	str(&c.RedisEntryKeyFile, "redis-entry-key-file", "with -redis: `file` of entry keys, one hex key (at least 32 hex digits, e.g. openssl rand -hex 32) a line; the first signs every entry written to Redis, an entry is served only if one of them verifies it (rotate by putting the new key first)")
+	bind("redis-entry-key", "with -redis: one hex entry key, instead of -redis-entry-key-file (a secret: never shown)", func(fs *flag.FlagSet, env, usage string) {
+		hiddenString(fs, &c.RedisEntryKey, "redis-entry-key", getenv(env), usage)
+	})
 	dur(&c.RedisTimeout, "redis-timeout", "bound of each Redis call on the request path (1ms to 10s); a hung Redis costs a request at most this per call")
 	str(&c.Coalesce, "coalesce", "how far loads are coalesced: cluster (one origin load per key across every instance sharing -redis; the default with -redis) or local (one per key per process; the default without -redis, and the only way to get it with -redis)")
 	dur(&c.LeaseTTL, "lease-ttl", "cluster mode: life of a key's load lease without a heartbeat (100ms to 1m; extended every third of it while the load runs); a crashed loader is replaced within about this long")

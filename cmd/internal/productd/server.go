@@ -205,6 +205,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 			Name: "product", Local: s.local, Shared: shared, Coordinator: coord, CoalesceWait: cfg.EffectiveCoalesceWait(),
 			Bus: bus, BusDownTTL: cfg.BusDownTTL,
 			TTL: cfg.TTL, NegativeTTL: cfg.EffectiveNegativeTTL(), Jitter: jitter,
+			// No entry is fresh longer than -cache-ttl, whatever Redis
+			// holds (an instance with a longer -cache-ttl, a forgery):
+			// the loader's SetTTL never asks for more. StaleFor applies
+			// after it, as to every entry.
+			MaxTTL:   cfg.TTL,
 			StaleFor: cfg.StaleFor, SoftTimeout: cfg.SoftTimeout,
 			EarlyRefresh: cfg.EarlyRefresh, LoaderTimeout: cfg.LoaderTimeout, FailureThrottle: cfg.FailureThrottle,
 			SharedTimeout: cfg.RedisTimeout, SharedBreaker: s.breaker,
@@ -323,7 +328,13 @@ func (s *Server) connectRedis(ctx context.Context) (driver.SharedStore, error) {
 	s.breaker = b
 	// HashTag in both coalescing modes, so that instances in either mode
 	// share the values (a rolling switch of -coalesce keeps the cache).
-	s.store, err = redisstore.New(s.rdb, redisstore.Options{Prefix: s.cfg.RedisPrefix, Timeout: s.cfg.RedisTimeout, HashTag: true})
+	// Entry keys: with them, an entry written to Redis by anything but an
+	// instance holding one of the keys is a miss, never served.
+	keys, err := s.cfg.EntryKeys()
+	if err != nil {
+		return nil, err
+	}
+	s.store, err = redisstore.New(s.rdb, redisstore.Options{Prefix: s.cfg.RedisPrefix, Timeout: s.cfg.RedisTimeout, HashTag: true, EntryKeys: keys})
 	if err != nil {
 		return nil, err
 	}
