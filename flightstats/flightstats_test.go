@@ -96,7 +96,6 @@ func TestStampedeCountsExactly(t *testing.T) {
 	}
 	s := rec.Snapshot()
 	want := flightstats.Stats{Requests: hot + distinct, FlightsStarted: 1 + distinct, Shared: hot - 1, FlightsSucceeded: 1 + distinct}
-	//lint:ignore SA1019 the deprecated fields must keep mirroring the flight counts
 	want.LoaderStarted, want.LoaderSucceeded = want.FlightsStarted, want.FlightsSucceeded
 	if s != want {
 		t.Errorf("Snapshot = %+v, want %+v", s, want)

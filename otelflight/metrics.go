@@ -208,7 +208,7 @@ func NewMetrics(meter metric.Meter, opts ...MetricsOption) (*Metrics, error) {
 	b.counter(&m.timeouts, "single_flight.flights.timed_out", "{flight}", "Flights whose callers were released by the engine's hard timeout before the function returned.")
 	b.counter(&m.abandoned, "single_flight.flights.abandoned", "{flight}", "Flights cancelled because every caller left.")
 	b.counter(&m.lateResults, "single_flight.flights.late_results", "{result}", "Flight results dropped because a timeout, Close or abandonment completed the flight first.")
-	b.counters(m.rejections[:], "single_flight.rejections", "{request}", "Calls refused by admission without starting a flight, by reason.", AttrReason, metriclabels.ReasonNames[:])
+	b.counters(m.rejections[:], "single_flight.rejections", "{request}", "Calls refused by admission without starting or joining a flight, by reason.", AttrReason, metriclabels.ReasonNames[:])
 	b.histograms(m.waiterDuration[:], "single_flight.waiter.duration", "How long each call waited for its result, leader included, by result.", metriclabels.ResultNames[:])
 	b.histograms(m.flightDuration[:], "single_flight.flight.duration", "How long each flight ran, by result (timeout: the configured timeout); in a Cache it includes re-checks and waits for another instance, the origin's own latency is flightcache.origin.duration.", metriclabels.ResultNames[:])
 	if b.err == nil {

@@ -187,7 +187,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		busState:         b.gauge("flightcache", "bus_state", "State of the invalidation bus subscription: 0 none (no Bus), 1 down, 2 up."),
 		busDisconnects:   b.counter("flightcache", "bus_disconnects_total", "Changes of the invalidation bus subscription from up to down: invalidations may have been missed."),
 	}
-	rejections := b.counterVec("single_flight", "rejections_total", "Calls refused by admission without running the loader, by reason.", "reason")
+	rejections := b.counterVec("single_flight", "rejections_total", "Calls refused by admission without starting or joining a flight, by reason.", "reason")
 	for i, r := range metriclabels.ReasonNames {
 		m.rejections[i] = rejections.WithLabelValues(r)
 	}
