@@ -14,10 +14,10 @@ COUNT     ?= 10
 BENCHTIME ?= 1s
 BENCHOUT  ?= bench.txt
 
-.PHONY: test fmt-check vet vettool modules race chaos-short lint bench stress demo chaos api-report
+.PHONY: test fmt-check vet vettool modules rules-check race chaos-short lint bench stress demo chaos api-report
 
-## test: gofmt check, go vet, the repository's own analyzer, every module built and vetted outside the workspace, the race-enabled test suite of every module (with the module checks of internal/archtest) and a one-minute chaos run (needs Redis, PostgreSQL and redis-server; see README)
-test: fmt-check vet vettool modules race chaos-short
+## test: gofmt check, go vet, the repository's own analyzer, every module built and vetted outside the workspace, the Prometheus rules checked and unit-tested, the race-enabled test suite of every module (with the module checks of internal/archtest) and a one-minute chaos run (needs Redis, PostgreSQL and redis-server; see README)
+test: fmt-check vet vettool modules rules-check race chaos-short
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -44,6 +44,16 @@ modules:
 		echo "GOWORK=off go test ./...  ($$m)"; \
 		(cd "$$m" && GOWORK=off $(GO) test -count=1 ./...); \
 	done
+
+## rules-check: deploy/prometheus/rules.yml checked and its unit tests (rules_test.yml) run by promtool; skipped with a note when promtool is not installed (apt-get install prometheus), except under CI=true, where it must be. The dashboard's queries are parsed by promtool in deploy/grafana's tests (TestDashboardQueriesParse), under the same rule.
+rules-check:
+	@if command -v promtool >/dev/null 2>&1; then \
+		promtool check rules deploy/prometheus/rules.yml && promtool test rules deploy/prometheus/rules_test.yml; \
+	elif [ "$$CI" = true ]; then \
+		echo "rules-check: promtool not found; under CI=true it must be installed (apt-get install prometheus)"; exit 1; \
+	else \
+		echo "rules-check: skipped, promtool not installed (apt-get install prometheus)"; \
+	fi
 
 race:
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)

@@ -522,6 +522,9 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	if endSpan != nil {
 		endSpan(err)
 	}
+	if c.opts.Observer != nil {
+		c.observe(driver.Event{Kind: driver.EventOriginCall, Ctx: fctx, Cache: c.opts.Name, Duration: took, Err: err})
+	}
 	if err != nil {
 		var fl *flight[V]
 		if c.opts.Tracer != nil {

@@ -169,16 +169,21 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 		lctx, endSpan = c.opts.Tracer.StartLoad(lctx, c.opts.Name)
 	}
 	returned := false
-	if endSpan != nil || c.throttle != nil {
+	if endSpan != nil || c.throttle != nil || c.opts.Observer != nil {
 		defer func() {
 			if returned {
 				return
 			}
 			// The loader panicked or called runtime.Goexit: the engine
-			// turns that into the callers' error; close the span and
-			// throttle the key as for any failure.
+			// turns that into the callers' error; close the span,
+			// report the origin call and throttle the key as for any
+			// failure.
 			if endSpan != nil {
 				endSpan(errLoaderAborted)
+			}
+			if c.opts.Observer != nil {
+				c.observe(driver.Event{Kind: driver.EventOriginCall, Ctx: ctx, Cache: c.opts.Name,
+					Err: &flightgroup.PanicError{Value: errLoaderAborted}})
 			}
 			if c.throttle != nil {
 				c.throttle.fail(m.key, errLoaderAborted, c.opts.Now())
@@ -205,6 +210,9 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 	}
 	if endSpan != nil {
 		endSpan(err)
+	}
+	if c.opts.Observer != nil {
+		c.observe(driver.Event{Kind: driver.EventOriginCall, Ctx: ctx, Cache: c.opts.Name, Duration: took, Err: err})
 	}
 	fl := &flight[V]{}
 	if c.opts.Tracer != nil {

@@ -106,6 +106,16 @@ const (
 	// A move to BusUp after BusDown comes with the resynchronisation of
 	// the local tier.
 	EventBusChanged
+	// EventOriginCall: the origin was called: a LoadFunc or a
+	// BatchLoadFunc returned, once per call whoever made it (a Get's
+	// flight, an early refresh, a batch of keys, a follower that gave up
+	// waiting). Duration is how long it ran; Err is what it returned
+	// (matching ErrNotFound for a "not found" answer), or a
+	// *singleflight.PanicError when it panicked or called runtime.Goexit.
+	// A flight that ends without calling the origin (the double-check
+	// found a value, the failure throttle answered, another instance
+	// loaded the key) reports none.
+	EventOriginCall
 )
 
 var eventKindNames = [...]string{
@@ -132,6 +142,7 @@ var eventKindNames = [...]string{
 	EventInvalidationApplied:  "invalidation_applied",
 	EventInvalidationIgnored:  "invalidation_ignored",
 	EventBusChanged:           "bus_changed",
+	EventOriginCall:           "origin_call",
 }
 
 // String returns a short, stable, lower-case name usable as a metric label.
@@ -151,7 +162,7 @@ type Event struct {
 	Cache    string          // Options.Name
 	Tier     Tier
 	Outcome  Outcome       // on EventGet
-	Duration time.Duration // on EventGet and EventFollowerWoken
+	Duration time.Duration // on EventGet, EventFollowerWoken and EventOriginCall
 	Err      error
 	// Breaker is the new state, on EventBreakerChanged.
 	Breaker BreakerState

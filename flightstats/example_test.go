@@ -17,9 +17,9 @@ func Example() {
 	}
 
 	s := stats.Snapshot()
-	fmt.Println("requests:", s.Requests, "loader executions:", s.LoaderStarted)
-	fmt.Printf("requests per loader: %.1f, suppression ratio: %.2f\n", s.RequestsPerLoader(), s.SuppressionRatio())
+	fmt.Println("requests:", s.Requests, "flights:", s.FlightsStarted)
+	fmt.Printf("requests per flight: %.1f, suppression ratio: %.2f\n", s.RequestsPerFlight(), s.SuppressionRatio())
 	// Output:
-	// requests: 4 loader executions: 4
-	// requests per loader: 1.0, suppression ratio: 0.00
+	// requests: 4 flights: 4
+	// requests per flight: 1.0, suppression ratio: 0.00
 }

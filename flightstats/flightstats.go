@@ -7,7 +7,7 @@
 //	c, _ := flightcache.New(flightcache.Options[*Product]{Name: "product", Local: local, Observer: stats})
 //	…
 //	s := stats.Snapshot()
-//	log.Printf("requests per loader %.1f, suppression %.1f%%", s.RequestsPerLoader(), 100*s.SuppressionRatio())
+//	log.Printf("requests per origin call %.1f, suppression %.1f%%", s.RequestsPerOriginCall(), 100*s.SuppressionRatio())
 package flightstats
 
 import (
@@ -23,18 +23,45 @@ import (
 // Stats is a snapshot of a Recorder's counters. Every count is a total since
 // the Recorder was created, except InFlight.
 type Stats struct {
-	// Engine.
-	Requests        uint64 // calls that reached the engine, rejected ones included
-	LoaderStarted   uint64 // loader executions
-	Shared          uint64 // calls that joined an execution in flight
+	// Engine. A flight is one execution of the engine's function for a
+	// key, however many calls share it. In a Cache a flight re-checks the
+	// tiers, consults the failure throttle and may wait for another
+	// instance before it calls the origin, if it does: origin calls are
+	// OriginCalls. For a bare singleflight.Group the flights are the
+	// origin calls.
+	Requests         uint64 // calls that reached the engine, rejected ones included
+	FlightsStarted   uint64 // flights started
+	Shared           uint64 // calls that joined a flight in flight
+	FlightsSucceeded uint64 // flights whose function returned a nil error
+	FlightsFailed    uint64 // flights whose function returned an error (throttled answers and failed remote waits included)
+	FlightsPanicked  uint64 // flights whose function panicked or called runtime.Goexit
+	Timeouts         uint64 // flights ended by the engine's hard timeout
+	Abandoned        uint64 // flights cancelled because every caller left
+	LateResults      uint64 // flight results dropped after a timeout, Close or abandonment
+	Rejected         Rejections
+	InFlight         int // keys in flight at the last change
+
+	// Deprecated: LoaderStarted counts flights, not origin calls; it
+	// equals FlightsStarted. Use FlightsStarted, or OriginCalls.
+	LoaderStarted uint64
+	// Deprecated: LoaderSucceeded equals FlightsSucceeded.
 	LoaderSucceeded uint64
-	LoaderFailed    uint64 // the loader returned an error
-	LoaderPanicked  uint64 // the loader panicked or called runtime.Goexit
-	Timeouts        uint64 // executions ended by the loader timeout
-	Abandoned       uint64 // executions cancelled because every caller left
-	LateResults     uint64 // loader results dropped after a timeout, Close or abandonment
-	Rejected        Rejections
-	InFlight        int // keys in flight at the last change
+	// Deprecated: LoaderFailed counts failed flights (throttled answers
+	// and failed remote waits included), not origin failures; it equals
+	// FlightsFailed. Use FlightsFailed, or OriginFailures.
+	LoaderFailed uint64
+	// Deprecated: LoaderPanicked equals FlightsPanicked.
+	LoaderPanicked uint64
+
+	// Origin calls (driver.EventOriginCall): calls of a LoadFunc or a
+	// BatchLoadFunc, whoever made them (a flight, an early refresh, a
+	// batch). A flight that found a value on its re-check, that the
+	// failure throttle answered (Throttled) or that waited for another
+	// instance (FollowerWaits) made none.
+	OriginCalls     uint64        // every call, whatever it returned
+	OriginNotFound  uint64        // calls that answered "not found" (flightcache.ErrNotFound)
+	OriginFailures  uint64        // calls that returned another error, timed out or panicked
+	OriginCallTotal time.Duration // summed duration of OriginCalls
 
 	// Cache.
 	Gets           uint64 // finished Gets
@@ -47,7 +74,7 @@ type Stats struct {
 	EarlyRefreshes uint64
 	WriteFailures  uint64
 	ReadFailures   uint64
-	Throttled      uint64
+	Throttled      uint64 // flights the failure throttle answered instead of calling the origin
 	Filtered       uint64 // Gets the Guard turned away without a load
 
 	// Breaker is the shared tier's circuit breaker state at its last change
@@ -61,8 +88,8 @@ type Stats struct {
 	LeasesTakenOver      uint64        // leases taken over after an expiry without result
 	LeasesLost           uint64        // leases that could not be extended while loading
 	FencedWritesRejected uint64        // write-backs refused by the fencing token
-	FollowersWoken       uint64        // waits for another instance that ended with its result
-	FollowerWaits        uint64        // waits for another instance, however they ended
+	FollowersWoken       uint64        // remote waits (for another instance's load) that ended with its result
+	FollowerWaits        uint64        // remote waits, however they ended; never origin calls
 	FollowerWaitTotal    time.Duration // summed duration of FollowerWaits
 	ScopeChanges         uint64        // changes of the coalescing scope
 	// Degraded is true when the last scope change was to process-local.
@@ -120,24 +147,43 @@ func (r Rejections) Total() uint64 {
 	return r.TooManyInFlight + r.TooManyWaiters + r.Closed + r.NilFunc + r.Other
 }
 
-// RequestsPerLoader is requests / loader executions: how many calls one
-// origin call served on average (20 means 1,000 requests cost 50 loads). It
-// is 0 before the first loader execution, when the ratio is undefined.
-func (s Stats) RequestsPerLoader() float64 {
-	if s.LoaderStarted == 0 {
+// RequestsPerFlight is requests / flights started: how many calls one
+// flight served on average (20 means 1,000 requests started 50 flights).
+// It is 0 before the first flight, when the ratio is undefined.
+func (s Stats) RequestsPerFlight() float64 {
+	if s.FlightsStarted == 0 {
 		return 0
 	}
-	return float64(s.Requests) / float64(s.LoaderStarted)
+	return float64(s.Requests) / float64(s.FlightsStarted)
 }
 
-// SuppressionRatio is 1 − loader executions / requests: the fraction of
-// requests that did not call the origin (0.95 means 95% were served by
-// another caller's load). It is 0 before the first request.
+// RequestsPerLoader is RequestsPerFlight.
+//
+// Deprecated: it divides by flights, not origin calls. Use
+// RequestsPerFlight, or RequestsPerOriginCall.
+func (s Stats) RequestsPerLoader() float64 { return s.RequestsPerFlight() }
+
+// RequestsPerOriginCall is requests / origin calls: how many calls that
+// reached the engine one origin call served on average. It is 0 before
+// the first origin call. It is only meaningful for a Cache (a bare
+// singleflight.Group reports no origin calls: use RequestsPerFlight).
+func (s Stats) RequestsPerOriginCall() float64 {
+	if s.OriginCalls == 0 {
+		return 0
+	}
+	return float64(s.Requests) / float64(s.OriginCalls)
+}
+
+// SuppressionRatio is 1 − flights started / requests: the fraction of
+// requests that joined another caller's flight instead of starting one
+// (0.95 means 95% did). For a bare singleflight.Group that is the
+// fraction that did not call the origin; a Cache's flights may call it
+// less (see OriginCalls). It is 0 before the first request.
 func (s Stats) SuppressionRatio() float64 {
 	if s.Requests == 0 {
 		return 0
 	}
-	return 1 - float64(s.LoaderStarted)/float64(s.Requests)
+	return 1 - float64(s.FlightsStarted)/float64(s.Requests)
 }
 
 // HitRatio is hits / (hits + misses) of tier: the fraction of lookups in
@@ -167,6 +213,9 @@ type Recorder struct {
 	tooManyInFlight, tooManyWaiters, closed, nilFunc atomic.Uint64
 	otherRejections                                  atomic.Uint64
 	inFlight                                         atomic.Int64
+
+	originCalls, originNotFound, originFailures atomic.Uint64
+	originNanos                                 atomic.Int64
 
 	gets, localHits, localMisses, sharedHits, sharedMisses atomic.Uint64
 	negativeHits, staleServed, earlyRefreshes              atomic.Uint64
@@ -274,6 +323,16 @@ func (r *Recorder) ObserveCache(e driver.Event) {
 		r.readFailures.Add(1)
 	case driver.EventThrottled:
 		r.throttled.Add(1)
+	case driver.EventOriginCall:
+		r.originCalls.Add(1)
+		r.originNanos.Add(int64(e.Duration))
+		switch {
+		case e.Err == nil:
+		case errors.Is(e.Err, flightcache.ErrNotFound):
+			r.originNotFound.Add(1)
+		default:
+			r.originFailures.Add(1)
+		}
 	case driver.EventFiltered:
 		r.filtered.Add(1)
 	case driver.EventBreakerChanged:
@@ -334,16 +393,20 @@ func perTier(t driver.Tier, local, shared *atomic.Uint64) {
 // events may still arrive, so under load two fields can be a few events
 // apart; each field on its own is exact.
 func (r *Recorder) Snapshot() Stats {
-	return Stats{
-		Requests:        r.requests.Load(),
-		LoaderStarted:   r.loaderStarted.Load(),
-		Shared:          r.shared.Load(),
-		LoaderSucceeded: r.loaderSucceeded.Load(),
-		LoaderFailed:    r.loaderFailed.Load(),
-		LoaderPanicked:  r.loaderPanicked.Load(),
-		Timeouts:        r.timeouts.Load(),
-		Abandoned:       r.abandoned.Load(),
-		LateResults:     r.lateResults.Load(),
+	s := Stats{
+		Requests:         r.requests.Load(),
+		FlightsStarted:   r.loaderStarted.Load(),
+		Shared:           r.shared.Load(),
+		FlightsSucceeded: r.loaderSucceeded.Load(),
+		FlightsFailed:    r.loaderFailed.Load(),
+		FlightsPanicked:  r.loaderPanicked.Load(),
+		OriginCalls:      r.originCalls.Load(),
+		OriginNotFound:   r.originNotFound.Load(),
+		OriginFailures:   r.originFailures.Load(),
+		OriginCallTotal:  time.Duration(r.originNanos.Load()),
+		Timeouts:         r.timeouts.Load(),
+		Abandoned:        r.abandoned.Load(),
+		LateResults:      r.lateResults.Load(),
 		Rejected: Rejections{
 			TooManyInFlight: r.tooManyInFlight.Load(),
 			TooManyWaiters:  r.tooManyWaiters.Load(),
@@ -389,6 +452,8 @@ func (r *Recorder) Snapshot() Stats {
 		Bus:                      driver.BusState(r.bus.Load()),
 		BusDisconnects:           r.busDisconnects.Load(),
 	}
+	s.LoaderStarted, s.LoaderSucceeded, s.LoaderFailed, s.LoaderPanicked = s.FlightsStarted, s.FlightsSucceeded, s.FlightsFailed, s.FlightsPanicked
+	return s
 }
 
 func (r *Recorder) lastReceived() time.Time {

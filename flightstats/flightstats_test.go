@@ -26,16 +26,16 @@ func TestRatiosUseTheSeedsFormulas(t *testing.T) {
 	for _, c := range []struct {
 		name                   string
 		s                      flightstats.Stats
-		perLoader, suppression float64
+		perFlight, suppression float64
 	}{
-		{"seed example", flightstats.Stats{Requests: 1000, LoaderStarted: 50}, 20, 0.95},
-		{"no coalescing", flightstats.Stats{Requests: 7, LoaderStarted: 7}, 1, 0},
-		{"stampede", flightstats.Stats{Requests: 1010, LoaderStarted: 11}, 1010.0 / 11, 1 - 11.0/1010},
+		{"seed example", flightstats.Stats{Requests: 1000, FlightsStarted: 50}, 20, 0.95},
+		{"no coalescing", flightstats.Stats{Requests: 7, FlightsStarted: 7}, 1, 0},
+		{"stampede", flightstats.Stats{Requests: 1010, FlightsStarted: 11}, 1010.0 / 11, 1 - 11.0/1010},
 		{"nothing yet", flightstats.Stats{}, 0, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := c.s.RequestsPerLoader(); math.Abs(got-c.perLoader) > 1e-12 {
-				t.Errorf("RequestsPerLoader = %v, want %v", got, c.perLoader)
+			if got := c.s.RequestsPerFlight(); math.Abs(got-c.perFlight) > 1e-12 {
+				t.Errorf("RequestsPerFlight = %v, want %v", got, c.perFlight)
 			}
 			if got := c.s.SuppressionRatio(); math.Abs(got-c.suppression) > 1e-12 {
 				t.Errorf("SuppressionRatio = %v, want %v", got, c.suppression)
@@ -95,7 +95,8 @@ func TestStampedeCountsExactly(t *testing.T) {
 		}
 	}
 	s := rec.Snapshot()
-	want := flightstats.Stats{Requests: hot + distinct, LoaderStarted: 1 + distinct, Shared: hot - 1, LoaderSucceeded: 1 + distinct}
+	want := flightstats.Stats{Requests: hot + distinct, FlightsStarted: 1 + distinct, Shared: hot - 1, FlightsSucceeded: 1 + distinct}
+	want.LoaderStarted, want.LoaderSucceeded = want.FlightsStarted, want.FlightsSucceeded
 	if s != want {
 		t.Errorf("Snapshot = %+v, want %+v", s, want)
 	}
@@ -119,8 +120,8 @@ func TestRejectionsAndFailuresByKind(t *testing.T) {
 	g.Close()
 	g.Do(context.Background(), "c", func(context.Context) (int, error) { return 0, nil })
 	s := rec.Snapshot()
-	if s.LoaderPanicked != 1 || s.LoaderFailed != 1 || s.LoaderSucceeded != 0 {
-		t.Errorf("panicked %d, failed %d, succeeded %d; want 1, 1, 0", s.LoaderPanicked, s.LoaderFailed, s.LoaderSucceeded)
+	if s.FlightsPanicked != 1 || s.FlightsFailed != 1 || s.FlightsSucceeded != 0 {
+		t.Errorf("panicked %d, failed %d, succeeded %d; want 1, 1, 0", s.FlightsPanicked, s.FlightsFailed, s.FlightsSucceeded)
 	}
 	if want := (flightstats.Rejections{NilFunc: 1, Closed: 1}); s.Rejected != want || s.Rejected.Total() != 2 {
 		t.Errorf("Rejected = %+v, want %+v", s.Rejected, want)
@@ -151,8 +152,36 @@ func TestCacheEventsThroughRealCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := rec.Snapshot()
-	if s.Gets != 5 || s.LocalHits != 2 || s.LocalMisses != 2 || s.NegativeHits != 1 || s.LoaderStarted != 2 || s.Requests != 2 {
+	if s.Gets != 5 || s.LocalHits != 2 || s.LocalMisses != 2 || s.NegativeHits != 1 || s.FlightsStarted != 2 || s.Requests != 2 {
 		t.Errorf("Snapshot = %+v", s)
+	}
+	if s.OriginCalls != 2 || s.OriginNotFound != 1 || s.OriginFailures != 0 {
+		t.Errorf("origin calls %d, not found %d, failures %d; want 2, 1, 0", s.OriginCalls, s.OriginNotFound, s.OriginFailures)
+	}
+}
+
+// During an origin outage with a failure throttle, the origin is called
+// once per window: the throttled Gets are failed flights, never origin
+// calls or origin failures.
+func TestThrottledGetsAreNotOriginCalls(t *testing.T) {
+	rec := flightstats.New()
+	c, err := flightcache.New(flightcache.Options[int]{Name: "n", Local: testlocal.New[int](nil), FailureThrottle: time.Minute, Observer: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	errDown := errors.New("database down")
+	load := func(context.Context) (int, error) { return 0, errDown }
+	const gets = 6
+	for range gets {
+		if _, err := c.Get(context.Background(), "k", load); !errors.Is(err, errDown) {
+			t.Fatalf("Get: %v, want the origin's error (or its throttled copy)", err)
+		}
+	}
+	s := rec.Snapshot()
+	if s.OriginCalls != 1 || s.OriginFailures != 1 || s.Throttled != gets-1 || s.FlightsFailed != gets || s.FlightsStarted != gets {
+		t.Errorf("origin calls %d (failed %d), throttled %d, flights %d (failed %d); want 1 (1), %d, %d (%d)",
+			s.OriginCalls, s.OriginFailures, s.Throttled, s.FlightsStarted, s.FlightsFailed, gets-1, gets, gets)
 	}
 }
 

@@ -51,7 +51,7 @@ func Example() {
 	reader.Collect(context.Background(), &rm)
 	for _, sm := range rm.ScopeMetrics {
 		for _, mt := range sm.Metrics {
-			if s, ok := mt.Data.(metricdata.Sum[int64]); ok && mt.Name == "single_flight.loader.started.count" {
+			if s, ok := mt.Data.(metricdata.Sum[int64]); ok && mt.Name == "single_flight.flights.started" {
 				fmt.Println(mt.Name, s.DataPoints[0].Value)
 			}
 		}
@@ -60,7 +60,7 @@ func Example() {
 		fmt.Println("span", s.Name())
 	}
 	// Output:
-	// single_flight.loader.started.count 1
+	// single_flight.flights.started 1
 	// span flightcache.load
 	// span flightcache.get
 }

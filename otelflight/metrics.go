@@ -3,11 +3,27 @@
 // implements driver.Tracer on the trace API. Both use only the API
 // packages, so any SDK and exporter plugs in.
 //
-// Metric names follow the core single-flight set (single_flight.request.count, …); the
-// Prometheus equivalents that package promflight exports are listed in
-// docs/OBSERVABILITY.md. Attributes are bounded: the operation name given at
-// construction, result, reason, tier, outcome, to, event and kind. No key or ID is ever an
-// attribute; events do not even carry keys.
+// Instrument names follow OpenTelemetry's naming rules: dot-separated
+// namespaces (single_flight.… for the engine, flightcache.… for the
+// Cache), plural nouns for counters and no .count or _total suffix, the
+// unit in the instrument's unit rather than in its name; a family of
+// counts is one instrument with an outcome or result attribute, as .NET's
+// cache metrics count requests with an outcome attribute. There are no
+// stable cache semantic conventions upstream, so the names are this
+// package's own; docs/OBSERVABILITY.md lists them with the Prometheus
+// equivalents that package promflight exports.
+//
+// Flights (single_flight.flights.started), origin calls
+// (flightcache.origin.calls), answers of the failure throttle
+// (flightcache.throttled) and remote waits
+// (flightcache.cluster.follower.wait.duration) are separate instruments:
+// in a Cache a flight may end without an origin call.
+//
+// Every attribute is in the flightcache namespace and bounded: the cache
+// name given at construction (AttrCache), AttrResult, AttrReason,
+// AttrTier, AttrOutcome, AttrBreakerState, AttrScope, AttrLeaseEvent and
+// AttrInvalidationKind. No key or ID is ever an attribute; events do not
+// even carry keys.
 package otelflight
 
 import (
@@ -34,6 +50,28 @@ const ScopeName = "github.com/flightcache/flightcache/otelflight"
 // timeout). An SDK View may override them.
 var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 
+// The attribute keys of the measurements, besides AttrCache (the cache or
+// operation name, on every measurement) and AttrOutcome (a Get's outcome,
+// or a tier lookup's: hit, miss, negative_hit). Every value is one of a
+// small fixed set (docs/OBSERVABILITY.md, "Labels").
+const (
+	// AttrResult is how a flight, a wait, an origin call or a publish
+	// ended.
+	AttrResult = attribute.Key("flightcache.result")
+	// AttrReason is why admission refused a call.
+	AttrReason = attribute.Key("flightcache.reason")
+	// AttrTier is the tier of a lookup, read or write.
+	AttrTier = attribute.Key("flightcache.tier")
+	// AttrBreakerState is the new state of a breaker transition.
+	AttrBreakerState = attribute.Key("flightcache.breaker.state")
+	// AttrScope is the new coalescing scope of a scope change.
+	AttrScope = attribute.Key("flightcache.scope")
+	// AttrLeaseEvent is what happened to a cluster lease.
+	AttrLeaseEvent = attribute.Key("flightcache.lease.event")
+	// AttrInvalidationKind is the kind of an invalidation.
+	AttrInvalidationKind = attribute.Key("flightcache.invalidation.kind")
+)
+
 // ErrNilMeter is returned by NewMetrics for a nil meter.
 var ErrNilMeter = errors.New("otelflight: nil metric.Meter")
 
@@ -46,7 +84,8 @@ type metricsConfig struct {
 	buckets   []float64
 }
 
-// WithOperation sets the "operation" attribute of every measurement; default
+// WithOperation sets the AttrCache attribute (flightcache.cache.name) of
+// every measurement, the counterpart of promflight's "operation" label; default
 // "default", the default flightcache.Options.Name. It must be a constant
 // such as the cache's name, never derived from a key.
 func WithOperation(name string) MetricsOption {
@@ -87,20 +126,24 @@ func (h *histogram) record(ctx context.Context, v float64) { h.h.Record(ctx, v, 
 // concurrent use.
 type Metrics struct {
 	// Every field is set in NewMetrics and read-only afterwards.
-	requests        counter
-	rejections      [metriclabels.NumReasons]counter
-	loaderStarted   counter
-	shared          counter
-	loaderSucceeded counter
-	loaderFailed    counter
-	panics          counter
-	timeouts        counter
-	abandoned       counter
-	lateResults     counter
-	inFlight        metric.Int64UpDownCounter
-	inFlightOpts    []metric.AddOption
-	waiterDuration  [metriclabels.NumResults]histogram
-	loaderDuration  [metriclabels.NumResults]histogram
+	requests         counter
+	rejections       [metriclabels.NumReasons]counter
+	flightsStarted   counter
+	shared           counter
+	flightsSucceeded counter
+	flightsFailed    counter
+	panics           counter
+	timeouts         counter
+	abandoned        counter
+	lateResults      counter
+	inFlight         metric.Int64UpDownCounter
+	inFlightOpts     []metric.AddOption
+	waiterDuration   [metriclabels.NumResults]histogram
+	flightDuration   [metriclabels.NumResults]histogram
+
+	// Origin calls (driver.EventOriginCall), by metriclabels.OriginResult.
+	originCalls    [metriclabels.NumOriginResults]counter
+	originDuration [metriclabels.NumOriginResults]histogram
 
 	hits           [len(metriclabels.TierNames)]counter
 	misses         [len(metriclabels.TierNames)]counter
@@ -156,39 +199,46 @@ func NewMetrics(meter metric.Meter, opts ...MetricsOption) (*Metrics, error) {
 	}
 	b := &instruments{meter: meter, cfg: cfg}
 	m := &Metrics{}
-	b.counter(&m.requests, "single_flight.request.count", "{call}", "Calls that reached the single-flight engine (before admission).")
-	b.counter(&m.loaderStarted, "single_flight.loader.started.count", "{execution}", "Loader executions started; requests / this = requests per loader.")
-	b.counter(&m.shared, "single_flight.waiter.shared.count", "{call}", "Calls that joined an execution already in flight instead of starting one.")
-	b.counter(&m.loaderSucceeded, "single_flight.loader.succeeded.count", "{execution}", "Loader executions that returned a nil error.")
-	b.counter(&m.loaderFailed, "single_flight.loader.failed.count", "{execution}", "Loader executions that returned an error (panics are counted apart).")
-	b.counter(&m.panics, "single_flight.loader.panicked.count", "{execution}", "Loader executions that panicked or called runtime.Goexit.")
-	b.counter(&m.timeouts, "single_flight.loader.timeout.count", "{execution}", "Loader executions whose waiters were released by the loader timeout.")
-	b.counter(&m.abandoned, "single_flight.loader.abandoned.count", "{execution}", "Loader executions cancelled because every caller left.")
-	b.counter(&m.lateResults, "single_flight.loader.late_result.count", "{execution}", "Loader results dropped because a timeout, Close or abandonment completed the execution first.")
-	b.counters(m.rejections[:], "single_flight.rejected.count", "{call}", "Calls refused by admission without running the loader, by reason.", "reason", metriclabels.ReasonNames[:])
+	b.counter(&m.requests, "single_flight.requests", "{request}", "Calls that reached the single-flight engine, before admission (rejected ones included); in a Cache, the Gets that missed every tier.")
+	b.counter(&m.flightsStarted, "single_flight.flights.started", "{flight}", "Flights started: executions of the engine's function, one per key however many calls share it. In a Cache a flight may end without an origin call: origin calls are flightcache.origin.calls.")
+	b.counter(&m.shared, "single_flight.waiters.shared", "{request}", "Calls that joined a flight already in flight instead of starting one.")
+	b.counter(&m.flightsSucceeded, "single_flight.flights.succeeded", "{flight}", "Flights whose function returned a nil error.")
+	b.counter(&m.flightsFailed, "single_flight.flights.failed", "{flight}", "Flights whose function returned an error (panics apart). In a Cache this includes flights the failure throttle answered and failed waits for another instance: origin failures are flightcache.origin.calls with flightcache.result error.")
+	b.counter(&m.panics, "single_flight.flights.panicked", "{flight}", "Flights whose function panicked or called runtime.Goexit.")
+	b.counter(&m.timeouts, "single_flight.flights.timed_out", "{flight}", "Flights whose callers were released by the engine's hard timeout before the function returned.")
+	b.counter(&m.abandoned, "single_flight.flights.abandoned", "{flight}", "Flights cancelled because every caller left.")
+	b.counter(&m.lateResults, "single_flight.flights.late_results", "{result}", "Flight results dropped because a timeout, Close or abandonment completed the flight first.")
+	b.counters(m.rejections[:], "single_flight.rejections", "{request}", "Calls refused by admission without starting or joining a flight, by reason.", AttrReason, metriclabels.ReasonNames[:])
 	b.histograms(m.waiterDuration[:], "single_flight.waiter.duration", "How long each call waited for its result, leader included, by result.", metriclabels.ResultNames[:])
-	b.histograms(m.loaderDuration[:], "single_flight.loader.duration", "How long each loader execution ran, by result (timeout: the configured timeout).", metriclabels.ResultNames[:])
+	b.histograms(m.flightDuration[:], "single_flight.flight.duration", "How long each flight ran, by result (timeout: the configured timeout); in a Cache it includes re-checks and waits for another instance, the origin's own latency is flightcache.origin.duration.", metriclabels.ResultNames[:])
 	if b.err == nil {
-		m.inFlight, b.err = meter.Int64UpDownCounter("single_flight.in_flight", metric.WithUnit("{key}"), metric.WithDescription("Keys with an execution in flight."))
+		m.inFlight, b.err = meter.Int64UpDownCounter("single_flight.flights.active", metric.WithUnit("{flight}"), metric.WithDescription("Flights under way, one per key."))
 		m.inFlightOpts = []metric.AddOption{metric.WithAttributeSet(b.set())}
 	}
 
-	b.counters(m.hits[:], "flightcache.hit.count", "{lookup}", "Fresh values found, by tier.", "tier", metriclabels.TierNames[:])
-	b.counters(m.misses[:], "flightcache.miss.count", "{lookup}", "Lookups that found no fresh value, by tier.", "tier", metriclabels.TierNames[:])
-	b.counters(m.negativeHits[:], "flightcache.negative_hit.count", "{lookup}", "Cached \"not found\" answers, by tier.", "tier", metriclabels.TierNames[:])
-	b.counters(m.writeFailures[:], "flightcache.write_failure.count", "{write}", "Failed write-backs to a tier (the Get still succeeded), by tier.", "tier", metriclabels.TierNames[:])
-	b.counters(m.readFailures[:], "flightcache.read_failure.count", "{read}", "Failed reads of a tier, served as misses, by tier.", "tier", metriclabels.TierNames[:])
-	b.counter(&m.staleServed, "flightcache.stale_served.count", "{get}", "Gets answered with a stale value because the load failed or was slow (fail-safe).")
-	b.counter(&m.earlyRefreshes, "flightcache.early_refresh.count", "{refresh}", "Background early refreshes started.")
-	b.counter(&m.throttled, "flightcache.throttled.count", "{load}", "Loads answered by the failure throttle instead of the origin.")
+	b.counters(m.originCalls[:], "flightcache.origin.calls", "{call}", "Calls of the origin (a LoadFunc or BatchLoadFunc returned), by result, whoever made them (flight, early refresh, batch); throttled flights and waits for another instance are not origin calls.", AttrResult, metriclabels.OriginResultNames[:])
+	b.histograms(m.originDuration[:], "flightcache.origin.duration", "How long each origin call ran, by result.", metriclabels.OriginResultNames[:])
+	if lookups := b.int64Counter("flightcache.lookups", "{lookup}", "Lookups of a tier, by tier and outcome: hit (a fresh value), negative_hit (a cached \"not found\"), miss (no fresh value)."); b.err == nil {
+		for i, tier := range metriclabels.TierNames {
+			lookup := func(outcome string) counter {
+				return counter{c: lookups, opts: []metric.AddOption{metric.WithAttributeSet(b.set(AttrTier.String(tier), AttrOutcome.String(outcome)))}}
+			}
+			m.hits[i], m.misses[i], m.negativeHits[i] = lookup("hit"), lookup("miss"), lookup("negative_hit")
+		}
+	}
+	b.counters(m.writeFailures[:], "flightcache.write_failures", "{write}", "Failed write-backs to a tier (the Get still succeeded), by tier.", AttrTier, metriclabels.TierNames[:])
+	b.counters(m.readFailures[:], "flightcache.read_failures", "{read}", "Failed reads of a tier, served as misses, by tier.", AttrTier, metriclabels.TierNames[:])
+	b.counter(&m.staleServed, "flightcache.stale_served", "{get}", "Gets answered with a stale value because the load failed or was slow (fail-safe).")
+	b.counter(&m.earlyRefreshes, "flightcache.early_refreshes", "{refresh}", "Background early refreshes started.")
+	b.counter(&m.throttled, "flightcache.throttled", "{flight}", "Flights (one per key) the failure throttle answered with the key's recent origin error instead of calling the origin.")
 	outcomes := make([]string, metriclabels.NumOutcomes)
 	for i := range outcomes {
 		outcomes[i] = flightcache.Outcome(i).String()
 	}
-	b.counters(m.gets[:], "flightcache.get.count", "{get}", "Finished Gets, by outcome.", "outcome", outcomes)
+	b.counters(m.gets[:], "flightcache.gets", "{get}", "Finished Gets, by outcome.", AttrOutcome, outcomes)
 	b.histogram(&m.getDuration, "flightcache.get.duration", "Duration of a Get, whatever served it.")
-	b.counter(&m.filtered, "flightcache.filtered.count", "{get}", "Gets the Guard answered \"cannot exist\" without a load.")
-	b.counters(m.breakerChanges[:], "flightcache.shared_breaker.transition.count", "{transition}", "State changes of the shared tier's circuit breaker, by new state.", "to", metriclabels.BreakerStateNames[:])
+	b.counter(&m.filtered, "flightcache.filtered", "{get}", "Gets the Guard answered \"cannot exist\" without a load.")
+	b.counters(m.breakerChanges[:], "flightcache.shared_breaker.transitions", "{transition}", "State changes of the shared tier's circuit breaker, by new state.", AttrBreakerState, metriclabels.BreakerStateNames[:])
 	if b.err == nil {
 		m.breakerState, b.err = meter.Int64Gauge("flightcache.shared_breaker.state", metric.WithUnit("{state}"),
 			metric.WithDescription("State of the shared tier's circuit breaker: 0 closed, 1 half-open, 2 open."))
@@ -199,10 +249,10 @@ func NewMetrics(meter metric.Meter, opts ...MetricsOption) (*Metrics, error) {
 		// before the first change, as the Prometheus gauge has.
 		m.breakerState.Record(context.Background(), int64(driver.BreakerClosed), m.breakerOpts...)
 	}
-	b.counters(m.leaseEvents[:], "flightcache.cluster.lease.count", "{lease}", "Cluster lease events: acquired, taken_over (after an expiry without result), lost (while loading).", "event", metriclabels.LeaseEventNames[:])
-	b.counter(&m.fencedWrites, "flightcache.cluster.fenced_write_rejected.count", "{write}", "Write-backs refused by the fencing token: a newer lease, Set or Delete superseded the load.")
-	b.histograms(m.followerWait[:], "flightcache.cluster.follower.wait.duration", "How long an instance waited for another instance's load, by how the wait ended (woken: the result arrived).", metriclabels.FollowerResultNames[:])
-	b.counters(m.scopeChanges[:], "flightcache.cluster.scope_change.count", "{change}", "Changes of the coalescing scope, by new scope (local: degraded, cluster: recovered).", "to", metriclabels.ScopeNames[:])
+	b.counters(m.leaseEvents[:], "flightcache.cluster.leases", "{lease}", "Cluster lease events: acquired, taken_over (after an expiry without result), lost (while loading).", AttrLeaseEvent, metriclabels.LeaseEventNames[:])
+	b.counter(&m.fencedWrites, "flightcache.cluster.fenced_writes_rejected", "{write}", "Write-backs refused by the fencing token: a newer lease, Set or Delete superseded the load.")
+	b.histograms(m.followerWait[:], "flightcache.cluster.follower.wait.duration", "Remote waits: how long this instance waited for another instance's load of a key (no origin call of its own), by how the wait ended (woken: the result arrived).", metriclabels.FollowerResultNames[:])
+	b.counters(m.scopeChanges[:], "flightcache.cluster.scope_changes", "{change}", "Changes of the coalescing scope, by new scope (local: degraded, cluster: recovered).", AttrScope, metriclabels.ScopeNames[:])
 	if b.err == nil {
 		m.degraded, b.err = meter.Int64Gauge("flightcache.cluster.degraded", metric.WithUnit("{state}"),
 			metric.WithDescription("1 while cluster coalescing has degraded to process-local because the coordinator failed, else 0."))
@@ -212,16 +262,16 @@ func NewMetrics(meter metric.Meter, opts ...MetricsOption) (*Metrics, error) {
 		m.degraded.Record(context.Background(), 0, m.degradedOpts...)
 	}
 	kinds := metriclabels.InvalidationKindNames[:]
-	if sent := b.int64Counter("flightcache.invalidation.sent.count", "{invalidation}", "Invalidations this instance published to the others, by kind and result (error: not published)."); b.err == nil {
+	if sent := b.int64Counter("flightcache.invalidations.sent", "{invalidation}", "Invalidations this instance published to the others, by kind and result (error: not published)."); b.err == nil {
 		for i, k := range kinds {
 			for j, r := range metriclabels.PublishResultNames {
-				m.invalidationsSent[i][j] = counter{c: sent, opts: []metric.AddOption{metric.WithAttributeSet(b.set(attribute.String("kind", k), attribute.String("result", r)))}}
+				m.invalidationsSent[i][j] = counter{c: sent, opts: []metric.AddOption{metric.WithAttributeSet(b.set(AttrInvalidationKind.String(k), AttrResult.String(r)))}}
 			}
 		}
 	}
-	b.counters(m.invalidationsReceived[:], "flightcache.invalidation.received.count", "{invalidation}", "Invalidations received from other instances, by kind.", "kind", kinds)
-	b.counters(m.invalidationsApplied[:], "flightcache.invalidation.applied.count", "{invalidation}", "Received invalidations applied (the older local copies they cover dropped), by kind.", "kind", kinds)
-	b.counters(m.invalidationsIgnored[:], "flightcache.invalidation.ignored.count", "{invalidation}", "Received invalidations ignored as stale (late, duplicate or out of order: no newer than what was applied or held), by kind.", "kind", kinds)
+	b.counters(m.invalidationsReceived[:], "flightcache.invalidations.received", "{invalidation}", "Invalidations received from other instances, by kind.", AttrInvalidationKind, kinds)
+	b.counters(m.invalidationsApplied[:], "flightcache.invalidations.applied", "{invalidation}", "Received invalidations applied (the older local copies they cover dropped), by kind.", AttrInvalidationKind, kinds)
+	b.counters(m.invalidationsIgnored[:], "flightcache.invalidations.ignored", "{invalidation}", "Received invalidations ignored as stale (late, duplicate or out of order: no newer than what was applied or held), by kind.", AttrInvalidationKind, kinds)
 	if b.err == nil {
 		m.lastReceived, b.err = meter.Float64Gauge("flightcache.invalidation.last_received.timestamp", metric.WithUnit("s"),
 			metric.WithDescription("Unix time at which the last invalidation from another instance arrived; 0 before the first."))
@@ -238,7 +288,7 @@ func NewMetrics(meter metric.Meter, opts ...MetricsOption) (*Metrics, error) {
 	if b.err == nil {
 		m.busState.Record(context.Background(), int64(driver.BusNone), m.busOpts...)
 	}
-	b.counter(&m.busDisconnects, "flightcache.bus.disconnect.count", "{disconnect}", "Changes of the invalidation bus subscription from up to down: invalidations may have been missed.")
+	b.counter(&m.busDisconnects, "flightcache.bus.disconnects", "{disconnect}", "Changes of the invalidation bus subscription from up to down: invalidations may have been missed.")
 	if b.err != nil {
 		return nil, fmt.Errorf("otelflight: create instruments of operation %q: %w", cfg.operation, b.err)
 	}
@@ -255,7 +305,7 @@ type instruments struct {
 
 func (b *instruments) set(extra ...attribute.KeyValue) attribute.Set {
 	kv := make([]attribute.KeyValue, 0, 1+len(b.cfg.attrs)+len(extra))
-	kv = append(kv, attribute.String("operation", b.cfg.operation))
+	kv = append(kv, AttrCache.String(b.cfg.operation))
 	kv = append(kv, b.cfg.attrs...)
 	kv = append(kv, extra...)
 	return attribute.NewSet(kv...)
@@ -276,13 +326,13 @@ func (b *instruments) counter(dst *counter, name, unit, desc string) {
 	}
 }
 
-func (b *instruments) counters(dst []counter, name, unit, desc, key string, values []string) {
+func (b *instruments) counters(dst []counter, name, unit, desc string, key attribute.Key, values []string) {
 	c := b.int64Counter(name, unit, desc)
 	if b.err != nil {
 		return
 	}
 	for i, v := range values {
-		dst[i] = counter{c: c, opts: []metric.AddOption{metric.WithAttributeSet(b.set(attribute.String(key, v)))}}
+		dst[i] = counter{c: c, opts: []metric.AddOption{metric.WithAttributeSet(b.set(key.String(v)))}}
 	}
 }
 
@@ -307,7 +357,7 @@ func (b *instruments) histograms(dst []histogram, name, desc string, results []s
 		return
 	}
 	for i, r := range results {
-		dst[i] = histogram{h: h, opts: []metric.RecordOption{metric.WithAttributeSet(b.set(attribute.String("result", r)))}}
+		dst[i] = histogram{h: h, opts: []metric.RecordOption{metric.WithAttributeSet(b.set(AttrResult.String(r)))}}
 	}
 }
 
@@ -323,21 +373,21 @@ func (m *Metrics) ObserveFlight(e singleflight.Event) {
 	case singleflight.EventRejected:
 		m.rejections[metriclabels.RejectReason(e.Err)].add(ctx)
 	case singleflight.EventLoaderStarted:
-		m.loaderStarted.add(ctx)
+		m.flightsStarted.add(ctx)
 	case singleflight.EventShared:
 		m.shared.add(ctx)
 	case singleflight.EventLoaderSucceeded:
-		m.loaderSucceeded.add(ctx)
-		m.loaderDuration[metriclabels.ResultSuccess].record(ctx, e.Duration.Seconds())
+		m.flightsSucceeded.add(ctx)
+		m.flightDuration[metriclabels.ResultSuccess].record(ctx, e.Duration.Seconds())
 	case singleflight.EventLoaderFailed:
-		m.loaderFailed.add(ctx)
-		m.loaderDuration[metriclabels.ResultError].record(ctx, e.Duration.Seconds())
+		m.flightsFailed.add(ctx)
+		m.flightDuration[metriclabels.ResultError].record(ctx, e.Duration.Seconds())
 	case singleflight.EventLoaderPanicked:
 		m.panics.add(ctx)
-		m.loaderDuration[metriclabels.ResultPanic].record(ctx, e.Duration.Seconds())
+		m.flightDuration[metriclabels.ResultPanic].record(ctx, e.Duration.Seconds())
 	case singleflight.EventTimeout:
 		m.timeouts.add(ctx)
-		m.loaderDuration[metriclabels.ResultTimeout].record(ctx, e.Duration.Seconds())
+		m.flightDuration[metriclabels.ResultTimeout].record(ctx, e.Duration.Seconds())
 	case singleflight.EventAbandoned:
 		m.abandoned.add(ctx)
 	case singleflight.EventLateResult:
@@ -376,6 +426,10 @@ func (m *Metrics) ObserveCache(e driver.Event) {
 		m.readFailures[t].add(ctx)
 	case driver.EventThrottled:
 		m.throttled.add(ctx)
+	case driver.EventOriginCall:
+		r := metriclabels.OriginResult(e.Err)
+		m.originCalls[r].add(ctx)
+		m.originDuration[r].record(ctx, e.Duration.Seconds())
 	case driver.EventFiltered:
 		m.filtered.add(ctx)
 	case driver.EventBreakerChanged:

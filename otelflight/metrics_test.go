@@ -158,7 +158,7 @@ func stampede(t *testing.T, g *singleflight.Group[string, int], attached <-chan 
 	}
 }
 
-var op = attribute.String("operation", "product")
+var op = otelflight.AttrCache.String("product")
 
 func TestStampedeCountsExactly(t *testing.T) {
 	const hot, distinct = 1000, 10
@@ -168,27 +168,27 @@ func TestStampedeCountsExactly(t *testing.T) {
 	stampede(t, g, attached, hot, distinct, "k")
 
 	got := collect(t, reader)
-	success := attribute.String("result", "success")
+	success := otelflight.AttrResult.String("success")
 	for _, w := range []struct {
 		name string
 		kv   []attribute.KeyValue
 		v    float64
 	}{
-		{"single_flight.request.count", nil, hot + distinct},
-		{"single_flight.loader.started.count", nil, 1 + distinct},
-		{"single_flight.waiter.shared.count", nil, hot - 1},
-		{"single_flight.loader.succeeded.count", nil, 1 + distinct},
-		{"single_flight.loader.failed.count", nil, 0},
+		{"single_flight.requests", nil, hot + distinct},
+		{"single_flight.flights.started", nil, 1 + distinct},
+		{"single_flight.waiters.shared", nil, hot - 1},
+		{"single_flight.flights.succeeded", nil, 1 + distinct},
+		{"single_flight.flights.failed", nil, 0},
 		{"single_flight.in_flight", nil, 0},
 		{"single_flight.waiter.duration", []attribute.KeyValue{success}, hot + distinct},
-		{"single_flight.loader.duration", []attribute.KeyValue{success}, 1 + distinct},
+		{"single_flight.flight.duration", []attribute.KeyValue{success}, 1 + distinct},
 	} {
 		if v := got.value(t, w.name, append(w.kv, op)...); v != w.v {
 			t.Errorf("%s%v = %v, want %v", w.name, w.kv, v, w.v)
 		}
 	}
-	requests := got.value(t, "single_flight.request.count", op)
-	loaders := got.value(t, "single_flight.loader.started.count", op)
+	requests := got.value(t, "single_flight.requests", op)
+	loaders := got.value(t, "single_flight.flights.started", op)
 	if ratio, want := 1-loaders/requests, 1-11.0/1010; math.Abs(ratio-want) > 1e-12 {
 		t.Errorf("suppression ratio = %v, want 1 - 11/1010 = %v", ratio, want)
 	}
@@ -225,11 +225,11 @@ func TestRejectionsCarryTheirReason(t *testing.T) {
 	}
 	got := collect(t, reader)
 	for _, reason := range []string{"too_many_in_flight", "too_many_waiters", "closed"} {
-		if v := got.value(t, "single_flight.rejected.count", attribute.String("reason", reason)); v != 1 {
+		if v := got.value(t, "single_flight.rejections", otelflight.AttrReason.String(reason)); v != 1 {
 			t.Errorf("rejected{reason=%s} = %v, want 1", reason, v)
 		}
 	}
-	if v := got.value(t, "single_flight.rejected.count"); v != 3 {
+	if v := got.value(t, "single_flight.rejections"); v != 3 {
 		t.Errorf("rejected total = %v, want 3", v)
 	}
 }
@@ -241,15 +241,15 @@ func TestPanicIsCountedAsPanic(t *testing.T) {
 		t.Fatal("panic returned no error")
 	}
 	got := collect(t, reader)
-	panicResult := attribute.String("result", "panic")
+	panicResult := otelflight.AttrResult.String("panic")
 	for _, w := range []struct {
 		name string
 		kv   []attribute.KeyValue
 		v    float64
 	}{
-		{"single_flight.loader.panicked.count", nil, 1},
-		{"single_flight.loader.failed.count", nil, 0},
-		{"single_flight.loader.duration", []attribute.KeyValue{panicResult}, 1},
+		{"single_flight.flights.panicked", nil, 1},
+		{"single_flight.flights.failed", nil, 0},
+		{"single_flight.flight.duration", []attribute.KeyValue{panicResult}, 1},
 		{"single_flight.waiter.duration", []attribute.KeyValue{panicResult}, 1},
 	} {
 		if v := got.value(t, w.name, w.kv...); v != w.v {
@@ -354,19 +354,21 @@ func TestCacheEventsThroughRealCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := collect(t, reader)
-	local := attribute.String("tier", "local")
+	local := otelflight.AttrTier.String("local")
 	for _, w := range []struct {
 		name string
 		kv   []attribute.KeyValue
 		v    float64
 	}{
-		{"single_flight.request.count", nil, hot},
-		{"single_flight.loader.started.count", nil, 1},
-		{"single_flight.waiter.shared.count", nil, hot - 1},
-		{"flightcache.miss.count", []attribute.KeyValue{local}, hot},
-		{"flightcache.hit.count", []attribute.KeyValue{local}, 1},
-		{"flightcache.get.count", []attribute.KeyValue{attribute.String("outcome", "coalesced")}, hot - 1},
-		{"flightcache.get.count", []attribute.KeyValue{attribute.String("outcome", "loaded")}, 1},
+		{"single_flight.requests", nil, hot},
+		{"single_flight.flights.started", nil, 1},
+		{"single_flight.waiters.shared", nil, hot - 1},
+		{"flightcache.lookups", []attribute.KeyValue{local, otelflight.AttrOutcome.String("miss")}, hot},
+		{"flightcache.origin.calls", []attribute.KeyValue{otelflight.AttrResult.String("success")}, 1},
+		{"flightcache.origin.duration", []attribute.KeyValue{otelflight.AttrResult.String("success")}, 1},
+		{"flightcache.lookups", []attribute.KeyValue{local, otelflight.AttrOutcome.String("hit")}, 1},
+		{"flightcache.gets", []attribute.KeyValue{otelflight.AttrOutcome.String("coalesced")}, hot - 1},
+		{"flightcache.gets", []attribute.KeyValue{otelflight.AttrOutcome.String("loaded")}, 1},
 		{"flightcache.get.duration", nil, hot + 1},
 	} {
 		if v := got.value(t, w.name, append(w.kv, op)...); v != w.v {
@@ -385,21 +387,23 @@ func TestCacheEventsMapToTheirInstruments(t *testing.T) {
 		{Kind: driver.EventWriteFailed, Tier: driver.TierShared, Err: errStore},
 		{Kind: driver.EventReadFailed, Tier: driver.TierShared, Err: errStore},
 		{Kind: driver.EventThrottled, Err: errStore},
+		{Kind: driver.EventOriginCall, Err: fmt.Errorf("query: %w", context.DeadlineExceeded)},
 	} {
 		m.ObserveCache(e)
 	}
 	got := collect(t, reader)
-	shared := attribute.String("tier", "shared")
+	shared := otelflight.AttrTier.String("shared")
 	for _, w := range []struct {
 		name string
 		kv   []attribute.KeyValue
 	}{
-		{"flightcache.negative_hit.count", []attribute.KeyValue{shared}},
-		{"flightcache.stale_served.count", nil},
-		{"flightcache.early_refresh.count", nil},
-		{"flightcache.write_failure.count", []attribute.KeyValue{shared}},
-		{"flightcache.read_failure.count", []attribute.KeyValue{shared}},
-		{"flightcache.throttled.count", nil},
+		{"flightcache.lookups", []attribute.KeyValue{shared, otelflight.AttrOutcome.String("negative_hit")}},
+		{"flightcache.origin.calls", []attribute.KeyValue{otelflight.AttrResult.String("timeout")}},
+		{"flightcache.stale_served", nil},
+		{"flightcache.early_refreshes", nil},
+		{"flightcache.write_failures", []attribute.KeyValue{shared}},
+		{"flightcache.read_failures", []attribute.KeyValue{shared}},
+		{"flightcache.throttled", nil},
 	} {
 		if v := got.value(t, w.name, w.kv...); v != 1 {
 			t.Errorf("%s%v = %v, want 1", w.name, w.kv, v)
@@ -411,7 +415,7 @@ func TestCacheEventsMapToTheirInstruments(t *testing.T) {
 // each change; the transitions count every change by new state.
 func TestBreakerChangesSetTheGaugeAndCountTransitions(t *testing.T) {
 	m, reader := newMetrics(t, otelflight.WithOperation("product"))
-	const state, changes = "flightcache.shared_breaker.state", "flightcache.shared_breaker.transition.count"
+	const state, changes = "flightcache.shared_breaker.state", "flightcache.shared_breaker.transitions"
 	got := collect(t, reader)
 	if got[state] == nil {
 		t.Fatalf("%s has no data point before the first change", state)
@@ -436,8 +440,8 @@ func TestBreakerChangesSetTheGaugeAndCountTransitions(t *testing.T) {
 	}
 	got = collect(t, reader)
 	for to, want := range map[string]float64{"open": 2, "half_open": 2, "closed": 1} {
-		if v := got.value(t, changes, op, attribute.String("to", to)); v != want {
-			t.Errorf("%s{to=%s} = %v, want %v", changes, to, v, want)
+		if v := got.value(t, changes, op, otelflight.AttrBreakerState.String(to)); v != want {
+			t.Errorf("%s{flightcache.breaker.state=%s} = %v, want %v", changes, to, v, want)
 		}
 	}
 }
@@ -449,11 +453,11 @@ func TestFilteredEventsAndOutcomeAreCounted(t *testing.T) {
 		m.ObserveCache(driver.Event{Kind: driver.EventGet, Outcome: flightcache.OutcomeFiltered, Duration: time.Microsecond})
 	}
 	got := collect(t, reader)
-	if v := got.value(t, "flightcache.filtered.count"); v != 3 {
-		t.Errorf("flightcache.filtered.count = %v, want 3", v)
+	if v := got.value(t, "flightcache.filtered"); v != 3 {
+		t.Errorf("flightcache.filtered = %v, want 3", v)
 	}
-	if v := got.value(t, "flightcache.get.count", attribute.String("outcome", "filtered")); v != 3 {
-		t.Errorf("flightcache.get.count{outcome=filtered} = %v, want 3", v)
+	if v := got.value(t, "flightcache.gets", otelflight.AttrOutcome.String("filtered")); v != 3 {
+		t.Errorf("flightcache.gets{outcome=filtered} = %v, want 3", v)
 	}
 }
 
@@ -487,13 +491,13 @@ func TestClusterEventsMapToTheirInstruments(t *testing.T) {
 		attr []attribute.KeyValue
 		want float64
 	}{
-		{"flightcache.cluster.lease.count", []attribute.KeyValue{attribute.String("event", "acquired")}, 1},
-		{"flightcache.cluster.lease.count", []attribute.KeyValue{attribute.String("event", "taken_over")}, 1},
-		{"flightcache.cluster.lease.count", []attribute.KeyValue{attribute.String("event", "lost")}, 1},
-		{"flightcache.cluster.fenced_write_rejected.count", nil, 1},
-		{"flightcache.cluster.follower.wait.duration", []attribute.KeyValue{attribute.String("result", "woken")}, 1},
-		{"flightcache.cluster.follower.wait.duration", []attribute.KeyValue{attribute.String("result", "leader_failed")}, 1},
-		{"flightcache.cluster.scope_change.count", []attribute.KeyValue{attribute.String("to", "local")}, 1},
+		{"flightcache.cluster.leases", []attribute.KeyValue{otelflight.AttrLeaseEvent.String("acquired")}, 1},
+		{"flightcache.cluster.leases", []attribute.KeyValue{otelflight.AttrLeaseEvent.String("taken_over")}, 1},
+		{"flightcache.cluster.leases", []attribute.KeyValue{otelflight.AttrLeaseEvent.String("lost")}, 1},
+		{"flightcache.cluster.fenced_writes_rejected", nil, 1},
+		{"flightcache.cluster.follower.wait.duration", []attribute.KeyValue{otelflight.AttrResult.String("woken")}, 1},
+		{"flightcache.cluster.follower.wait.duration", []attribute.KeyValue{otelflight.AttrResult.String("leader_failed")}, 1},
+		{"flightcache.cluster.scope_changes", []attribute.KeyValue{otelflight.AttrScope.String("local")}, 1},
 		{"flightcache.cluster.degraded", nil, 1},
 	} {
 		if v := got.value(t, c.name, append([]attribute.KeyValue{op}, c.attr...)...); v != c.want {
@@ -534,28 +538,28 @@ func TestInvalidationEventsMapToTheirInstruments(t *testing.T) {
 	obs(driver.EventInvalidationIgnored, driver.InvalidationKind(99), nil) // counted, not dropped
 
 	got = collect(t, reader)
-	kind := func(k string) attribute.KeyValue { return attribute.String("kind", k) }
-	result := func(r string) attribute.KeyValue { return attribute.String("result", r) }
+	kind := func(k string) attribute.KeyValue { return otelflight.AttrInvalidationKind.String(k) }
+	result := func(r string) attribute.KeyValue { return otelflight.AttrResult.String(r) }
 	for _, c := range []struct {
 		name string
 		attr []attribute.KeyValue
 		want float64
 	}{
-		{"flightcache.invalidation.sent.count", []attribute.KeyValue{kind("key"), result("success")}, 2},
-		{"flightcache.invalidation.sent.count", []attribute.KeyValue{kind("key"), result("error")}, 1},
-		{"flightcache.invalidation.sent.count", []attribute.KeyValue{kind("prefix"), result("success")}, 1},
-		{"flightcache.invalidation.sent.count", []attribute.KeyValue{kind("prefix"), result("error")}, 0},
-		{"flightcache.invalidation.sent.count", []attribute.KeyValue{kind("all"), result("success")}, 0},
-		{"flightcache.invalidation.sent.count", []attribute.KeyValue{kind("all"), result("error")}, 1},
-		{"flightcache.invalidation.received.count", []attribute.KeyValue{kind("key")}, 3},
-		{"flightcache.invalidation.received.count", []attribute.KeyValue{kind("prefix")}, 1},
-		{"flightcache.invalidation.received.count", []attribute.KeyValue{kind("all")}, 1},
-		{"flightcache.invalidation.applied.count", []attribute.KeyValue{kind("key")}, 2},
-		{"flightcache.invalidation.applied.count", []attribute.KeyValue{kind("prefix")}, 1},
-		{"flightcache.invalidation.applied.count", []attribute.KeyValue{kind("all")}, 1},
-		{"flightcache.invalidation.ignored.count", []attribute.KeyValue{kind("key")}, 1},
-		{"flightcache.invalidation.ignored.count", []attribute.KeyValue{kind("prefix")}, 0},
-		{"flightcache.invalidation.ignored.count", []attribute.KeyValue{kind("unknown")}, 1},
+		{"flightcache.invalidations.sent", []attribute.KeyValue{kind("key"), result("success")}, 2},
+		{"flightcache.invalidations.sent", []attribute.KeyValue{kind("key"), result("error")}, 1},
+		{"flightcache.invalidations.sent", []attribute.KeyValue{kind("prefix"), result("success")}, 1},
+		{"flightcache.invalidations.sent", []attribute.KeyValue{kind("prefix"), result("error")}, 0},
+		{"flightcache.invalidations.sent", []attribute.KeyValue{kind("all"), result("success")}, 0},
+		{"flightcache.invalidations.sent", []attribute.KeyValue{kind("all"), result("error")}, 1},
+		{"flightcache.invalidations.received", []attribute.KeyValue{kind("key")}, 3},
+		{"flightcache.invalidations.received", []attribute.KeyValue{kind("prefix")}, 1},
+		{"flightcache.invalidations.received", []attribute.KeyValue{kind("all")}, 1},
+		{"flightcache.invalidations.applied", []attribute.KeyValue{kind("key")}, 2},
+		{"flightcache.invalidations.applied", []attribute.KeyValue{kind("prefix")}, 1},
+		{"flightcache.invalidations.applied", []attribute.KeyValue{kind("all")}, 1},
+		{"flightcache.invalidations.ignored", []attribute.KeyValue{kind("key")}, 1},
+		{"flightcache.invalidations.ignored", []attribute.KeyValue{kind("prefix")}, 0},
+		{"flightcache.invalidations.ignored", []attribute.KeyValue{kind("unknown")}, 1},
 	} {
 		if v := got.value(t, c.name, append([]attribute.KeyValue{op}, c.attr...)...); v != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.attr, v, c.want)
@@ -569,7 +573,7 @@ func TestInvalidationEventsMapToTheirInstruments(t *testing.T) {
 
 func TestBusChangesSetTheGaugeAndCountDisconnects(t *testing.T) {
 	m, reader := newMetrics(t, otelflight.WithOperation("product"))
-	const state, disconnects = "flightcache.bus.state", "flightcache.bus.disconnect.count"
+	const state, disconnects = "flightcache.bus.state", "flightcache.bus.disconnects"
 	got := collect(t, reader)
 	if got[state] == nil {
 		t.Fatalf("%s has no data point before the first change", state)

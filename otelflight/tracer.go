@@ -22,8 +22,9 @@ const (
 	// however many callers share it.
 	SpanLoad = "flightcache.load"
 
-	// AttrCache is the cache's name (flightcache.Options.Name).
-	AttrCache = attribute.Key("flightcache.cache")
+	// AttrCache is the cache's name (flightcache.Options.Name): on every
+	// span, and on every measurement of Metrics (WithOperation).
+	AttrCache = attribute.Key("flightcache.cache.name")
 	// AttrOutcome is the Get's flightcache.Outcome, as its String.
 	AttrOutcome = attribute.Key("flightcache.outcome")
 	// AttrLed is true on the Get span of the caller that ran the load.

@@ -44,13 +44,13 @@ func Example() {
 	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	for _, line := range strings.Split(rec.Body.String(), "\n") {
 		if strings.HasPrefix(line, "single_flight_requests_total") ||
-			strings.HasPrefix(line, "single_flight_loader_started_total") ||
+			strings.HasPrefix(line, "single_flight_flights_started_total") ||
 			strings.HasPrefix(line, `flightcache_hits_total{operation="product",tier="local"}`) {
 			fmt.Println(line)
 		}
 	}
 	// Output:
 	// flightcache_hits_total{operation="product",tier="local"} 1
-	// single_flight_loader_started_total{operation="product"} 1
+	// single_flight_flights_started_total{operation="product"} 1
 	// single_flight_requests_total{operation="product"} 1
 }

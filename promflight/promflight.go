@@ -12,6 +12,16 @@
 // (operation, result, reason, tier, outcome, to, event, kind). No key or ID ever becomes a
 // label value; events do not even carry keys.
 //
+// Four series that an outage dashboard must not confuse are kept apart:
+// flights (single_flight_flights_started_total, one per key per engine
+// execution), origin calls (flightcache_origin_calls_total, one per call
+// of the LoadFunc or BatchLoadFunc), answers of the failure throttle
+// (flightcache_throttled_total, flights that did not call the origin) and
+// remote waits (flightcache_cluster_follower_wait_seconds_count, waits for
+// another instance's load). In a Cache, flights >= origin calls; for a
+// bare singleflight.Group the flights are the origin calls and the
+// flightcache_* series stay at 0.
+//
 // See docs/OBSERVABILITY.md for the meaning of each metric, the derived
 // ratios and ready PromQL.
 package promflight
@@ -76,19 +86,23 @@ func WithBuckets(b []float64) Option {
 // concurrent use; its methods never block and never allocate.
 type Metrics struct {
 	// Every field is set in New and read-only afterwards.
-	requests        prometheus.Counter
-	rejections      [metriclabels.NumReasons]prometheus.Counter
-	loaderStarted   prometheus.Counter
-	shared          prometheus.Counter
-	loaderSucceeded prometheus.Counter
-	loaderFailed    prometheus.Counter
-	panics          prometheus.Counter
-	timeouts        prometheus.Counter
-	abandoned       prometheus.Counter
-	lateResults     prometheus.Counter
-	inFlight        prometheus.Gauge
-	waiterDuration  [metriclabels.NumResults]*durationCounts
-	loaderDuration  [metriclabels.NumResults]*durationCounts
+	requests         prometheus.Counter
+	rejections       [metriclabels.NumReasons]prometheus.Counter
+	flightsStarted   prometheus.Counter
+	shared           prometheus.Counter
+	flightsSucceeded prometheus.Counter
+	flightsFailed    prometheus.Counter
+	panics           prometheus.Counter
+	timeouts         prometheus.Counter
+	abandoned        prometheus.Counter
+	lateResults      prometheus.Counter
+	inFlight         prometheus.Gauge
+	waiterDuration   [metriclabels.NumResults]*durationCounts
+	flightDuration   [metriclabels.NumResults]*durationCounts
+
+	// Origin calls (driver.EventOriginCall), by metriclabels.OriginResult.
+	originCalls    [metriclabels.NumOriginResults]prometheus.Counter
+	originDuration [metriclabels.NumOriginResults]*durationCounts
 
 	hits           [len(metriclabels.TierNames)]prometheus.Counter
 	misses         [len(metriclabels.TierNames)]prometheus.Counter
@@ -152,36 +166,41 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 
 	b := builder{cfg: cfg, labels: constLabels}
 	m := &Metrics{
-		requests:        b.counter("single_flight", "requests_total", "Calls that reached the single-flight engine (before admission)."),
-		loaderStarted:   b.counter("single_flight", "loader_started_total", "Loader executions started; requests / this = requests per loader."),
-		shared:          b.counter("single_flight", "waiter_shared_total", "Calls that joined an execution already in flight instead of starting one."),
-		loaderSucceeded: b.counter("single_flight", "loader_succeeded_total", "Loader executions that returned a nil error."),
-		loaderFailed:    b.counter("single_flight", "loader_failed_total", "Loader executions that returned an error (panics are counted apart)."),
-		panics:          b.counter("single_flight", "loader_panics_total", "Loader executions that panicked or called runtime.Goexit."),
-		timeouts:        b.counter("single_flight", "loader_timeouts_total", "Loader executions whose waiters were released by the loader timeout."),
-		abandoned:       b.counter("single_flight", "loader_abandoned_total", "Loader executions cancelled because every caller left."),
-		lateResults:     b.counter("single_flight", "loader_late_results_total", "Loader results dropped because a timeout, Close or abandonment completed the execution first."),
-		inFlight:        b.gauge("single_flight", "in_flight", "Keys with an execution in flight."),
-		staleServed:     b.counter("flightcache", "stale_served_total", "Gets answered with a stale value because the load failed or was slow (fail-safe)."),
-		earlyRefreshes:  b.counter("flightcache", "early_refreshes_total", "Background early refreshes started."),
-		throttled:       b.counter("flightcache", "throttled_total", "Loads answered by the failure throttle instead of the origin."),
-		filtered:        b.counter("flightcache", "filtered_total", "Gets the Guard answered \"cannot exist\" without a load."),
-		breakerState:    b.gauge("flightcache", "shared_breaker_state", "State of the shared tier's circuit breaker: 0 closed, 1 half-open, 2 open."),
-		fencedWrites:    b.counter("flightcache", "cluster_fenced_writes_rejected_total", "Write-backs refused by the fencing token: a newer lease, Set or Delete superseded the load."),
-		degraded:        b.gauge("flightcache", "cluster_degraded", "1 while cluster coalescing has degraded to process-local because the coordinator failed, else 0."),
-		lastReceived:    b.gauge("flightcache", "invalidation_last_received_timestamp_seconds", "Unix time at which the last invalidation from another instance arrived; 0 before the first."),
-		busState:        b.gauge("flightcache", "bus_state", "State of the invalidation bus subscription: 0 none (no Bus), 1 down, 2 up."),
-		busDisconnects:  b.counter("flightcache", "bus_disconnects_total", "Changes of the invalidation bus subscription from up to down: invalidations may have been missed."),
+		requests:         b.counter("single_flight", "requests_total", "Calls that reached the single-flight engine, before admission (rejected ones included); in a Cache, the Gets that missed every tier."),
+		flightsStarted:   b.counter("single_flight", "flights_started_total", "Flights started: executions of the engine's function, one per key however many calls share it. In a Cache a flight may end without an origin call (value found on the re-check, failure throttle, another instance's load): origin calls are flightcache_origin_calls_total."),
+		shared:           b.counter("single_flight", "waiter_shared_total", "Calls that joined a flight already in flight instead of starting one."),
+		flightsSucceeded: b.counter("single_flight", "flights_succeeded_total", "Flights whose function returned a nil error."),
+		flightsFailed:    b.counter("single_flight", "flights_failed_total", "Flights whose function returned an error (panics apart). In a Cache this includes flights the failure throttle answered and failed waits for another instance: origin failures are flightcache_origin_calls_total{result=\"error\"}."),
+		panics:           b.counter("single_flight", "flights_panicked_total", "Flights whose function panicked or called runtime.Goexit."),
+		timeouts:         b.counter("single_flight", "flights_timed_out_total", "Flights whose callers were released by the engine's hard timeout before the function returned."),
+		abandoned:        b.counter("single_flight", "flights_abandoned_total", "Flights cancelled because every caller left."),
+		lateResults:      b.counter("single_flight", "flight_late_results_total", "Flight results dropped because a timeout, Close or abandonment completed the flight first."),
+		inFlight:         b.gauge("single_flight", "in_flight", "Keys with a flight under way."),
+		staleServed:      b.counter("flightcache", "stale_served_total", "Gets answered with a stale value because the load failed or was slow (fail-safe)."),
+		earlyRefreshes:   b.counter("flightcache", "early_refreshes_total", "Background early refreshes started."),
+		throttled:        b.counter("flightcache", "throttled_total", "Flights (one per key) the failure throttle answered with the key's recent origin error instead of calling the origin."),
+		filtered:         b.counter("flightcache", "filtered_total", "Gets the Guard answered \"cannot exist\" without a load."),
+		breakerState:     b.gauge("flightcache", "shared_breaker_state", "State of the shared tier's circuit breaker: 0 closed, 1 half-open, 2 open."),
+		fencedWrites:     b.counter("flightcache", "cluster_fenced_writes_rejected_total", "Write-backs refused by the fencing token: a newer lease, Set or Delete superseded the load."),
+		degraded:         b.gauge("flightcache", "cluster_degraded", "1 while cluster coalescing has degraded to process-local because the coordinator failed, else 0."),
+		lastReceived:     b.gauge("flightcache", "invalidation_last_received_timestamp_seconds", "Unix time at which the last invalidation from another instance arrived; 0 before the first."),
+		busState:         b.gauge("flightcache", "bus_state", "State of the invalidation bus subscription: 0 none (no Bus), 1 down, 2 up."),
+		busDisconnects:   b.counter("flightcache", "bus_disconnects_total", "Changes of the invalidation bus subscription from up to down: invalidations may have been missed."),
 	}
-	rejections := b.counterVec("single_flight", "rejections_total", "Calls refused by admission without running the loader, by reason.", "reason")
+	rejections := b.counterVec("single_flight", "rejections_total", "Calls refused by admission without starting or joining a flight, by reason.", "reason")
 	for i, r := range metriclabels.ReasonNames {
 		m.rejections[i] = rejections.WithLabelValues(r)
 	}
 	m.getDuration = b.histogram("flightcache", "get_duration_seconds", "Duration of a Get, whatever served it.", "", nil)[0]
 	waiter := b.histogram("single_flight", "waiter_duration_seconds", "How long each call waited for its result, leader included, by result.", "result", metriclabels.ResultNames[:])
-	loader := b.histogram("single_flight", "loader_duration_seconds", "How long each loader execution ran, by result (timeout: the configured timeout).", "result", metriclabels.ResultNames[:])
+	flight := b.histogram("single_flight", "flight_duration_seconds", "How long each flight ran, by result (timeout: the configured timeout); in a Cache it includes re-checks and waits for another instance, the origin's own latency is flightcache_origin_call_duration_seconds.", "result", metriclabels.ResultNames[:])
 	copy(m.waiterDuration[:], waiter)
-	copy(m.loaderDuration[:], loader)
+	copy(m.flightDuration[:], flight)
+	origin := b.counterVec("flightcache", "origin_calls_total", "Calls of the origin (a LoadFunc or BatchLoadFunc returned), by result, whoever made them (flight, early refresh, batch); throttled flights and waits for another instance are not origin calls.", "result")
+	for i, r := range metriclabels.OriginResultNames {
+		m.originCalls[i] = origin.WithLabelValues(r)
+	}
+	copy(m.originDuration[:], b.histogram("flightcache", "origin_call_duration_seconds", "How long each origin call ran, by result.", "result", metriclabels.OriginResultNames[:]))
 	hits := b.counterVec("flightcache", "hits_total", "Fresh values found, by tier.", "tier")
 	misses := b.counterVec("flightcache", "misses_total", "Lookups that found no fresh value, by tier.", "tier")
 	negative := b.counterVec("flightcache", "negative_hits_total", "Cached \"not found\" answers, by tier.", "tier")
@@ -202,7 +221,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	for i, e := range metriclabels.LeaseEventNames {
 		m.leaseEvents[i] = leases.WithLabelValues(e)
 	}
-	copy(m.followerWait[:], b.histogram("flightcache", "cluster_follower_wait_seconds", "How long an instance waited for another instance's load, by how the wait ended (woken: the result arrived).", "result", metriclabels.FollowerResultNames[:]))
+	copy(m.followerWait[:], b.histogram("flightcache", "cluster_follower_wait_seconds", "Remote waits: how long this instance waited for another instance's load of a key (no origin call of its own), by how the wait ended (woken: the result arrived).", "result", metriclabels.FollowerResultNames[:]))
 	scopes := b.counterVec("flightcache", "cluster_scope_changes_total", "Changes of the coalescing scope, by new scope (local: degraded, cluster: recovered).", "to")
 	for i, s := range metriclabels.ScopeNames {
 		m.scopeChanges[i] = scopes.WithLabelValues(s)
@@ -287,21 +306,21 @@ func (m *Metrics) ObserveFlight(e singleflight.Event) {
 	case singleflight.EventRejected:
 		m.rejections[metriclabels.RejectReason(e.Err)].Inc()
 	case singleflight.EventLoaderStarted:
-		m.loaderStarted.Inc()
+		m.flightsStarted.Inc()
 	case singleflight.EventShared:
 		m.shared.Inc()
 	case singleflight.EventLoaderSucceeded:
-		m.loaderSucceeded.Inc()
-		m.loaderDuration[metriclabels.ResultSuccess].observe(e.Duration)
+		m.flightsSucceeded.Inc()
+		m.flightDuration[metriclabels.ResultSuccess].observe(e.Duration)
 	case singleflight.EventLoaderFailed:
-		m.loaderFailed.Inc()
-		m.loaderDuration[metriclabels.ResultError].observe(e.Duration)
+		m.flightsFailed.Inc()
+		m.flightDuration[metriclabels.ResultError].observe(e.Duration)
 	case singleflight.EventLoaderPanicked:
 		m.panics.Inc()
-		m.loaderDuration[metriclabels.ResultPanic].observe(e.Duration)
+		m.flightDuration[metriclabels.ResultPanic].observe(e.Duration)
 	case singleflight.EventTimeout:
 		m.timeouts.Inc()
-		m.loaderDuration[metriclabels.ResultTimeout].observe(e.Duration)
+		m.flightDuration[metriclabels.ResultTimeout].observe(e.Duration)
 	case singleflight.EventAbandoned:
 		m.abandoned.Inc()
 	case singleflight.EventLateResult:
@@ -333,6 +352,10 @@ func (m *Metrics) ObserveCache(e driver.Event) {
 		m.readFailures[t].Inc()
 	case driver.EventThrottled:
 		m.throttled.Inc()
+	case driver.EventOriginCall:
+		r := metriclabels.OriginResult(e.Err)
+		m.originCalls[r].Inc()
+		m.originDuration[r].observe(e.Duration)
 	case driver.EventFiltered:
 		m.filtered.Inc()
 	case driver.EventBreakerChanged:

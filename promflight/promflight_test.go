@@ -160,14 +160,14 @@ func TestStampedeCountsExactly(t *testing.T) {
 		v     float64
 	}{
 		{"single_flight_requests_total", nil, hot + distinct},
-		{"single_flight_loader_started_total", nil, 1 + distinct},
+		{"single_flight_flights_started_total", nil, 1 + distinct},
 		{"single_flight_waiter_shared_total", nil, hot - 1},
-		{"single_flight_loader_succeeded_total", nil, 1 + distinct},
-		{"single_flight_loader_failed_total", nil, 0},
-		{"single_flight_loader_panics_total", nil, 0},
+		{"single_flight_flights_succeeded_total", nil, 1 + distinct},
+		{"single_flight_flights_failed_total", nil, 0},
+		{"single_flight_flights_panicked_total", nil, 0},
 		{"single_flight_in_flight", nil, 0},
 		{"single_flight_waiter_duration_seconds", []string{"result=success"}, hot + distinct},
-		{"single_flight_loader_duration_seconds", []string{"result=success"}, 1 + distinct},
+		{"single_flight_flight_duration_seconds", []string{"result=success"}, 1 + distinct},
 	}
 	for _, w := range want {
 		if v := got.get(t, w.name, "product", w.extra...); v != w.v {
@@ -175,7 +175,7 @@ func TestStampedeCountsExactly(t *testing.T) {
 		}
 	}
 	requests := got.get(t, "single_flight_requests_total", "product")
-	loaders := got.get(t, "single_flight_loader_started_total", "product")
+	loaders := got.get(t, "single_flight_flights_started_total", "product")
 	if ratio, want := 1-loaders/requests, 1-11.0/1010; math.Abs(ratio-want) > 1e-12 {
 		t.Errorf("suppression ratio = %v, want 1 - 11/1010 = %v", ratio, want)
 	}
@@ -279,10 +279,10 @@ func TestPanicIsCountedAsPanic(t *testing.T) {
 		extra []string
 		v     float64
 	}{
-		{"single_flight_loader_panics_total", nil, 1},
-		{"single_flight_loader_failed_total", nil, 0},
-		{"single_flight_loader_succeeded_total", nil, 0},
-		{"single_flight_loader_duration_seconds", []string{"result=panic"}, 1},
+		{"single_flight_flights_panicked_total", nil, 1},
+		{"single_flight_flights_failed_total", nil, 0},
+		{"single_flight_flights_succeeded_total", nil, 0},
+		{"single_flight_flight_duration_seconds", []string{"result=panic"}, 1},
 		{"single_flight_waiter_duration_seconds", []string{"result=panic"}, 1},
 	} {
 		if v := got.get(t, c.name, "default", c.extra...); v != c.v {
@@ -319,9 +319,9 @@ func TestTimeoutAndLateResultAreCounted(t *testing.T) {
 		name  string
 		extra []string
 	}{
-		{"single_flight_loader_timeouts_total", nil},
-		{"single_flight_loader_late_results_total", nil},
-		{"single_flight_loader_duration_seconds", []string{"result=timeout"}},
+		{"single_flight_flights_timed_out_total", nil},
+		{"single_flight_flight_late_results_total", nil},
+		{"single_flight_flight_duration_seconds", []string{"result=timeout"}},
 		{"single_flight_waiter_duration_seconds", []string{"result=timeout"}},
 	} {
 		if v := got.get(t, c.name, "default", c.extra...); v != 1 {
@@ -436,8 +436,10 @@ func TestCacheStampedeThroughRealCache(t *testing.T) {
 		v     float64
 	}{
 		{"single_flight_requests_total", nil, hot + distinct},
-		{"single_flight_loader_started_total", nil, 1 + distinct},
+		{"single_flight_flights_started_total", nil, 1 + distinct},
 		{"single_flight_waiter_shared_total", nil, hot - 1},
+		{"flightcache_origin_calls_total", []string{"result=success"}, 1 + distinct},
+		{"flightcache_origin_call_duration_seconds", []string{"result=success"}, 1 + distinct},
 		{"flightcache_misses_total", []string{"tier=local"}, hot + distinct},
 		{"flightcache_hits_total", []string{"tier=local"}, 1},
 		{"flightcache_gets_total", []string{"outcome=loaded"}, 1 + distinct},
@@ -467,6 +469,7 @@ func TestCacheEventsMapToTheirCounters(t *testing.T) {
 		{Kind: driver.EventWriteFailed, Tier: driver.TierShared, Err: errStore},
 		{Kind: driver.EventReadFailed, Tier: driver.TierShared, Err: errStore},
 		{Kind: driver.EventThrottled, Err: errStore},
+		{Kind: driver.EventOriginCall, Err: errStore, Duration: time.Millisecond},
 		{Kind: driver.EventGet, Outcome: flightcache.OutcomeStale, Duration: time.Millisecond},
 	}
 	for _, e := range events {
@@ -485,6 +488,8 @@ func TestCacheEventsMapToTheirCounters(t *testing.T) {
 		{"flightcache_write_failures_total", []string{"tier=shared"}},
 		{"flightcache_read_failures_total", []string{"tier=shared"}},
 		{"flightcache_throttled_total", nil},
+		{"flightcache_origin_calls_total", []string{"result=error"}},
+		{"flightcache_origin_call_duration_seconds", []string{"result=error"}},
 		{"flightcache_gets_total", []string{"outcome=stale"}},
 		{"flightcache_get_duration_seconds", nil},
 	} {
@@ -582,7 +587,7 @@ func TestNewRejectsBadConfiguration(t *testing.T) {
 	// A clash half-way through registration leaves nothing behind: once the
 	// blocker is gone, the same operation registers every collector.
 	reg = prometheus.NewRegistry()
-	blocker := prometheus.NewCounter(prometheus.CounterOpts{Name: "single_flight_in_flight", Help: "Keys with an execution in flight.", ConstLabels: prometheus.Labels{"operation": "c"}})
+	blocker := prometheus.NewCounter(prometheus.CounterOpts{Name: "single_flight_in_flight", Help: "Keys with a flight under way.", ConstLabels: prometheus.Labels{"operation": "c"}})
 	reg.MustRegister(blocker)
 	if _, err := promflight.New(reg, promflight.WithOperation("c")); err == nil {
 		t.Fatal("clash with a foreign collector accepted")
@@ -611,7 +616,7 @@ func TestDurationHistogramBuckets(t *testing.T) {
 	}
 	var h *dto.Histogram
 	for _, mf := range mfs {
-		if mf.GetName() != "single_flight_loader_duration_seconds" {
+		if mf.GetName() != "single_flight_flight_duration_seconds" {
 			continue
 		}
 		for _, s := range mf.GetMetric() {

@@ -3,7 +3,11 @@ package grafana_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -244,13 +248,22 @@ func TestDashboardHasAPanelForEveryOperatorSignalOnItsMetric(t *testing.T) {
 		titles[p.Title] = p
 	}
 	for _, want := range []struct{ title, mustUse string }{
-		{"Requests per loader", "single_flight_loader_started_total"},
-		{"Loader suppression ratio", "single_flight_requests_total"},
+		{"Requests per origin call", "flightcache_origin_calls_total"},
+		{"Requests per origin call", "single_flight_flights_started_total"},
+		{"Origin suppression ratio", "single_flight_requests_total"},
+		{"Requests, flights, origin calls", "single_flight_requests_total"},
+		{"Requests, flights, origin calls", "single_flight_flights_started_total"},
+		{"Requests, flights, origin calls", "flightcache_origin_calls_total"},
+		{"Requests, flights, origin calls", "flightcache_throttled_total"},
+		{"Requests, flights, origin calls", "flightcache_cluster_follower_wait_seconds_count"},
 		{"In-flight keys", "single_flight_in_flight"},
 		{"Waiter latency p50/p95/p99", "single_flight_waiter_duration_seconds_bucket"},
-		{"Loader latency p50/p95/p99", "single_flight_loader_duration_seconds_bucket"},
+		{"Origin call latency p50/p95/p99", "flightcache_origin_call_duration_seconds_bucket"},
 		{"Hit ratio per tier", "flightcache_hits_total"},
 		{"Rejections", "single_flight_rejections_total"},
+		{"Origin calls by result", "flightcache_origin_calls_total"},
+		{"Flight failures", "single_flight_flights_failed_total"},
+		{"Flight failures", "flightcache_throttled_total"},
 		{"Stale served", "flightcache_stale_served_total"},
 		{"Shared tier breaker state", "flightcache_shared_breaker_state"},
 		{"Shared tier breaker transitions", "flightcache_shared_breaker_transitions_total"},
@@ -258,7 +271,7 @@ func TestDashboardHasAPanelForEveryOperatorSignalOnItsMetric(t *testing.T) {
 		{"Cluster leases", "flightcache_cluster_leases_total"},
 		{"Fenced writes rejected", "flightcache_cluster_fenced_writes_rejected_total"},
 		{"Follower wait p50/p99", "flightcache_cluster_follower_wait_seconds_bucket"},
-		{"Remote followers woken", "flightcache_cluster_follower_wait_seconds_count"},
+		{"Remote waits by result", "flightcache_cluster_follower_wait_seconds_count"},
 		{"Coalescing scope", "flightcache_cluster_degraded"},
 		{"Invalidations sent", "flightcache_invalidations_sent_total"},
 		{"Invalidations received, applied, ignored", "flightcache_invalidations_received_total"},
@@ -282,13 +295,23 @@ func TestDashboardHasAPanelForEveryOperatorSignalOnItsMetric(t *testing.T) {
 		}
 	}
 	// The two ratios are the documented formulas, not their inverses.
-	rpl := titles["Requests per loader"].Targets[0].Expr
-	if i, j := strings.Index(rpl, "single_flight_requests_total"), strings.Index(rpl, "single_flight_loader_started_total"); i < 0 || j < i || !strings.Contains(rpl[i:j], "/") {
-		t.Errorf("requests per loader is not requests / loader executions: %s", rpl)
+	rpl := titles["Requests per origin call"].Targets[0].Expr
+	if i, j := strings.Index(rpl, "single_flight_requests_total"), strings.Index(rpl, "flightcache_origin_calls_total"); i < 0 || j < i || !strings.Contains(rpl[i:j], "/") {
+		t.Errorf("requests per origin call is not requests / origin calls: %s", rpl)
 	}
-	sup := titles["Loader suppression ratio"].Targets[0].Expr
-	if !strings.HasPrefix(sup, "1 - (") || strings.Index(sup, "single_flight_loader_started_total") > strings.Index(sup, "single_flight_requests_total") {
-		t.Errorf("suppression ratio is not 1 - loader executions / requests: %s", sup)
+	sup := titles["Origin suppression ratio"].Targets[0].Expr
+	if !strings.HasPrefix(sup, "1 - (") || strings.Index(sup, "flightcache_origin_calls_total") > strings.Index(sup, "single_flight_requests_total") {
+		t.Errorf("suppression ratio is not 1 - origin calls / requests: %s", sup)
+	}
+	// A ratio never shows NaN for an idle cache: its denominator is
+	// filtered with > 0, so no traffic is no data, not 0/0
+	// (deploy/prometheus/rules_test.yml shows the difference).
+	for _, p := range allPanels(d.Panels) {
+		for _, tg := range p.Targets {
+			if strings.Contains(tg.Expr, " / ") && !strings.Contains(tg.Expr, " > 0)") {
+				t.Errorf("panel %q divides by a denominator that can be 0 (NaN without traffic): %s", p.Title, tg.Expr)
+			}
+		}
 	}
 	// The silence is now minus the time of the last message, never the
 	// gauge itself, and skips instances that never received one (0).
@@ -297,7 +320,7 @@ func TestDashboardHasAPanelForEveryOperatorSignalOnItsMetric(t *testing.T) {
 			t.Errorf("time since last invalidation is not time() - the timestamp of those that received one: %s", tg.Expr)
 		}
 	}
-	for _, q := range []string{"Waiter latency p50/p95/p99", "Loader latency p50/p95/p99"} {
+	for _, q := range []string{"Waiter latency p50/p95/p99", "Origin call latency p50/p95/p99"} {
 		var got []string
 		for _, tg := range titles[q].Targets {
 			got = append(got, strings.SplitN(strings.TrimPrefix(tg.Expr, "histogram_quantile("), ",", 2)[0])
@@ -305,5 +328,56 @@ func TestDashboardHasAPanelForEveryOperatorSignalOnItsMetric(t *testing.T) {
 		if !slices.Equal(got, []string{"0.5", "0.95", "0.99"}) {
 			t.Errorf("%s quantiles = %v, want 0.5, 0.95, 0.99", q, got)
 		}
+	}
+}
+
+// TestDashboardQueriesParse has promtool parse every query of the
+// dashboard: each becomes a recording rule (Grafana's $__rate_interval
+// replaced by 5m, the $operation variable by .*) of a rules file that
+// `promtool check rules` must accept. Without promtool the test is
+// skipped, except under CI=true (apt-get install prometheus).
+func TestDashboardQueriesParse(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("promtool not on PATH; under CI=true it must be (apt-get install prometheus): %v", err)
+		}
+		t.Skipf("promtool not on PATH (apt-get install prometheus): %v", err)
+	}
+	d := load(t)
+	qs := queries(d)
+	where := make([]string, 0, len(qs))
+	for w := range qs {
+		if !strings.HasPrefix(w, "variable ") { // label_values() is Grafana's, not PromQL
+			where = append(where, w)
+		}
+	}
+	sort.Strings(where)
+	var rules strings.Builder
+	rules.WriteString("groups:\n  - name: dashboard\n    rules:\n")
+	expand := strings.NewReplacer("$__rate_interval", "5m", "$operation", ".*")
+	for i, w := range where {
+		expr, err := json.Marshal(expand.Replace(qs[w])) // a JSON string is a YAML double-quoted scalar
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&rules, "      - record: dashboard:query_%d\n        expr: %s\n", i, expr)
+	}
+	file := filepath.Join(t.TempDir(), "dashboard.rules.yml")
+	if err := os.WriteFile(file, []byte(rules.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(promtool, "check", "rules", file).CombinedOutput()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		for i, w := range where {
+			t.Logf("query_%d: %s", i, w)
+		}
+		t.Fatalf("promtool check rules refused the dashboard's queries:\n%s", out)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%d rules found", len(where)); !strings.Contains(string(out), want) {
+		t.Fatalf("promtool output does not say %q:\n%s", want, out)
 	}
 }

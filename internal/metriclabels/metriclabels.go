@@ -110,6 +110,40 @@ func ResultOf(err error) int {
 	return ResultError
 }
 
+// Values of the "result" label of origin calls, indexing
+// OriginResultNames.
+const (
+	OriginSuccess = iota
+	OriginNotFound
+	OriginError
+	OriginTimeout
+	OriginPanic
+	NumOriginResults
+)
+
+// OriginResultNames are the "result" label values of origin calls
+// (driver.EventOriginCall): the loader returned a value, said "not found"
+// (an answer, cached like a value), failed, ran out of time (its error
+// matches context.DeadlineExceeded), or panicked.
+var OriginResultNames = [NumOriginResults]string{"success", "not_found", "error", "timeout", "panic"}
+
+// OriginResult classifies the Err of an EventOriginCall.
+func OriginResult(err error) int {
+	if err == nil {
+		return OriginSuccess
+	}
+	var pe *singleflight.PanicError
+	switch {
+	case errors.As(err, &pe):
+		return OriginPanic
+	case errors.Is(err, flightcache.ErrNotFound):
+		return OriginNotFound
+	case errors.Is(err, context.DeadlineExceeded):
+		return OriginTimeout
+	}
+	return OriginError
+}
+
 // Values of the "event" label of cluster lease events, indexing
 // LeaseEventNames.
 const (

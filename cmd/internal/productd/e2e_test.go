@@ -304,9 +304,15 @@ func herd(t *testing.T, p *process, n int) {
 	// finds the value (no origin query). On a loaded machine the herd's
 	// arrival spreads enough for that to happen a few times.
 	queries := metric(t, c, p.url, OriginQueriesMetric)
-	loads := metric(t, c, p.url, `single_flight_loader_started_total{operation="product"}`)
+	loads := metric(t, c, p.url, `single_flight_flights_started_total{operation="product"}`)
+	calls := metric(t, c, p.url, `flightcache_origin_calls_total{operation="product",result="success"}`)
 	if queries != 1 || loads < 1 {
 		t.Fatalf("%d concurrent cold requests: %v origin queries and %v flights, want exactly 1 origin query (Cache-Status: %v)", n, queries, loads, status)
+	}
+	// The cache's own count of origin calls agrees with the database's,
+	// however many flights there were.
+	if calls != queries {
+		t.Fatalf("flightcache_origin_calls_total{result=\"success\"} = %v, productd counted %v origin queries", calls, queries)
 	}
 	t.Logf("%d requests, 1 origin query, %v flights; Cache-Status: %v", n, loads, status)
 }

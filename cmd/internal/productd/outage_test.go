@@ -9,12 +9,21 @@ import (
 	"time"
 )
 
+// Samples of promflight's series that the outage tests read.
+const (
+	originFailedMetric  = `flightcache_origin_calls_total{operation="product",result="error"}`
+	throttledMetric     = `flightcache_throttled_total{operation="product"}`
+	flightsFailedMetric = `single_flight_flights_failed_total{operation="product"}`
+)
+
 // With the database gone and -stale-for set, a product past its TTL is
 // served stale at once: the first request of a throttle window asks the
 // origin (Cache-Status fwd=stale, RFC 9211 §2.2) and the rest do not (hit,
 // §2.1); the origin is asked at most once per window; the failure the
 // stale value hid is logged as one WARN; /readyz says the database is
-// down but stays 200, since the instance serves stale values.
+// down but stays 200, since the instance serves stale values. The
+// metrics count one failed origin call, 30 throttled answers and 31
+// failed flights.
 func TestDatabaseOutageServesStaleAndThrottlesTheOrigin(t *testing.T) {
 	t.Parallel()
 	cfg := Default()
@@ -54,6 +63,14 @@ func TestDatabaseOutageServesStaleAndThrottlesTheOrigin(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := s.OriginQueries()
+	// The series an outage dashboard reads, before the outage: origin
+	// calls that failed, throttled answers and failed flights are three
+	// different things.
+	metrics := func() (originFailed, throttled, flightsFailed float64) {
+		t.Helper()
+		return metric(t, c, base, originFailedMetric), metric(t, c, base, throttledMetric), metric(t, c, base, flightsFailedMetric)
+	}
+	originFailed0, throttled0, flightsFailed0 := metrics()
 	// Poll until the entry's TTL has passed (the first answer that is not a
 	// fresh hit); each poll before that is a hit and costs no origin query.
 	// The header's ttl is computed on the wall clock, the Cache's hit check
@@ -78,6 +95,19 @@ func TestDatabaseOutageServesStaleAndThrottlesTheOrigin(t *testing.T) {
 	}
 	if n := s.OriginQueries() - before; n != 1 {
 		t.Fatalf("%d origin queries for 31 requests within one throttle window, want 1", n)
+	}
+	// The metrics say the same: one failed origin call, 30 throttled
+	// answers, 31 failed flights. A dashboard that plotted failed flights
+	// as "loader failures" showed 31 where the database was asked once.
+	originFailed, throttled, flightsFailed := metrics()
+	if d := originFailed - originFailed0; d != 1 {
+		t.Errorf("%s grew by %v during the outage, want 1 (the one origin query)", originFailedMetric, d)
+	}
+	if d := throttled - throttled0; d != 30 {
+		t.Errorf("%s grew by %v, want 30 (the requests within the throttle window)", throttledMetric, d)
+	}
+	if d := flightsFailed - flightsFailed0; d != 31 {
+		t.Errorf("%s grew by %v, want 31 (every flight of the outage failed)", flightsFailedMetric, d)
 	}
 	if n := strings.Count(logs.String(), "origin failed; served a stale value"); n != 1 {
 		t.Fatalf("%d warnings about the hidden failure, want 1:\n%s", n, logs.String())
