@@ -343,6 +343,13 @@ func (s *QueryService) Get(ctx context.Context, ref Ref) (Served, error) {
 	}
 	if !r.Value.FreshUntil.IsZero() {
 		sv.TTL, sv.TTLKnown = r.Value.FreshUntil.Sub(s.opts.Now()), true
+		// The entry says how long it is fresh, but an entry read from Redis
+		// may come from anyone who can write there: the Cache keeps no
+		// value fresh past TTL from its load (its MaxTTL), so the header
+		// never claims more.
+		if limit := s.opts.TTL - r.Age; s.opts.TTL > 0 && sv.TTL > limit {
+			sv.TTL = limit
+		}
 		// The entry's FreshUntil was set on the wall clock inside the load;
 		// the Cache judged the value expired on its own clock (a coarse
 		// clock, whose lag at the load's end can exceed its lag now on a

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -291,8 +292,15 @@ func TestEndToEndEntryClaimingADayIsFreshInMemoryAtMostCacheTTL(t *testing.T) {
 		return resp.Header.Get("Cache-Status")
 	}
 	read := time.Now()
-	if cs := cacheStatus(); !strings.Contains(cs, "hit") || !strings.Contains(cs, "detail=shared") {
+	cs := cacheStatus()
+	if !strings.Contains(cs, "hit") || !strings.Contains(cs, "detail=shared") {
 		t.Fatalf("first GET: Cache-Status %q, want a hit from Redis", cs)
+	}
+	// The header never claims the entry's day either: at most -cache-ttl.
+	if _, rest, ok := strings.Cut(cs, "ttl="); !ok {
+		t.Fatalf("first GET: Cache-Status %q has no ttl", cs)
+	} else if n, err := strconv.Atoi(strings.SplitN(rest, ";", 2)[0]); err != nil || n > int(ttl.Seconds()) {
+		t.Fatalf("first GET: Cache-Status %q claims ttl %d (%v), want at most %d", cs, n, err, int(ttl.Seconds()))
 	}
 	if cs := cacheStatus(); time.Since(read) < ttl/2 && (!strings.Contains(cs, "hit") || strings.Contains(cs, "detail=shared")) {
 		t.Fatalf("second GET at once: Cache-Status %q, want a hit from memory", cs)
