@@ -18,6 +18,7 @@ import (
 func TestDatabaseOutageServesStaleAndThrottlesTheOrigin(t *testing.T) {
 	t.Parallel()
 	cfg := Default()
+	cfg.WriteToken = testWriteToken
 	cfg.DB = filepath.Join(t.TempDir(), "products.db")
 	cfg.Catalog = &testCatalog
 	cfg.TTL, cfg.NegativeTTL, cfg.Jitter = time.Second, time.Second, 0
