@@ -114,7 +114,7 @@ func (a *api) write(next http.HandlerFunc) http.HandlerFunc {
 		default:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="productd"`)
 			writeError(w, apiError{status: http.StatusUnauthorized, code: "unauthorized",
-				message: `a write needs the header "Authorization: Bearer <write token>"`})
+				message: `a write needs the write token, sent as the header "Authorization: Bearer" followed by a space and the token`})
 		}
 	}
 }
