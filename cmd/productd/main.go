@@ -2,9 +2,11 @@
 // HTTP API over SQLite or PostgreSQL with a stampede-proof cache in front.
 //
 //	go build -o productd ./cmd/productd
-//	./productd                                  # SQLite file productd.db, memory cache, on 127.0.0.1:8080
-//	./productd -db 'postgres://postgres@127.0.0.1:5432/productd?sslmode=disable'
-//	./productd -redis redis://127.0.0.1:6379/0
+//	head -c 32 /dev/urandom | base64 > write-token   # the bearer token of PUTs and POSTs
+//	./productd -write-token-file write-token    # SQLite file productd.db, memory cache, on 127.0.0.1:8080
+//	./productd -write-token-file write-token -db 'postgres://postgres@127.0.0.1:5432/productd?sslmode=disable'
+//	./productd -write-token-file write-token -redis redis://127.0.0.1:6379/0
+//	./productd -writes disabled                 # read-only: no token needed, every write refused
 //	./productd -h                               # every flag and PRODUCTD_* variable
 //
 // Run the built binary rather than go run: go run does not pass SIGTERM on

@@ -219,6 +219,9 @@ func postgresSchema(ctx context.Context, pg string) (*originDB, error) {
 type process struct {
 	bin  string
 	args []string
+	// writeToken is the productd write token, passed in the environment
+	// (PRODUCTD_WRITE_TOKEN), out of the process list.
+	writeToken string
 
 	mu   sync.Mutex // guards the fields below: the fault goroutine and the workload
 	cmd  *exec.Cmd  // nil while stopped
@@ -239,6 +242,7 @@ func (p *process) start(ctx context.Context) error {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
+	cmd.Env = append(cmd.Env, "PRODUCTD_WRITE_TOKEN="+p.writeToken)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -365,11 +369,12 @@ func (p *phase) productdArgs(id int) []string {
 
 // productdEnv is what a productd phase adds to a phase.
 type productdEnv struct {
-	bin    string
-	origin *originDB
-	client *http.Client
-	rows   *rowMap
-	prices sync.Map // key → *int64: the next price a PUT of it sets (any change bumps the revision)
+	bin        string
+	writeToken string // the processes' write token (see newWriteToken)
+	origin     *originDB
+	client     *http.Client
+	rows       *rowMap
+	prices     sync.Map // key → *int64: the next price a PUT of it sets (any change bumps the revision)
 }
 
 // rowMap maps the harness's keys to productd's rows: a workload key
@@ -433,7 +438,7 @@ func path(ref product.Ref) string {
 // newProcess starts instance id as a productd process and adds it to
 // p.insts.
 func (p *phase) newProcess(ctx context.Context, id int) error {
-	in := &instance{id: id, proc: &process{bin: p.pd.bin, args: p.productdArgs(id)}}
+	in := &instance{id: id, proc: &process{bin: p.pd.bin, args: p.productdArgs(id), writeToken: p.pd.writeToken}}
 	p.insts = append(p.insts, in)
 	return in.proc.start(ctx)
 }
@@ -454,6 +459,9 @@ func (p *phase) httpDo(ctx context.Context, in *instance, method, target string,
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if method != http.MethodGet {
+		req.Header.Set("Authorization", "Bearer "+p.pd.writeToken)
 	}
 	resp, err := p.pd.client.Do(req)
 	if err != nil {
@@ -623,4 +631,11 @@ func (p *phase) terminateProcesses() {
 		}
 	}
 	wg.Wait()
+}
+
+// newWriteToken makes up the write token of a productd phase's processes.
+func newWriteToken() string {
+	var b [24]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

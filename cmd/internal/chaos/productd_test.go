@@ -17,8 +17,15 @@ import (
 // give productd the very options the in-process modes run with, from
 // which BoundsFor derives the bounds.
 func TestProductdArgsAreTheInProcessOptions(t *testing.T) {
-	p := &phase{redis: &redisServer{addr: "127.0.0.1:1"}, pd: &productdEnv{origin: &originDB{dsn: "postgres://postgres@127.0.0.1:5432/test?sslmode=disable&search_path=chaos_x"}}}
-	cfg, err := productd.ParseFlags(p.productdArgs(1), func(string) string { return "" }, io.Discard)
+	p := &phase{redis: &redisServer{addr: "127.0.0.1:1"}, pd: &productdEnv{writeToken: newWriteToken(), origin: &originDB{dsn: "postgres://postgres@127.0.0.1:5432/test?sslmode=disable&search_path=chaos_x"}}}
+	// The environment the processes get: the write token only.
+	getenv := func(k string) string {
+		if k == "PRODUCTD_WRITE_TOKEN" {
+			return p.pd.writeToken
+		}
+		return ""
+	}
+	cfg, err := productd.ParseFlags(p.productdArgs(1), getenv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -322,7 +322,7 @@ func Run(ctx context.Context, cfg Config) ([]Report, error) {
 			if cfg.Progress != nil {
 				fmt.Fprintf(cfg.Progress, "built cmd/productd in %v\n", build.took.Round(time.Millisecond))
 			}
-			p.pd = &productdEnv{bin: build.bin, rows: newRowMap()}
+			p.pd = &productdEnv{bin: build.bin, writeToken: newWriteToken(), rows: newRowMap()}
 		}
 		rep, err := p.run(ctx, durations[i], cfg.Seed+uint64(i))
 		if err != nil {

@@ -43,6 +43,10 @@ func classify(err error, retryAfter time.Duration) apiError {
 		return apiError{http.StatusBadRequest, "invalid_" + inv.Field, inv.Error(), 0}
 	case errors.Is(err, product.ErrExists):
 		return apiError{http.StatusConflict, "exists", "the product already exists for this tenant, locale and currency", 0}
+	case errors.Is(err, product.ErrTenantLimit):
+		return apiError{http.StatusForbidden, "tenant_limit", "no more tenants can be created through the API on this service (its cap on new tenants is reached)", 0}
+	case errors.Is(err, product.ErrCreateLimit):
+		return apiError{http.StatusForbidden, "create_limit", "no more products can be created in this tenant through the API (its cap on created products is reached)", 0}
 	case errors.Is(err, product.ErrNotFound):
 		return apiError{http.StatusNotFound, "not_found", "no such product for this tenant, locale and currency", 0}
 	case errors.Is(err, singleflight.ErrTooManyInFlight), errors.Is(err, singleflight.ErrTooManyWaiters):
@@ -82,4 +86,35 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// ErrUnauthorized is what an Options.AuthorizeWrite returns for a write
+// without the right credentials: 401 with "WWW-Authenticate: Bearer".
+var ErrUnauthorized = errors.New("httpapi: a write needs a valid bearer token")
+
+// ErrWritesDisabled is what an Options.AuthorizeWrite returns when this
+// instance takes no writes at all: 403.
+var ErrWritesDisabled = errors.New("httpapi: writes are disabled on this instance")
+
+// write wraps a handler of a route that changes data: it asks
+// AuthorizeWrite first, before the body is read, and answers a refusal
+// itself. The refusal never echoes what the request presented.
+func (a *api) write(next http.HandlerFunc) http.HandlerFunc {
+	if a.AuthorizeWrite == nil {
+		return next
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		err := a.AuthorizeWrite(r)
+		switch {
+		case err == nil:
+			next(w, r)
+		case errors.Is(err, ErrWritesDisabled):
+			writeError(w, apiError{status: http.StatusForbidden, code: "writes_disabled",
+				message: "this instance takes no writes (it runs with writes disabled); send writes to one that does"})
+		default:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="productd"`)
+			writeError(w, apiError{status: http.StatusUnauthorized, code: "unauthorized",
+				message: `a write needs the write token, sent as the header "Authorization: Bearer" followed by a space and the token`})
+		}
+	}
 }

@@ -48,6 +48,12 @@ type Options struct {
 	Service Service
 	// Creator, when set, serves POST /v1/tenants/{tenant}/products.
 	Creator Creator
+	// AuthorizeWrite, when set, is asked before every route that changes
+	// data (PUT and POST of products) does anything else, the body unread:
+	// an error matching ErrWritesDisabled is answered 403 writes_disabled,
+	// any other error 401 unauthorized with "WWW-Authenticate: Bearer".
+	// Nil lets every write through.
+	AuthorizeWrite func(r *http.Request) error
 	// CacheName is the cache's name in Cache-Status; default "flightcache".
 	CacheName string
 	// Ready reports, for /readyz, whether the service can serve and the
@@ -121,12 +127,12 @@ func New(opts Options) http.Handler {
 	a := &api{Options: opts, failures: ratelog.New(opts.Logger, opts.WarnEvery)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/tenants/{tenant}/products/{id}", a.getProduct)
-	mux.HandleFunc("PUT /v1/tenants/{tenant}/products/{id}", a.putProduct)
+	mux.HandleFunc("PUT /v1/tenants/{tenant}/products/{id}", a.write(a.putProduct))
 	mux.HandleFunc("/v1/tenants/{tenant}/products/{id}", methodNotAllowed("GET, HEAD, PUT"))
 	mux.HandleFunc("GET /v1/tenants/{tenant}/products", a.listProducts)
 	allow := "GET, HEAD"
 	if opts.Creator != nil {
-		mux.HandleFunc("POST /v1/tenants/{tenant}/products", a.createProduct)
+		mux.HandleFunc("POST /v1/tenants/{tenant}/products", a.write(a.createProduct))
 		allow = "GET, HEAD, POST"
 	}
 	mux.HandleFunc("/v1/tenants/{tenant}/products", methodNotAllowed(allow))

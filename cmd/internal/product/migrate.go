@@ -89,6 +89,15 @@ var schema = []string{
 		name  TEXT PRIMARY KEY,
 		value TEXT NOT NULL
 	)`,
+	// What creates added, per tenant: the rows (creates) and whether the
+	// tenant had no product when its first create came (new_tenant, 0 or
+	// 1). CreateWith checks its limits against it; a row is written only
+	// with a committed create, so refused creates add nothing.
+	`CREATE TABLE IF NOT EXISTS productd_creates (
+		tenant_id  TEXT    PRIMARY KEY,
+		creates    BIGINT  NOT NULL,
+		new_tenant INTEGER NOT NULL
+	)`,
 }
 
 // addRevision brings a products table created by an older productd (no

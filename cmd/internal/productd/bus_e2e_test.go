@@ -88,6 +88,7 @@ func getRow(t *testing.T, c *http.Client, url string) servedRow {
 // put sets the price of path on p and returns the committed revision.
 func put(c *http.Client, p *process, v variant, price int64) (revision int64, err error) {
 	req, _ := http.NewRequest("PUT", p.url+v.path(), strings.NewReader(fmt.Sprintf(`{"priceCents":%d}`, price)))
+	authorize(req)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.Do(req)
 	if err != nil {

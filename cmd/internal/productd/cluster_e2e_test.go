@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -713,6 +714,7 @@ func TestClusterModeWithUnreachableRedisFailsAtStartup(t *testing.T) {
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		cmd := exec.CommandContext(ctx, productdBinary(t), append([]string{"-addr", "127.0.0.1:0", "-db", t.TempDir() + "/p.db", "-seed-products", "5"}, args...)...)
+		cmd.Env = append(os.Environ(), "PRODUCTD_WRITE_TOKEN="+testWriteToken)
 		out, err := cmd.CombinedOutput()
 		cancel()
 		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {

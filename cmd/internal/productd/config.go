@@ -113,6 +113,32 @@ type Config struct {
 	BloomExpected int
 	BloomFPRate   float64
 
+	// Writes, WriteToken, WriteTokenFile, MaxTenants and
+	// MaxCreatesPerTenant say who may write and how much (see writeauth.go
+	// and docs/productd.md, "Writes").
+	//
+	// Writes is WritesToken (the default: a PUT or POST must carry the
+	// write token as "Authorization: Bearer <token>"), WritesOpen (anyone
+	// may write; productd logs a warning at every start) or WritesDisabled
+	// (every write is answered 403).
+	Writes string
+	// WriteToken is the bearer token of WritesToken. A secret: -h, errors
+	// and logs never show it. Exclusive with WriteTokenFile.
+	WriteToken string
+	// WriteTokenFile names a file whose first line (trimmed) is the write
+	// token; New reads it. An empty first line is refused.
+	WriteTokenFile string
+	// MaxTenants bounds the tenants that creates may bring into the
+	// catalog (a tenant with no product when its first create came); past
+	// it a create in yet another tenant is answered 403 tenant_limit.
+	// Tenants that had products already (the seeded ones) do not count.
+	// 0: unlimited.
+	MaxTenants int
+	// MaxCreatesPerTenant bounds the product rows creates may add to one
+	// tenant (a row is one product in one locale and currency); past it a
+	// create in that tenant is answered 403 create_limit. 0: unlimited.
+	MaxCreatesPerTenant int
+
 	ShutdownTimeout time.Duration
 	LogLevel        string // debug, info, warn, error
 	LogFormat       string // text or json
@@ -162,6 +188,10 @@ func Default() Config {
 		BloomRebuild:  10 * time.Minute,
 		BloomExpected: 1_000_000,
 		BloomFPRate:   0.01,
+
+		Writes:              WritesToken,
+		MaxTenants:          DefaultMaxTenants,
+		MaxCreatesPerTenant: DefaultMaxCreatesPerTenant,
 	}
 }
 
@@ -238,6 +268,9 @@ func (c Config) Validate() error {
 		return bad("-shutdown-timeout must be positive")
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return bad("-log-format must be text or json")
+	}
+	if err := c.validateWrites(); err != nil {
+		return err
 	}
 	if _, err := product.ParseDSN(c.DB); err != nil {
 		return fmt.Errorf("productd: -db: %w", err)
@@ -418,6 +451,16 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 			fs.Var((*secretValue)(p), name, usage)
 		})
 	}
+	// hidden registers a string flag holding a secret that is not a URL
+	// (a token): the usage text, and so -h, shows any default as xxxxx.
+	hidden := func(p *string, name, usage string) {
+		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
+			if v := getenv(env); v != "" {
+				*p = v
+			}
+			fs.Var((*hiddenValue)(p), name, usage)
+		})
+	}
 	mode := string(c.Mode)
 
 	str(&c.Addr, "addr", "HTTP listen address; the default listens on loopback only, :8080 listens on every interface")
@@ -459,6 +502,13 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text or json")
 
+	// Writes: who may PUT and POST, and how much creates may add.
+	str(&c.Writes, "writes", "who may write (PUT, POST): token (requests need -write-token as \"Authorization: Bearer <token>\"), disabled (every write is answered 403), or open (anyone may write; logs a warning at every start)")
+	hidden(&c.WriteToken, "write-token", "bearer `token` that writes need with -writes token (at least 16 printable characters, no spaces; never printed); prefer -write-token-file or the variable, which stay out of the process list")
+	str(&c.WriteTokenFile, "write-token-file", "file whose first line is the write token (instead of -write-token)")
+	num(&c.MaxTenants, "max-tenants", "tenants that creates may add to the catalog, beyond those that have products already; past it a create in a new tenant gets 403 (0: unlimited)")
+	num(&c.MaxCreatesPerTenant, "max-creates-per-tenant", "product rows (one per locale and currency) that creates may add to one tenant; past it a create there gets 403 (0: unlimited)")
+
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "productd: the flightcache reference product-detail service.\n\n"+
 			"Usage: productd [flags]\n\nEvery flag can also be set by the environment variable shown; a flag wins.\n\n")
@@ -469,6 +519,11 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	}
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if fs.NArg() > 0 && emptyHidden(fs) {
+		// A -write-token= followed by a space: the stray argument is the
+		// token itself, which no message may show.
+		return c, errors.New("productd: unexpected argument after an empty -write-token= (is its value separated from its = by a space?)")
 	}
 	if fs.NArg() > 0 {
 		// Redacted: a stray argument is often a flag's value cut off by a
@@ -491,6 +546,31 @@ func (v *secretValue) String() string {
 }
 
 func (v *secretValue) Set(s string) error { *v = secretValue(s); return nil }
+
+// hiddenValue is a string flag.Value that never prints its value: flag's
+// usage text shows a flag's default through String.
+type hiddenValue string
+
+func (v *hiddenValue) String() string {
+	if v == nil || *v == "" {
+		return ""
+	}
+	return "xxxxx"
+}
+
+func (v *hiddenValue) Set(s string) error { *v = hiddenValue(s); return nil }
+
+// emptyHidden reports whether a hidden flag was given an empty value on
+// the command line.
+func emptyHidden(fs *flag.FlagSet) bool {
+	empty := false
+	fs.Visit(func(f *flag.Flag) {
+		if v, ok := f.Value.(*hiddenValue); ok && *v == "" {
+			empty = true
+		}
+	})
+	return empty
+}
 
 // FromEnvironment is ParseFlags(os.Args[1:], os.Getenv, os.Stderr).
 func FromEnvironment() (Config, error) {

@@ -21,7 +21,17 @@ import (
 	"github.com/flightcache/flightcache/internal/testenv"
 )
 
-func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+// env is a getenv over m that also holds the tests' write token
+// (PRODUCTD_WRITE_TOKEN), unless m sets that variable itself: a productd
+// configuration without a write token is refused.
+func env(m map[string]string) func(string) string {
+	return func(k string) string {
+		if v, ok := m[k]; ok || k != "PRODUCTD_WRITE_TOKEN" {
+			return v
+		}
+		return testWriteToken
+	}
+}
 
 func TestFlagsWinOverEnvironmentWhichWinsOverDefaults(t *testing.T) {
 	c, err := ParseFlags([]string{"-cache-ttl", "2m"}, env(map[string]string{
@@ -254,6 +264,7 @@ func TestAmbiguousDatabaseNameIsRefused(t *testing.T) {
 // operator knows which path to fix.
 func TestSQLiteErrorNamesThePath(t *testing.T) {
 	cfg := Default()
+	cfg.WriteToken = testWriteToken
 	cfg.DB = filepath.Join(t.TempDir(), "missing-dir", "products.db")
 	cfg.Catalog = &testCatalog
 	srv, err := New(t.Context(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -281,6 +292,7 @@ func TestJSONLogsWriteDurationsAsStrings(t *testing.T) {
 // route pattern and status, never the path (it holds IDs).
 func TestAccessLogAtDebugNamesTheRouteNotThePath(t *testing.T) {
 	cfg := Default()
+	cfg.WriteToken = testWriteToken
 	cfg.DB = filepath.Join(t.TempDir(), "products.db")
 	cfg.Catalog = &testCatalog
 	cfg.LogLevel, cfg.LogFormat = "debug", "json"
@@ -369,6 +381,7 @@ func TestListeningLineRedactsTheDatabasePassword(t *testing.T) {
 	q.Set("password", "hunter2")
 	u.RawQuery = q.Encode()
 	cfg := Default()
+	cfg.WriteToken = testWriteToken
 	cfg.DB = u.String()
 	cfg.Catalog = &testCatalog
 	cfg.LogFormat = "json"

@@ -64,6 +64,7 @@ func serveInProcess(t *testing.T, s *Server) string {
 func TestNoStaleReadAfterPutReturned(t *testing.T) {
 	t.Parallel()
 	cfg := Default()
+	cfg.WriteToken = testWriteToken
 	cfg.DB = filepath.Join(t.TempDir(), "products.db")
 	cfg.Catalog = &testCatalog
 	cfg.OriginLatency = 3 * time.Millisecond
@@ -121,6 +122,7 @@ func TestNoStaleReadAfterPutReturned(t *testing.T) {
 	for i := 1; i <= iterations; i++ {
 		price := int64(1_000_000 + i)
 		req, _ := http.NewRequest("PUT", target, strings.NewReader(fmt.Sprintf(`{"priceCents":%d}`, price)))
+		authorize(req)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := c.Do(req)
 		if err != nil {

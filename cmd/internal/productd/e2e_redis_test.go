@@ -27,6 +27,9 @@ func timedDo(t *testing.T, c *http.Client, method, url, body string) (int, strin
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if method != "GET" {
+		authorize(req)
+	}
 	start := time.Now()
 	resp, err := c.Do(req)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,7 +73,13 @@ func startProductd(t *testing.T, args ...string) *process {
 	bin := productdBinary(t)
 	args = append([]string{"-addr", "127.0.0.1:0", "-log-format", "json"}, args...)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "PRODUCTD_LOG_LEVEL=info")
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PRODUCTD_WRITE") })
+	cmd.Env = append(cmd.Env, "PRODUCTD_LOG_LEVEL=info")
+	// The tests' write token, through the environment as a deployment
+	// would pass it, unless the test chose the write settings itself.
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(strings.TrimLeft(a, "-"), "write") }) {
+		cmd.Env = append(cmd.Env, "PRODUCTD_WRITE_TOKEN="+testWriteToken)
+	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

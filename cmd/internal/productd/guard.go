@@ -237,6 +237,14 @@ func (r servedRepository) Create(ctx context.Context, ref product.Ref, d product
 	return cr.Create(ctx, ref, d)
 }
 
+func (r servedRepository) CreateWith(ctx context.Context, ref product.Ref, d product.Draft, o product.CreateOptions) (product.Product, error) {
+	lc, ok := r.Repository.(product.LimitedCreator)
+	if !ok {
+		return product.Product{}, product.ErrCreateUnsupported
+	}
+	return lc.CreateWith(ctx, ref, d, o)
+}
+
 // announce makes a product about to be created known before its row is
 // inserted: in the recent set first (so a failure there aborts the
 // creation before anything is stored), then in this instance's filter.
@@ -250,35 +258,41 @@ func (g *penetrationGuard) announce(ctx context.Context, ref product.Ref) error 
 	return nil
 }
 
-// creator is productd's create path: announce to the guard, insert, add
-// to the filter again now that the row is committed (the rebuild after
-// next trusts its source alone, so the last Add must follow the commit),
-// and only then acknowledge.
+// creator is productd's create path: in one origin transaction (see
+// product.SQLRepository.CreateWith), check the caps on what creates may
+// add, announce to the guard, insert; then add to the filter again now
+// that the row is committed (the rebuild after next trusts its source
+// alone, so the last Add must follow the commit), and only then
+// acknowledge. A create the caps refuse announces nothing: no Redis set
+// is written for a tenant that never gets a row.
 type creator struct {
-	svc   *product.QueryService
-	guard *penetrationGuard // nil without -bloom
+	svc    *product.QueryService
+	guard  *penetrationGuard // nil without -bloom
+	limits product.CreateLimits
 }
 
 func (c creator) Create(ctx context.Context, ref product.Ref, d product.Draft) (product.Product, error) {
-	if c.guard == nil {
-		return c.svc.Create(ctx, ref, d)
-	}
 	if err := d.Validate(); err != nil {
 		return product.Product{}, err
 	}
-	if err := c.guard.announce(ctx, ref); err != nil {
-		return product.Product{}, err
+	o := product.CreateOptions{Limits: c.limits}
+	if c.guard != nil {
+		o.Before = func(ctx context.Context) error { return c.guard.announce(ctx, ref) }
 	}
 	// The recent set covers the creation for a minute beyond the filters'
 	// maximum age, counted from the announcement: the insert must commit
-	// well within that minute.
+	// well within that minute. The transaction starts before the
+	// announcement and is rolled back once this context ends, so the
+	// commit comes at most createTimeout after the announcement.
 	ictx, cancel := context.WithTimeout(ctx, createTimeout)
 	defer cancel()
-	out, err := c.svc.Create(ictx, ref, d)
+	out, err := c.svc.CreateWith(ictx, ref, d, o)
 	if err != nil {
 		return product.Product{}, err
 	}
-	c.guard.filter.Add(ref.Tenant, ref.ID)
+	if c.guard != nil {
+		c.guard.filter.Add(ref.Tenant, ref.ID)
+	}
 	return out, nil
 }
 

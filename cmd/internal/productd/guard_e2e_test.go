@@ -177,7 +177,7 @@ func TestEndToEndProductCreatedOnOneInstanceIsFoundOnAnotherAtOnce(t *testing.T)
 			t.Fatalf("before the create, B answered %d (%s); want a filtered 404", code, cs)
 		}
 		body := fmt.Sprintf(`{"productId":%q,"displayName":"Fresh","priceCents":100}`, id)
-		resp, err := c.Post(a.url+"/v1/tenants/acme/products", "application/json", strings.NewReader(body))
+		resp, err := postJSON(c, a.url+"/v1/tenants/acme/products", body)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +258,7 @@ func TestEndToEndNotFoundCachedBeforeACreateElsewhereIsDroppedAtOnce(t *testing.
 			t.Fatalf("before the create, B's second answer %d (%s); want a cached 404", code, cs)
 		}
 		body := fmt.Sprintf(`{"productId":%q,"displayName":"Later","priceCents":100}`, id)
-		resp, err := c.Post(a.url+"/v1/tenants/acme/products", "application/json", strings.NewReader(body))
+		resp, err := postJSON(c, a.url+"/v1/tenants/acme/products", body)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -36,6 +36,7 @@ func TestMadeUpIDsWithRedisHungCostAtMostTheRedisTimeoutUntilTheBreakerOpens(t *
 		closedBound = redisIOTimeout + redisTimeout
 	)
 	cfg := Default()
+	cfg.WriteToken = testWriteToken
 	cfg.DB = filepath.Join(t.TempDir(), "products.db")
 	cfg.Catalog = &testCatalog
 	cfg.Redis = rds.url()
@@ -104,6 +105,7 @@ func TestCreateWithRedisHungIsRefusedWith503BeforeTheRowIsInserted(t *testing.T)
 		bound = redisIOTimeout
 	)
 	cfg := Default()
+	cfg.WriteToken = testWriteToken
 	cfg.DB = filepath.Join(t.TempDir(), "products.db")
 	cfg.Catalog = &testCatalog
 	cfg.Redis = rds.url()
@@ -127,6 +129,7 @@ func TestCreateWithRedisHungIsRefusedWith503BeforeTheRowIsInserted(t *testing.T)
 			t.Fatal(err)
 		}
 		req.Header.Set("Content-Type", "application/json")
+		authorize(req)
 		start := time.Now()
 		resp, err := c.Do(req)
 		if err != nil {

@@ -74,6 +74,7 @@ func guardPair(t *testing.T, rds *privateRedis, prefix string) (a, b string, sa,
 	t.Helper()
 	dsn := testenv.PostgresDB(t)
 	cfg := Default()
+	cfg.WriteToken = testWriteToken
 	cfg.DB = dsn
 	cfg.Catalog = &testCatalog
 	cfg.Redis = rds.url()
@@ -99,7 +100,7 @@ func getProduct(t *testing.T, c *http.Client, base, id string) (int, string) {
 func createProduct(t *testing.T, c *http.Client, base, id string) {
 	t.Helper()
 	body := fmt.Sprintf(`{"productId":%q,"displayName":"New","priceCents":100}`, id)
-	resp, err := c.Post(base+"/v1/tenants/acme/products", "application/json", strings.NewReader(body))
+	resp, err := postJSON(c, base+"/v1/tenants/acme/products", body)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 )
 
 func TestBloomFlagsFollowTheEnvironment(t *testing.T) {
-	env := map[string]string{"PRODUCTD_BLOOM": "false", "PRODUCTD_BLOOM_REBUILD": "3m"}
-	c, err := ParseFlags(nil, func(k string) string { return env[k] }, io.Discard)
+	vars := map[string]string{"PRODUCTD_BLOOM": "false", "PRODUCTD_BLOOM_REBUILD": "3m"}
+	c, err := ParseFlags(nil, env(vars), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,7 @@ func TestBloomFlagsFollowTheEnvironment(t *testing.T) {
 		t.Fatalf("defaults: Bloom %v, BloomFPRate %v; want on at 1 %%", d.Bloom, d.BloomFPRate)
 	}
 	for _, args := range [][]string{{"-bloom-rebuild", "0s"}, {"-bloom-fp-rate", "1"}, {"-bloom-expected", "0"}} {
-		if _, err := ParseFlags(args, func(string) string { return "" }, io.Discard); err == nil {
+		if _, err := ParseFlags(args, env(nil), io.Discard); err == nil {
 			t.Errorf("ParseFlags(%v) accepted an out-of-range value", args)
 		}
 	}

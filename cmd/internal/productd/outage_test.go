@@ -27,6 +27,7 @@ const (
 func TestDatabaseOutageServesStaleAndThrottlesTheOrigin(t *testing.T) {
 	t.Parallel()
 	cfg := Default()
+	cfg.WriteToken = testWriteToken
 	cfg.DB = filepath.Join(t.TempDir(), "products.db")
 	cfg.Catalog = &testCatalog
 	cfg.TTL, cfg.NegativeTTL, cfg.Jitter = time.Second, time.Second, 0

@@ -44,6 +44,7 @@ func TestReadyzFollowsTheOriginNotRedis(t *testing.T) {
 	t.Parallel()
 	rds := startPrivateRedis(t)
 	cfg := Default()
+	cfg.WriteToken = testWriteToken
 	cfg.DB = filepath.Join(t.TempDir(), "products.db")
 	cfg.Catalog = &testCatalog
 	cfg.Redis = rds.url()
@@ -84,6 +85,7 @@ func TestUnreachableRedisAtStartupIsRefused(t *testing.T) {
 	rds := startPrivateRedis(t)
 	rds.kill()
 	cfg := Default()
+	cfg.WriteToken = testWriteToken
 	cfg.DB = filepath.Join(t.TempDir(), "products.db")
 	cfg.Catalog = &testCatalog
 	cfg.Redis = rds.url()
@@ -108,6 +110,7 @@ func TestRefusedRedisLeavesTheDatabaseUntouched(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	cfg := Default()
+	cfg.WriteToken = testWriteToken
 	cfg.DB = dsn
 	cfg.Catalog = &testCatalog
 	cfg.Redis = rds.url()
@@ -198,6 +201,7 @@ func TestReadyzAndMetricsShowTheBusInBothCoalescingModes(t *testing.T) {
 			t.Parallel()
 			rds := startPrivateRedis(t)
 			cfg := Default()
+			cfg.WriteToken = testWriteToken
 			cfg.DB = filepath.Join(t.TempDir(), "products.db")
 			cfg.Catalog = &testCatalog
 			cfg.Redis = rds.url()
@@ -250,6 +254,7 @@ func TestReadyzAndMetricsShowTheBusInBothCoalescingModes(t *testing.T) {
 	t.Run("no redis", func(t *testing.T) {
 		t.Parallel()
 		cfg := Default()
+		cfg.WriteToken = testWriteToken
 		cfg.DB = filepath.Join(t.TempDir(), "products.db")
 		cfg.Catalog = &testCatalog
 		base, _ := startInProcess(t, cfg)

@@ -19,6 +19,7 @@ func TestInstancesShareLoadsThroughRedis(t *testing.T) {
 	t.Parallel()
 	addr := testenv.RequireRedis(t)
 	cfg := Default()
+	cfg.WriteToken = testWriteToken
 	cfg.DB = filepath.Join(t.TempDir(), "products.db")
 	cfg.Catalog = &testCatalog
 	cfg.Redis = "redis://" + addr + "/0"
@@ -74,6 +75,7 @@ func TestInstancesShareLoadsThroughRedis(t *testing.T) {
 // password, and the error is logged at startup.
 func TestBadRedisURLErrorHidesPassword(t *testing.T) {
 	cfg := Default()
+	cfg.WriteToken = testWriteToken
 	cfg.DB = filepath.Join(t.TempDir(), "products.db")
 	cfg.Catalog = &testCatalog
 	cfg.Redis = "redis://user:s3cret@127.0.0.1:99999x/0"

@@ -90,6 +90,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	if log == nil {
 		log = slog.Default()
 	}
+	// The write gate first: a token file that cannot be read refuses the
+	// start before anything is opened.
+	auth, err := newWriteAuth(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	s = &Server{cfg: cfg, log: log}
 	// The error returns below set s to nil: release what was opened through
 	// a reference of our own.
@@ -230,8 +236,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	if cfg.Mode == product.ModeNaive {
 		cacheName = "naive"
 	}
+	limits := product.CreateLimits{MaxNewTenants: cfg.MaxTenants, MaxCreatesPerTenant: cfg.MaxCreatesPerTenant}
 	api := httpapi.New(httpapi.Options{
-		Service: s.svc, Creator: creator{svc: s.svc, guard: s.guard}, CacheName: cacheName, Ready: s.ready,
+		Service: s.svc, Creator: creator{svc: s.svc, guard: s.guard, limits: limits}, AuthorizeWrite: auth.authorize,
+		CacheName: cacheName, Ready: s.ready,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), Logger: log,
 	})
 	s.handler = instrument(reg, log, api)
@@ -638,7 +646,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		slog.Duration("stale_for", s.cfg.StaleFor),
 		slog.Duration("soft_timeout", s.cfg.SoftTimeout),
 		slog.Bool("early_refresh", s.cfg.EarlyRefresh),
-		slog.Duration("origin_latency", s.cfg.OriginLatency))
+		slog.Duration("origin_latency", s.cfg.OriginLatency),
+		slog.String("writes", s.cfg.Writes),
+		slog.Int("max_tenants", s.cfg.MaxTenants),
+		slog.Int("max_creates_per_tenant", s.cfg.MaxCreatesPerTenant))
 	s.log.LogAttrs(ctx, slog.LevelInfo, "productd listening", attrs...)
 
 	errc := make(chan error, 1)

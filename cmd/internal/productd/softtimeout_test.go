@@ -390,6 +390,7 @@ func TestReadyzStaysReadyThroughADatabaseOutageOnlyWithStaleFor(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := Default()
+			cfg.WriteToken = testWriteToken
 			cfg.DB = filepath.Join(t.TempDir(), "products.db")
 			cfg.Catalog = &testCatalog
 			cfg.Mode, cfg.StaleFor = tc.mode, tc.staleFor

@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -110,7 +112,7 @@ func startInstancesWith(ctx context.Context, cfg Config, bin string, args []stri
 		return errors.Join(errs...)
 	}
 	for i := range cfg.Instances {
-		in, err := startInstance(ctx, bin, args)
+		in, err := startInstance(ctx, bin, args, cfg.WriteToken)
 		if err != nil {
 			stopAll()
 			return nil, fmt.Errorf("stampede: productd instance %d of %d: %w", i+1, cfg.Instances, err)
@@ -136,8 +138,12 @@ func startInstancesWith(ctx context.Context, cfg Config, bin string, args []stri
 // startInstance starts bin and waits for its "productd listening" line,
 // which carries its address. A process that exits first is reported with
 // its last log lines.
-func startInstance(ctx context.Context, bin string, args []string) (*instance, error) {
+func startInstance(ctx context.Context, bin string, args []string, writeToken string) (*instance, error) {
 	cmd := exec.Command(bin, args...)
+	// The write token through the environment: the command line is
+	// visible to every user of the host (ps), and the report shows args.
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PRODUCTD_WRITE") }),
+		"PRODUCTD_WRITE_TOKEN="+writeToken)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err

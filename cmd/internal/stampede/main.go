@@ -17,8 +17,14 @@ import (
 // JSON with -json) to stdout and the report's path, and returns the exit
 // code. isTerminal says whether stderr is a terminal (for the progress bar).
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, isTerminal bool) int {
-	return mainWith(ctx, Config{}, args, stdout, stderr, isTerminal)
+	return mainWith(ctx, Config{WriteToken: os.Getenv(WriteTokenEnv)}, args, stdout, stderr, isTerminal)
 }
+
+// WriteTokenEnv is the environment variable Main reads productd's write
+// token from: the -target instances' token, sent with the PUTs that
+// invalidate the hot product. Without -target a run makes one up for the
+// instances it starts, unless it is set.
+const WriteTokenEnv = "PRODUCTD_WRITE_TOKEN"
 
 // mainWith is Main over base, the settings that have no flag (tests seed a
 // smaller catalog with it).
@@ -64,7 +70,9 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 			"(or -staleness-timeout passes). It reports how long that took, how many old\n"+
 			"answers came after the PUT, and whether an instance went back to an older\n"+
 			"price; the report plots every round. The price is put back at the end.\n\n"+
-			"  stampede -instances 3 -redis redis://127.0.0.1:6379 -mode staleness\n\n")
+			"  stampede -instances 3 -redis redis://127.0.0.1:6379 -mode staleness\n\n"+
+			"With -target, the PUTs that invalidate the hot product carry the targets' write\n"+
+			"token from the environment variable "+WriteTokenEnv+" (productd -write-token).\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -225,6 +225,7 @@ func RunStaleness(ctx context.Context, cfg Config) (*StalenessResult, error) {
 			DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
 		},
 	}
+	withWriteToken(client, cfg.WriteToken)
 	res := &StalenessResult{
 		Instances: cfg.Instances, TimeoutMillis: ms(cfg.StalenessTimeout), SettleMillis: ms(StalenessSettle),
 		CacheTTLMillis: ms(cfg.TTL), ProductdArgs: redactArgs(args),

@@ -7,6 +7,8 @@ package stampede
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -92,6 +94,11 @@ type Config struct {
 	Progress io.Writer
 	// Logger receives the in-process servers' logs; default: discarded.
 	Logger *slog.Logger
+	// WriteToken is the bearer token of productd's writes, sent with the
+	// PUTs that invalidate the hot product: with Targets, theirs (Main
+	// reads it from PRODUCTD_WRITE_TOKEN); otherwise fill makes one up for
+	// the productd instances the run starts. Never printed.
+	WriteToken string
 }
 
 // Defaults.
@@ -138,6 +145,12 @@ func (c *Config) fill() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.WriteToken == "" && len(c.Targets) == 0 {
+		// The instances are the run's own: a token of the run's own.
+		var b [24]byte
+		rand.Read(b[:])
+		c.WriteToken = hex.EncodeToString(b[:])
 	}
 	switch {
 	case c.N < 1 || c.N > 100_000:
@@ -283,6 +296,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		},
 	}
 	defer client.CloseIdleConnections()
+	withWriteToken(client, cfg.WriteToken)
 
 	var results []Result
 	for _, mode := range cfg.Modes {
@@ -327,6 +341,7 @@ func startInProcess(ctx context.Context, cfg Config, mode, db string) (*target, 
 	pc.LoaderTimeout = 30 * time.Second
 	pc.ShutdownTimeout = 10 * time.Second
 	pc.MaxWaiters = 0
+	pc.WriteToken = cfg.WriteToken
 	switch mode {
 	case ModeNaive, ModePenetrationNaive:
 		pc.Mode = product.ModeNaive
@@ -789,6 +804,9 @@ func invalidate(ctx context.Context, client *http.Client, base, path string, bod
 		return err
 	}
 	resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized {
+		return fmt.Errorf("PUT %s: status 401: productd takes writes with its write token only; set PRODUCTD_WRITE_TOKEN to it", path)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("PUT %s: status %d", path, resp.StatusCode)
 	}
@@ -978,3 +996,40 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// withWriteToken makes c send token as "Authorization: Bearer <token>"
+// with every request other than a GET or HEAD: productd's writes need it.
+// An empty token sends nothing.
+func withWriteToken(c *http.Client, token string) {
+	if token == "" {
+		return
+	}
+	next := c.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	c.Transport = bearerTransport{token: token, next: next}
+}
+
+// bearerTransport adds the write token to the requests that write.
+type bearerTransport struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodGet || req.Method == http.MethodHead {
+		return b.next.RoundTrip(req)
+	}
+	req = req.Clone(req.Context()) // a RoundTripper must not change the caller's request
+	req.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(req)
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach the
+// wrapped transport.
+func (b bearerTransport) CloseIdleConnections() {
+	if c, ok := b.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}

@@ -23,6 +23,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// targetWriteToken is the write token of the productd targets the tests
+// start themselves.
+const targetWriteToken = "stampede-test-write-token-0123456789"
+
 // smallCatalog seeds fast under -race and holds the default hot product
 // (acme/p-00042) and the one TestStampedeTableAgainstARunningTarget uses.
 var smallCatalog = product.Catalog{
@@ -99,6 +103,8 @@ func TestStampedeTableAgainstARunningTarget(t *testing.T) {
 	cfg.DB = filepath.Join(t.TempDir(), "p.db")
 	cfg.Catalog = &smallCatalog
 	cfg.OriginLatency = 100e6 // 100ms
+	cfg.WriteToken = targetWriteToken
+	t.Setenv(WriteTokenEnv, targetWriteToken) // Main sends it with its PUTs
 	srv, err := productd.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -272,6 +278,8 @@ func TestStampedeAgainstTwoClusterTargetsMakesOneOriginQuery(t *testing.T) {
 	cfg.Catalog = &smallCatalog
 	cfg.Redis = redisURL
 	cfg.RedisPrefix = testenv.UniqueName("stampede-targets-") + ":"
+	cfg.WriteToken = targetWriteToken
+	t.Setenv(WriteTokenEnv, targetWriteToken) // Main sends it with its PUTs
 	cfg.Coalesce = productd.CoalesceCluster
 	cfg.OriginLatency = 250 * time.Millisecond
 	cfg.TTL = 5 * time.Minute

@@ -1,0 +1,179 @@
+package productd
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/flightcache/flightcache/cmd/internal/httpapi"
+)
+
+// The values of Config.Writes (-writes).
+const (
+	// WritesToken: a write must carry Config.WriteToken as a bearer token.
+	WritesToken = "token"
+	// WritesOpen: anyone who reaches the port may write. productd logs a
+	// warning saying so at every start.
+	WritesOpen = "open"
+	// WritesDisabled: every write is refused with 403; reads work.
+	WritesDisabled = "disabled"
+)
+
+// Defaults of the caps on what creates may add (see Config). A full cap,
+// DefaultMaxTenants new tenants of DefaultMaxCreatesPerTenant rows each,
+// is a million rows: about 150 MB of PostgreSQL (table and primary key;
+// 820 MB with every field at its longest), and one recent-creations set
+// per tenant in Redis, which holds the creates of its last 21 minutes
+// (measured in docs/productd.md, "Writes").
+const (
+	DefaultMaxTenants          = 1000
+	DefaultMaxCreatesPerTenant = 1000
+)
+
+// Bounds of a write token: long enough not to be guessed, short enough for
+// a header, and printable ASCII without spaces so that it survives a
+// header, a file and an environment variable unchanged.
+const (
+	minWriteToken = 16
+	maxWriteToken = 4096
+)
+
+// validateWrites reports the first write setting out of range or
+// contradicting another. It never reads the token file (New does), and
+// its messages never hold the token.
+func (c Config) validateWrites() error {
+	bad := func(format string, a ...any) error { return fmt.Errorf("productd: "+format, a...) }
+	hasToken := c.WriteToken != "" || c.WriteTokenFile != ""
+	switch {
+	case c.Writes != WritesToken && c.Writes != WritesOpen && c.Writes != WritesDisabled:
+		return bad("-writes must be token, open or disabled")
+	case c.WriteToken != "" && c.WriteTokenFile != "":
+		return bad("-write-token and -write-token-file are both set (a flag or its PRODUCTD_ variable): set only one")
+	case c.Writes == WritesToken && !hasToken:
+		return bad("writes need a bearer token: set -write-token-file (or -write-token, or PRODUCTD_WRITE_TOKEN); " +
+			"or start with -writes disabled for a read-only instance, or -writes open to let anyone who reaches the port write")
+	case c.Writes == WritesOpen && hasToken:
+		return bad("-writes open lets anyone write, so the write token set would be ignored: drop it, or use -writes token")
+	case c.Writes == WritesDisabled && hasToken:
+		return bad("-writes disabled refuses every write, so the write token set would be ignored: drop it, or use -writes token")
+	case c.MaxTenants < 0:
+		return bad("-max-tenants must not be negative (0: unlimited)")
+	case c.MaxCreatesPerTenant < 0:
+		return bad("-max-creates-per-tenant must not be negative (0: unlimited)")
+	}
+	if c.WriteToken != "" {
+		if err := checkWriteToken(c.WriteToken); err != nil {
+			return fmt.Errorf("productd: -write-token: %w", err)
+		}
+	}
+	return nil
+}
+
+// checkWriteToken refuses a token that is too short or too long, or holds
+// anything but printable ASCII without spaces. It never quotes the token.
+func checkWriteToken(tok string) error {
+	if len(tok) < minWriteToken || len(tok) > maxWriteToken {
+		return fmt.Errorf("the token must be %d to %d characters long (it has %d)", minWriteToken, maxWriteToken, len(tok))
+	}
+	for i := 0; i < len(tok); i++ {
+		if tok[i] < 0x21 || tok[i] > 0x7e {
+			return fmt.Errorf("the token must be printable ASCII without spaces (character %d is not)", i+1)
+		}
+	}
+	return nil
+}
+
+// maxTokenFile bounds how much of -write-token-file is read.
+const maxTokenFile = 64 << 10
+
+// readWriteTokenFile returns the first line of path, trimmed: a token
+// file written by hand or by a secret store ends with a newline or not,
+// and may be followed by comments. An empty first line is refused.
+func readWriteTokenFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("productd: -write-token-file: %w", err)
+	}
+	defer f.Close()
+	line, err := bufio.NewReaderSize(io.LimitReader(f, maxTokenFile), maxTokenFile).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("productd: -write-token-file %s: %w", path, err)
+	}
+	tok := strings.TrimSpace(line)
+	if tok == "" {
+		return "", fmt.Errorf("productd: -write-token-file %s: the first line is empty; write the token there", path)
+	}
+	if err := checkWriteToken(tok); err != nil {
+		return "", fmt.Errorf("productd: -write-token-file %s: %w", path, err)
+	}
+	return tok, nil
+}
+
+// writeAuth decides whether a write may go on: httpapi.Options.AuthorizeWrite.
+type writeAuth struct {
+	mode string
+	// digest is the SHA-256 of the write token (WritesToken only): the
+	// presented token is hashed too, so that the comparison takes the
+	// same time whatever the presented token's length and content.
+	digest [sha256.Size]byte
+}
+
+// newWriteAuth builds the write gate cfg asks for, reading the token file
+// if one is set, and logs the write mode: a warning with WritesOpen.
+func newWriteAuth(ctx context.Context, cfg Config, log *slog.Logger) (*writeAuth, error) {
+	a := &writeAuth{mode: cfg.Writes}
+	switch cfg.Writes {
+	case WritesOpen:
+		log.LogAttrs(ctx, slog.LevelWarn, "writes are open: anyone who can reach this port can create and change products (-writes open); "+
+			"use -writes token with -write-token-file, or -writes disabled",
+			slog.String("writes", WritesOpen))
+	case WritesDisabled:
+		log.LogAttrs(ctx, slog.LevelInfo, "writes are disabled: every PUT and POST is answered 403 (-writes disabled)",
+			slog.String("writes", WritesDisabled))
+	default:
+		tok := cfg.WriteToken
+		if cfg.WriteTokenFile != "" {
+			var err error
+			if tok, err = readWriteTokenFile(cfg.WriteTokenFile); err != nil {
+				return nil, err
+			}
+		}
+		if tok == "" { // Validate refuses this; a gate without a token must never open
+			return nil, errors.New("productd: -writes token without a write token")
+		}
+		a.digest = sha256.Sum256([]byte(tok))
+	}
+	return a, nil
+}
+
+// authorize is httpapi.Options.AuthorizeWrite. It never logs, and never
+// returns anything derived from the presented token.
+func (a *writeAuth) authorize(r *http.Request) error {
+	switch a.mode {
+	case WritesOpen:
+		return nil
+	case WritesDisabled:
+		return httpapi.ErrWritesDisabled
+	}
+	vals := r.Header.Values("Authorization")
+	if len(vals) != 1 {
+		return httpapi.ErrUnauthorized
+	}
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(vals[0]), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return httpapi.ErrUnauthorized
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	if subtle.ConstantTimeCompare(got[:], a.digest[:]) != 1 {
+		return httpapi.ErrUnauthorized
+	}
+	return nil
+}
