@@ -89,18 +89,13 @@ func (c Config) validateEntryKeys() error {
 }
 
 // hiddenString registers a string flag whose value is a secret that no
-// pattern can redact (a hex key): its usage text never shows a default,
-// even one taken from the environment (envValue, used when not empty).
-// Its Set never fails, so flag's errors never quote it either.
+// pattern can redact (a hex key): its usage text shows any default, even
+// one taken from the environment (envValue, used when not empty), as
+// xxxxx (hiddenValue). Its Set never fails, so flag's errors never quote
+// it either.
 func hiddenString(fs *flag.FlagSet, p *string, name, envValue, usage string) {
 	if envValue != "" {
 		*p = envValue
 	}
 	fs.Var((*hiddenValue)(p), name, usage)
 }
-
-// hiddenValue is a flag.Value that prints as nothing.
-type hiddenValue string
-
-func (v *hiddenValue) String() string     { return "" }
-func (v *hiddenValue) Set(s string) error { *v = hiddenValue(s); return nil }

@@ -52,6 +52,7 @@ func TestEndToEndForgedRedisEntryIsNotServedWithAnEntryKey(t *testing.T) {
 	t.Parallel()
 	addr := testenv.RequireRedis(t)
 	base := Default()
+	base.WriteToken = testWriteToken
 	base.DB = filepath.Join(t.TempDir(), "products.db")
 	base.Catalog = &testCatalog
 	base.Redis = "redis://" + addr + "/0"
@@ -238,6 +239,7 @@ func TestEndToEndEntryClaimingADayIsFreshInMemoryAtMostCacheTTL(t *testing.T) {
 	addr := testenv.RequireRedis(t)
 	const ttl = time.Second
 	cfg := Default()
+	cfg.WriteToken = testWriteToken
 	cfg.DB = filepath.Join(t.TempDir(), "products.db")
 	cfg.Catalog = &testCatalog
 	cfg.Redis = "redis://" + addr + "/0"
