@@ -118,10 +118,10 @@ func awaitRedis(ctx context.Context, client redis.UniversalClient, t *redisTarge
 	switch {
 	case redis.IsAuthError(err) || redis.IsPermissionError(err):
 		return &RedisConfigError{Flag: "-redis", Reason: where + " refused productd's credentials (check the user name and password in the URL, and the user's ACL)", Err: err}
-	case t.form == redisCluster && redis.HasErrorPrefix(err, "ERR This instance has cluster support disabled"):
+	case t.form == redisCluster && strings.Contains(err.Error(), "cluster support disabled"):
 		return &RedisConfigError{Flag: "-redis", Reason: fmt.Sprintf(
 			"%s is not a Redis Cluster (cluster_enabled:0): give one address (redis://host:port) for a single Redis, or redis+sentinel://… for a Sentinel", where), Err: err}
-	case t.form == redisSentinel && redis.HasErrorPrefix(err, "ERR unknown command"):
+	case t.form == redisSentinel && strings.Contains(strings.ToLower(err.Error()), "unknown command 'sentinel'"):
 		return &RedisConfigError{Flag: "-redis", Reason: where + ": the hosts are not Redis Sentinels", Err: err}
 	}
 	why := "start it, fix -redis, or leave -redis empty for a memory-only cache"

@@ -314,4 +314,12 @@ func TestRedisBadFormsRefusedAtStartup(t *testing.T) {
 		out := startupFails(t, append([]string{"-db", tmpDB(t)}, tc.args...)...)
 		requireSays(t, out, tc.says, "s3cret")
 	}
+	// A plain Redis named as a Cluster or as a Sentinel.
+	plain := testenv.StartRedis(t)
+	out := startupFails(t, "-db", tmpDB(t), "-redis", "redis+cluster://"+plain.Addr)
+	requireSays(t, out, []string{"-redis", "is not a Redis Cluster (cluster_enabled:0)"})
+	out = startupFails(t, "-db", tmpDB(t), "-redis", "redis://"+plain.Addr+","+plain.Addr)
+	requireSays(t, out, []string{"-redis", "is not a Redis Cluster (cluster_enabled:0)"})
+	out = startupFails(t, "-db", tmpDB(t), "-redis", "redis+sentinel://"+plain.Addr+"/products")
+	requireSays(t, out, []string{"-redis", "not Redis Sentinels"})
 }

@@ -24,6 +24,9 @@ const RedisURLForms = "redis://[user:password@]host:port[/db] (one Redis, or one
 	"redis+sentinel://[user:password@]host1:port1[,host2:port2…]/<master name>[?db=N&sentinel_password=…] (the master a Sentinel names); " +
 	"rediss+cluster://, rediss+sentinel:// (over TLS); unix:///path/to/redis.sock"
 
+// redisSchemes lists the schemes -redis accepts, for errors.
+const redisSchemes = "redis://, rediss://, redis+cluster://, rediss+cluster://, redis+sentinel://, rediss+sentinel:// or unix://"
+
 // RedisConfigError is a -redis, -redis-ca, -redis-cert or -redis-key that
 // productd cannot use: a malformed URL, a TLS file that cannot be read, or
 // a server that is not the deployment the URL names. It never holds a
@@ -99,7 +102,7 @@ func parseRedisURL(raw string) (*redisTarget, error) {
 	}
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
-		return nil, bad("not a URL; want one of: %s", RedisURLForms)
+		return nil, bad("not a URL; want %s, e.g. redis://127.0.0.1:6379/0 (see -h)", redisSchemes)
 	}
 	t := &redisTarget{form: redisSingle}
 	switch scheme = strings.ToLower(scheme); scheme {
@@ -120,7 +123,7 @@ func parseRedisURL(raw string) (*redisTarget, error) {
 		if !redisSchemeRE.MatchString(scheme) {
 			scheme = "?"
 		}
-		return nil, bad("unknown scheme %q; want one of: %s", scheme, RedisURLForms)
+		return nil, bad("unknown scheme %q; want %s (see -h)", scheme, redisSchemes)
 	}
 	if strings.ContainsRune(rest, '#') {
 		return nil, bad("the URL holds a '#': a password holding one must write it %%23")
