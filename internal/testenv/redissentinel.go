@@ -46,9 +46,11 @@ func StartRedisSentinel(t testing.TB, o SentinelOptions) *Sentinel {
 	node := func(extra ...string) *RedisServer {
 		port := FreePort(t)
 		addr := "127.0.0.1:" + strconv.Itoa(port)
-		// No diskless-sync delay: the replica's link comes up at once.
+		// No diskless-sync delay: the replica's link comes up at once. The
+		// replica writes the master's snapshot to --dir, not to the
+		// test's working directory.
 		args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no",
-			"--repl-diskless-sync-delay", "0"}
+			"--repl-diskless-sync-delay", "0", "--dir", dir}
 		if o.Password != "" {
 			args = append(args, "--requirepass", o.Password, "--masterauth", o.Password)
 		}

@@ -132,7 +132,7 @@ func StartRedisACL(t testing.TB, user, pass string) *RedisServer {
 	t.Helper()
 	port := FreePort(t)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no",
+	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", t.TempDir(),
 		// redis-server joins the words after --user into one ACL rule line.
 		"--user", "default", "off", "--user", user, "on", ">" + pass, "~*", "&*", "+@all"}
 	return startServer(t, port, args, func() error { return pingAuth(addr, user, pass) })
