@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -105,6 +106,9 @@ func startupFails(t *testing.T, args ...string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, productdBinary(t), append([]string{"-addr", "127.0.0.1:0", "-log-format", "json"}, args...)...)
+	// A write token, so that the only thing wrong is what args say (the
+	// value of the tests' testWriteToken, where productd asks for one).
+	cmd.Env = append(os.Environ(), "PRODUCTD_WRITE_TOKEN=test-write-token-0123456789abcdef")
 	out, err := cmd.CombinedOutput()
 	s := string(out)
 	switch {

@@ -123,10 +123,10 @@ func TestRedisURLMalformed(t *testing.T) {
 		t.Run(tc.url, func(t *testing.T) {
 			c := Default()
 			c.Redis = tc.url
-			err := c.Validate()
+			err := c.validateRedis()
 			var ce *RedisConfigError
 			if !errors.As(err, &ce) {
-				t.Fatalf("Validate = %v, want a *RedisConfigError", err)
+				t.Fatalf("validateRedis = %v, want a *RedisConfigError", err)
 			}
 			if ce.Flag != "-redis" || !strings.Contains(err.Error(), "-redis:") || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %q: want it to name -redis and say %q", err, tc.want)
@@ -164,11 +164,11 @@ func TestRedisTLSFlagsMalformed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()
 			c.Redis, c.RedisCA, c.RedisCert, c.RedisKey = tc.redis, tc.ca, tc.cert, tc.key
-			err := c.Validate()
+			err := c.validateRedis()
 			var ce *RedisConfigError
 			if !errors.As(err, &ce) || ce.Flag != tc.flag || !strings.Contains(err.Error(), tc.flag+" ") && !strings.Contains(err.Error(), tc.flag+":") ||
 				!strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("Validate = %v, want a *RedisConfigError naming %s and saying %q", err, tc.flag, tc.want)
+				t.Fatalf("validateRedis = %v, want a *RedisConfigError naming %s and saying %q", err, tc.flag, tc.want)
 			}
 		})
 	}
