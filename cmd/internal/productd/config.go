@@ -29,7 +29,7 @@ type Config struct {
 	DBMaxConns   int    // origin connection pool size
 	Seed         bool   // seed the demo catalog into an empty database
 	SeedProducts int    // products per tenant in the seeded catalog
-	Redis        string // redis:// URL of the shared tier; empty: memory only
+	Redis        string // URL of the shared tier (RedisURLForms); empty: memory only
 	RedisPrefix  string // key prefix in Redis
 	// RedisEntryKeyFile and RedisEntryKey authenticate the entries of the
 	// shared tier (redisstore.Options.EntryKeys; see EntryKeys): a file of
@@ -41,6 +41,10 @@ type Config struct {
 	// RedisTimeout bounds every Redis call of the request path (the cache's
 	// SharedTimeout) and the readiness ping.
 	RedisTimeout time.Duration
+	// RedisCA, RedisCert and RedisKey are PEM files for a rediss:// Redis:
+	// the CA bundle that verifies it (empty: the system's roots), and a
+	// client certificate and its key (both or neither).
+	RedisCA, RedisCert, RedisKey string
 	// Coalesce is how far loads are coalesced: CoalesceCluster (one load
 	// per key across every instance sharing the Redis) or CoalesceLocal
 	// (one per key per process). Empty picks cluster with -redis, local
@@ -275,6 +279,9 @@ func (c Config) Validate() error {
 	if _, err := product.ParseDSN(c.DB); err != nil {
 		return fmt.Errorf("productd: -db: %w", err)
 	}
+	if err := c.validateRedis(); err != nil {
+		return err
+	}
 	if _, err := product.ParseMode(string(c.Mode)); err != nil {
 		return err
 	}
@@ -468,7 +475,17 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	num(&c.DBMaxConns, "db-max-conns", "origin connection pool size")
 	boolean(&c.Seed, "seed", "seed the demo catalog (3 tenants x -seed-products products x 3 locales x 3 currencies) on first start")
 	num(&c.SeedProducts, "seed-products", "products per tenant in the seeded demo catalog (1 to 99999)")
-	secret(&c.Redis, "redis", "redis:// `url` of the shared cache tier; empty keeps the cache in memory only")
+	// -redis prints through redactRedisURL, which also hides
+	// sentinel_password and the like.
+	bind("redis", "`url` of the shared cache tier: "+RedisURLForms+"; empty keeps the cache in memory only", func(fs *flag.FlagSet, env, usage string) {
+		if v := getenv(env); v != "" {
+			c.Redis = v
+		}
+		fs.Var((*redisURLValue)(&c.Redis), "redis", usage)
+	})
+	str(&c.RedisCA, "redis-ca", "with a rediss:// -redis: PEM `file` of the CA certificates that verify Redis (empty: the system's roots)")
+	str(&c.RedisCert, "redis-cert", "with a rediss:// -redis: PEM `file` of a client certificate to present (with -redis-key)")
+	str(&c.RedisKey, "redis-key", "with a rediss:// -redis: PEM `file` of the client certificate's private key (with -redis-cert)")
 	str(&c.RedisPrefix, "redis-prefix", "prefix of productd's keys in Redis")
 	str(&c.RedisEntryKeyFile, "redis-entry-key-file", "with -redis: `file` of entry keys, one hex key (at least 32 hex digits, e.g. openssl rand -hex 32) a line; the first signs every entry written to Redis, an entry is served only if one of them verifies it (rotate by putting the new key first)")
 	bind("redis-entry-key", "with -redis: one hex entry key, instead of -redis-entry-key-file (a secret: never shown)", func(fs *flag.FlagSet, env, usage string) {
@@ -528,7 +545,7 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	if fs.NArg() > 0 {
 		// Redacted: a stray argument is often a flag's value cut off by a
 		// space (-db= 'postgres://user:password@…'), and may hold a secret.
-		return c, fmt.Errorf("productd: unexpected argument %q (is a flag's value separated from its = by a space?)", product.Redact(fs.Arg(0)))
+		return c, fmt.Errorf("productd: unexpected argument %q (is a flag's value separated from its = by a space?)", redactArg(fs.Arg(0)))
 	}
 	c.Mode = product.Mode(mode)
 	return c, c.Validate()

@@ -314,6 +314,7 @@ func (c creator) Create(ctx context.Context, ref product.Ref, d product.Draft) (
 // failures help open it.
 type recentCreations struct {
 	rdb     redis.UniversalClient
+	cluster bool // rdb is a *redis.ClusterClient: the key names carry a hash tag (see base)
 	prefix  string
 	keep    time.Duration
 	timeout time.Duration
@@ -346,11 +347,21 @@ func (r *recentCreations) allow(ctx context.Context) (done func(err error), err 
 }
 
 func (r *recentCreations) key(tenant string) string {
-	return r.prefix + "bloom:created:" + tenant
+	return r.prefix + r.base() + ":created:" + tenant
 }
 
 func (r *recentCreations) epochKey() string {
-	return r.prefix + "bloom:epoch"
+	return r.prefix + r.base() + ":epoch"
+}
+
+// base starts the names of the sets and the epoch key after the prefix:
+// on a Redis Cluster the hash tag {bloom} puts them all in one slot, as
+// record's transaction needs (go-redis refuses a cross-slot MULTI).
+func (r *recentCreations) base() string {
+	if r.cluster {
+		return "{bloom}"
+	}
+	return "bloom"
 }
 
 func newEpoch() string {
@@ -562,7 +573,8 @@ func newPenetrationGuard(ctx context.Context, cfg Config, repo *product.SQLRepos
 	g.settle.Store(int64(createTimeout))
 	g.ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if rdb != nil {
-		g.recent = &recentCreations{rdb: rdb, prefix: cfg.RedisPrefix, keep: maxAge + time.Minute,
+		_, cluster := rdb.(*redis.ClusterClient)
+		g.recent = &recentCreations{rdb: rdb, cluster: cluster, prefix: cfg.RedisPrefix, keep: maxAge + time.Minute,
 			timeout: cfg.RedisTimeout, breaker: sb, onLoss: g.onLoss, onTrouble: g.onTrouble}
 	}
 	stats := func(v func(bloomguard.Stats) float64) func() float64 {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -62,9 +61,10 @@ type Server struct {
 	repo    *product.SQLRepository
 	counted *product.CountingRepository
 	local   *memstore.Store[product.Entry]
-	rdb     *redis.Client        // nil without -redis
-	store   *redisstore.Store    // nil without -redis
-	breaker driver.SharedBreaker // nil without -redis
+	rdb     redis.UniversalClient // nil without -redis; a *redis.ClusterClient on a Cluster
+	redisAt *redisTarget          // what rdb was built from: nil without -redis
+	store   *redisstore.Store     // nil without -redis
+	breaker driver.SharedBreaker  // nil without -redis
 	// bus is the invalidation bus: nil without -redis or in naive mode.
 	// In cluster mode it is also the coordinator (coord).
 	bus      *redislease.Coordinator
@@ -246,81 +246,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	return s, nil
 }
 
-// Client settings for Redis on the request path, used unless the -redis
-// URL sets them (go-redis ParseURL query parameters: dial_timeout,
-// read_timeout, write_timeout, max_retries, pool_timeout). A Redis that
-// hangs or is gone must cost a request a few hundred milliseconds at most,
-// never go-redis' defaults (5s dials, retried; 3 command retries).
-const (
-	redisDialTimeout = 500 * time.Millisecond
-	redisIOTimeout   = 500 * time.Millisecond // backstop; -redis-timeout usually ends a call first
-	redisPoolTimeout = 500 * time.Millisecond
-)
-
-// redisOptions parses the -redis URL and fills in productd's client
-// settings where the URL says nothing.
-func redisOptions(raw string, timeout time.Duration) (*redis.Options, error) {
-	opt, err := redis.ParseURL(raw)
-	if err != nil {
-		// url.Error quotes the whole URL, password included: keep only
-		// the reason, since this message is logged.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("productd: -redis: invalid URL: %w", err)
-	}
-	var q url.Values
-	if u, err := url.Parse(raw); err == nil {
-		q = u.Query()
-	}
-	unset := func(param string) bool { return !q.Has(param) }
-	if unset("dial_timeout") {
-		opt.DialTimeout = max(redisDialTimeout, timeout)
-	}
-	if unset("read_timeout") {
-		opt.ReadTimeout = max(redisIOTimeout, timeout)
-	}
-	if unset("write_timeout") {
-		opt.WriteTimeout = max(redisIOTimeout, timeout)
-	}
-	if unset("pool_timeout") {
-		opt.PoolTimeout = max(redisPoolTimeout, timeout)
-	}
-	if unset("max_retries") {
-		// -1, not 0: go-redis reads 0 as "the default" (3 retries). A
-		// failed cache read is a miss; retrying it only delays the origin.
-		opt.MaxRetries = -1
-	}
-	// One dial per attempt, no dial retries (go-redis' default is 5 with
-	// back-off, which made every cold GET wait seconds while Redis was
-	// down). There is no URL parameter for it.
-	opt.DialerRetries = 1
-	// Let the request's context (the cache's SharedTimeout) bound a stuck
-	// socket, not only the timeouts above.
-	opt.ContextTimeoutEnabled = true
-	return opt, nil
-}
-
 func (s *Server) connectRedis(ctx context.Context) (driver.SharedStore, error) {
-	opt, err := redisOptions(s.cfg.Redis, s.cfg.RedisTimeout)
+	t, err := s.cfg.redisTarget()
 	if err != nil {
 		return nil, err
 	}
 	installRedisLogger()
-	s.rdb = redis.NewClient(opt)
-	// A PING that timed out is tried again until the startup window ends:
-	// one PING is bounded by -redis-timeout, and a Redis (or host) busy for
-	// a moment is not a misconfiguration. A refused connection fails at
-	// once; a Redis that never answers is refused after startupWait.
-	pctx, cancel := context.WithTimeout(ctx, startupWait)
-	defer cancel()
-	if err := untilAnswer(pctx, func(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }); err != nil {
-		why := "start it, fix -redis, or leave -redis empty for a memory-only cache"
-		if s.cfg.Coalescing() == CoalesceCluster {
-			why = "cluster coalescing, the default with -redis, needs it: start it, fix -redis, or ask for -coalesce local explicitly"
-		}
-		return nil, fmt.Errorf("productd: -redis: Redis at %s does not answer at startup (%s): %w", opt.Addr, why, err)
+	s.rdb, s.redisAt, err = dialRedis(ctx, t, s.cfg, s.log)
+	if err != nil {
+		return nil, err
 	}
 	b, err := breaker.New(breaker.Options{OnStateChange: func(from, to driver.BreakerState) {
 		lvl := slog.LevelWarn
@@ -335,7 +269,9 @@ func (s *Server) connectRedis(ctx context.Context) (driver.SharedStore, error) {
 	}
 	s.breaker = b
 	// HashTag in both coalescing modes, so that instances in either mode
-	// share the values (a rolling switch of -coalesce keeps the cache).
+	// share the values (a rolling switch of -coalesce keeps the cache),
+	// and so that on a Redis Cluster a key's value and its lease keys
+	// share a slot (redislease's scripts touch them together).
 	// Entry keys: with them, an entry written to Redis by anything but an
 	// instance holding one of the keys is a miss, never served.
 	keys, err := s.cfg.EntryKeys()
@@ -630,6 +566,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		slog.String("mode", string(s.cfg.Mode)),
 		slog.String("coalescing", scope),
 		slog.String("tiers", s.Tiers()),
+	}
+	if s.redisAt != nil {
+		attrs = append(attrs, slog.String("redis", s.redisAt.String()))
 	}
 	if s.bus != nil {
 		attrs = append(attrs, slog.String("bus", "redis"),
