@@ -275,15 +275,45 @@ func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease d
 		// (paused, swapped out) is exactly the one whose write is
 		// refused, and its callers still wait for the newer value. The
 		// shared read bounds itself (SharedTimeout).
-		if it, ok := m.recheck(context.WithoutCancel(ctx), c.opts.Now(), t, done.Current); ok {
+		now := c.opts.Now()
+		if it, ok := m.recheck(context.WithoutCancel(ctx), now, t, done.Current); ok {
 			return &flight[V]{item: it, found: true, remote: true, loadCtx: fl.loadCtx}
 		}
+		m.servedSuperseded(ctx, now, done.Current)
 		return fl
 	}
 	if e != nil {
 		c.fill(t, m.key, &fl.item, c.wallRead(&fl.item, e), nil)
 	}
 	return fl
+}
+
+// servedSuperseded warns that a load whose fenced write was refused
+// serves its own value: the newer writer's could not be served (cur is the
+// entry the Coordinator handed back, nil for none). It says why, from the
+// checks a shared read makes, so that an operator (or a failing test) can
+// tell a missing entry from one this instance judged older or expired.
+func (m *miss[V]) servedSuperseded(ctx context.Context, now time.Time, cur *driver.Entry) {
+	c := m.c
+	ok, suppressed := c.coordLog.allow()
+	if !ok {
+		return
+	}
+	attrs := []slog.Attr{slog.String("cache", c.opts.Name), slog.Bool("newer_entry_handed_back", cur != nil), slog.Int64("suppressed", suppressed)}
+	if cur != nil {
+		wall := time.Now()
+		read := c.sharedReadAt(&cur.Meta)
+		local := c.fromWall(cur.Meta)
+		attrs = append(attrs,
+			slog.Bool("covered", c.covered(m.key, &cur.Meta, now)),
+			slog.Bool("read_time_known", !read.IsZero()),
+			slog.Duration("read_before_now", wall.Sub(readAt(&cur.Meta))),
+			slog.Duration("fresh_for", local.FreshUntil.Sub(now)),
+			slog.Duration("stale_for", local.StaleUntil.Sub(now)),
+			slog.Duration("cache_clock_behind", wall.Sub(now)),
+			slog.Bool("bus_down", c.coh.Down()))
+	}
+	c.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "flightcache: a newer write refused this load's, and its value could not be served; this load's own value is served", attrs...)
 }
 
 // failLease ends a failed load under a lease. A load whose context was
