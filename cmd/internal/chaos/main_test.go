@@ -3,9 +3,9 @@ package chaos
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/flightcache/flightcache/cmd/internal/testleak"
 )
 
 // A run stops every goroutine it started (workload, faults, caches,
 // coordinators, clients) before it returns.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testleak.Main(m, nil) }

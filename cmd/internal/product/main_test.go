@@ -3,7 +3,7 @@ package product
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/flightcache/flightcache/cmd/internal/testleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testleak.Main(m, nil) }

@@ -1,23 +1,16 @@
 package productd
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/flightcache/flightcache/cmd/internal/testleak"
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
+	testleak.Main(m, func() {
+		if binDir != "" {
+			os.RemoveAll(binDir)
 		}
-	}
-	os.Exit(code)
+	})
 }

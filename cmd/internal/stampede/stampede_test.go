@@ -16,12 +16,12 @@ import (
 
 	"github.com/flightcache/flightcache/cmd/internal/product"
 	"github.com/flightcache/flightcache/cmd/internal/productd"
+	"github.com/flightcache/flightcache/cmd/internal/testleak"
 	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/testenv"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testleak.Main(m, nil) }
 
 // targetWriteToken is the write token of the productd targets the tests
 // start themselves.
