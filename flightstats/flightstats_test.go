@@ -13,6 +13,7 @@ import (
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/flightstats"
+	"github.com/flightcache/flightcache/internal/flightwait"
 	"github.com/flightcache/flightcache/internal/leakcheck"
 	"github.com/flightcache/flightcache/internal/testlocal"
 	"github.com/flightcache/flightcache/singleflight"
@@ -165,7 +166,7 @@ func TestCacheEventsThroughRealCache(t *testing.T) {
 // calls or origin failures.
 func TestThrottledGetsAreNotOriginCalls(t *testing.T) {
 	rec := flightstats.New()
-	obs := flightFailures{obs: rec, failed: make(chan struct{}, 16)}
+	obs := flightwait.New(rec)
 	c, err := flightcache.New(flightcache.Options[int]{Name: "n", Local: testlocal.New[int](nil), FailureThrottle: time.Minute, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +180,7 @@ func TestThrottledGetsAreNotOriginCalls(t *testing.T) {
 			t.Fatalf("Get: %v, want the origin's error (or its throttled copy)", err)
 		}
 	}
-	awaitFailures(t, obs, gets)
+	obs.Await(t, gets)
 	s := rec.Snapshot()
 	if s.OriginCalls != 1 || s.OriginFailures != 1 || s.Throttled != gets-1 || s.FlightsFailed != gets || s.FlightsStarted != gets {
 		t.Errorf("origin calls %d (failed %d), throttled %d, flights %d (failed %d); want 1 (1), %d, %d (%d)",
@@ -336,38 +337,5 @@ func TestInvalidationCountsUnderConcurrentEvents(t *testing.T) {
 	s := r.Snapshot()
 	if s.InvalidationsReceived.Total() != workers*per || s.InvalidationsApplied != s.InvalidationsReceived {
 		t.Fatalf("received %+v, applied %+v; want %d each, equal", s.InvalidationsReceived, s.InvalidationsApplied, workers*per)
-	}
-}
-
-// flightFailures forwards every event to obs, then signals each failed
-// flight. The engine reports a flight's failure after it released the
-// flight's callers, so a test waits for the signal before it reads the
-// counters.
-type flightFailures struct {
-	obs interface {
-		ObserveCache(driver.Event)
-		ObserveFlight(singleflight.Event)
-	}
-	failed chan struct{}
-}
-
-func (f flightFailures) ObserveCache(e driver.Event) { f.obs.ObserveCache(e) }
-
-func (f flightFailures) ObserveFlight(e singleflight.Event) {
-	f.obs.ObserveFlight(e)
-	if e.Kind == singleflight.EventLoaderFailed {
-		f.failed <- struct{}{}
-	}
-}
-
-// awaitFailures waits for n failed flights reported on f.
-func awaitFailures(t *testing.T, f flightFailures, n int) {
-	t.Helper()
-	for i := range n {
-		select {
-		case <-f.failed:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%d of %d failed flights reported within 10s", i, n)
-		}
 	}
 }

@@ -13,9 +13,9 @@ import (
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/driver"
+	"github.com/flightcache/flightcache/internal/flightwait"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/otelflight"
-	"github.com/flightcache/flightcache/singleflight"
 )
 
 // During an origin outage with a failure throttle, only the first Get of a
@@ -28,7 +28,7 @@ func TestThrottledGetIsNotAnOriginCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(local.Close)
-	obs := flightFailures{obs: m, failed: make(chan struct{}, 16)}
+	obs := flightwait.New(m)
 	c, err := flightcache.New(flightcache.Options[int]{Name: "product", Local: local, TTL: time.Minute, FailureThrottle: time.Minute, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +41,7 @@ func TestThrottledGetIsNotAnOriginCall(t *testing.T) {
 			t.Fatalf("Get: %v, want the origin's error (or its throttled copy)", err)
 		}
 	}
-	awaitFailures(t, obs, gets)
+	obs.Await(t, gets)
 	got := collect(t, reader)
 	for _, w := range []struct {
 		name string
@@ -141,37 +141,4 @@ func attributeSets(data metricdata.Aggregation) []attribute.Set {
 		}
 	}
 	return out
-}
-
-// flightFailures forwards every event to obs, then signals each failed
-// flight. The engine reports a flight's failure after it released the
-// flight's callers, so a test waits for the signal before it reads the
-// instruments.
-type flightFailures struct {
-	obs interface {
-		ObserveCache(driver.Event)
-		ObserveFlight(singleflight.Event)
-	}
-	failed chan struct{}
-}
-
-func (f flightFailures) ObserveCache(e driver.Event) { f.obs.ObserveCache(e) }
-
-func (f flightFailures) ObserveFlight(e singleflight.Event) {
-	f.obs.ObserveFlight(e)
-	if e.Kind == singleflight.EventLoaderFailed {
-		f.failed <- struct{}{}
-	}
-}
-
-// awaitFailures waits for n failed flights reported on f.
-func awaitFailures(t *testing.T, f flightFailures, n int) {
-	t.Helper()
-	for i := range n {
-		select {
-		case <-f.failed:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%d of %d failed flights reported within 10s", i, n)
-		}
-	}
 }

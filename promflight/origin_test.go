@@ -11,9 +11,9 @@ import (
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/driver"
+	"github.com/flightcache/flightcache/internal/flightwait"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/promflight"
-	"github.com/flightcache/flightcache/singleflight"
 )
 
 // During an origin outage with a failure throttle, only the first Get of a
@@ -32,7 +32,7 @@ func TestThrottledGetIsNotAnOriginCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(local.Close)
-	obs := flightFailures{obs: m, failed: make(chan struct{}, 16)}
+	obs := flightwait.New(m)
 	c, err := flightcache.New(flightcache.Options[int]{Name: "product", Local: local, TTL: time.Minute, FailureThrottle: time.Minute, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func TestThrottledGetIsNotAnOriginCall(t *testing.T) {
 	if calls != 1 {
 		t.Fatalf("the loader ran %d times, want 1", calls)
 	}
-	awaitFailures(t, obs, 1+throttled)
+	obs.Await(t, 1+throttled)
 	got := gather(t, reg)
 	for _, w := range []struct {
 		name  string
@@ -83,14 +83,14 @@ func TestRemoteWaitIsNotAnOriginCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	obs := flightFailures{obs: m, failed: make(chan struct{}, 16)}
+	obs := flightwait.New(m)
 	c := newClusterCache(t, obs)
 	calls := 0
 	load := func(context.Context) (int, error) { calls++; return 1, nil }
 	if _, err := c.Get(context.Background(), "k", load); !errors.Is(err, flightcache.ErrLeaderFailed) {
 		t.Fatalf("Get: %v, want ErrLeaderFailed (the other instance's load failed)", err)
 	}
-	awaitFailures(t, obs, 1)
+	obs.Await(t, 1)
 	if calls != 0 {
 		t.Fatalf("the loader ran %d times, want 0: another instance led", calls)
 	}
@@ -194,37 +194,4 @@ func (s *mapShared) Delete(_ context.Context, key string) error {
 	defer s.mu.Unlock()
 	delete(s.m, key)
 	return nil
-}
-
-// flightFailures forwards every event to obs, then signals each failed
-// flight. The engine reports a flight's failure after it released the
-// flight's callers, so a test waits for the signal before it reads the
-// counters.
-type flightFailures struct {
-	obs interface {
-		ObserveCache(driver.Event)
-		ObserveFlight(singleflight.Event)
-	}
-	failed chan struct{}
-}
-
-func (f flightFailures) ObserveCache(e driver.Event) { f.obs.ObserveCache(e) }
-
-func (f flightFailures) ObserveFlight(e singleflight.Event) {
-	f.obs.ObserveFlight(e)
-	if e.Kind == singleflight.EventLoaderFailed {
-		f.failed <- struct{}{}
-	}
-}
-
-// awaitFailures waits for n failed flights reported on f.
-func awaitFailures(t *testing.T, f flightFailures, n int) {
-	t.Helper()
-	for i := range n {
-		select {
-		case <-f.failed:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%d of %d failed flights reported within 10s", i, n)
-		}
-	}
 }

@@ -1,0 +1,32 @@
+package flightwait
+
+import (
+	"testing"
+
+	"github.com/flightcache/flightcache/driver"
+	"github.com/flightcache/flightcache/singleflight"
+)
+
+type counting struct{ cache, flight int }
+
+func (c *counting) ObserveCache(driver.Event)        { c.cache++ }
+func (c *counting) ObserveFlight(singleflight.Event) { c.flight++ }
+
+// Every event reaches the wrapped observer before a failure is signalled,
+// and only failed flights are signalled.
+func TestFailuresForwardsThenSignalsOnlyFailedFlights(t *testing.T) {
+	inner := &counting{}
+	f := New(inner)
+	f.ObserveCache(driver.Event{})
+	f.ObserveFlight(singleflight.Event{Kind: singleflight.EventLoaderSucceeded})
+	f.ObserveFlight(singleflight.Event{Kind: singleflight.EventLoaderFailed})
+	f.Await(t, 1)
+	if inner.cache != 1 || inner.flight != 2 {
+		t.Fatalf("forwarded %d cache and %d flight events, want 1 and 2", inner.cache, inner.flight)
+	}
+	select {
+	case <-f.failed:
+		t.Fatal("a flight that succeeded was signalled as failed")
+	default:
+	}
+}
