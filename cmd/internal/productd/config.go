@@ -459,7 +459,9 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 		})
 	}
 	// hidden registers a string flag holding a secret that is not a URL
-	// (a token): the usage text, and so -h, shows any default as xxxxx.
+	// (a token, a hex key), which no pattern could redact: the usage text,
+	// and so -h, shows any default, even one from the environment, as
+	// xxxxx, and its Set never fails, so flag's errors never quote it.
 	hidden := func(p *string, name, usage string) {
 		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
 			if v := getenv(env); v != "" {
@@ -488,9 +490,7 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	str(&c.RedisKey, "redis-key", "with a rediss:// -redis: PEM `file` of the client certificate's private key (with -redis-cert)")
 	str(&c.RedisPrefix, "redis-prefix", "prefix of productd's keys in Redis")
 	str(&c.RedisEntryKeyFile, "redis-entry-key-file", "with -redis: `file` of entry keys, one hex key (at least 32 hex digits, e.g. openssl rand -hex 32) a line; the first signs every entry written to Redis, an entry is served only if one of them verifies it (rotate by putting the new key first)")
-	bind("redis-entry-key", "with -redis: one hex entry key, instead of -redis-entry-key-file (a secret: never shown)", func(fs *flag.FlagSet, env, usage string) {
-		hiddenString(fs, &c.RedisEntryKey, "redis-entry-key", getenv(env), usage)
-	})
+	hidden(&c.RedisEntryKey, "redis-entry-key", "with -redis: one hex entry key, instead of -redis-entry-key-file (a secret: never shown)")
 	dur(&c.RedisTimeout, "redis-timeout", "bound of each Redis call on the request path (1ms to 10s); a hung Redis costs a request at most this per call")
 	str(&c.Coalesce, "coalesce", "how far loads are coalesced: cluster (one origin load per key across every instance sharing -redis; the default with -redis) or local (one per key per process; the default without -redis, and the only way to get it with -redis)")
 	dur(&c.LeaseTTL, "lease-ttl", "cluster mode: life of a key's load lease without a heartbeat (100ms to 1m; extended every third of it while the load runs); a crashed loader is replaced within about this long")

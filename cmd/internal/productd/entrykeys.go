@@ -3,7 +3,6 @@ package productd
 import (
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -86,16 +85,4 @@ func (c Config) validateEntryKeys() error {
 	}
 	_, err := c.EntryKeys()
 	return err
-}
-
-// hiddenString registers a string flag whose value is a secret that no
-// pattern can redact (a hex key): its usage text shows any default, even
-// one taken from the environment (envValue, used when not empty), as
-// xxxxx (hiddenValue). Its Set never fails, so flag's errors never quote
-// it either.
-func hiddenString(fs *flag.FlagSet, p *string, name, envValue, usage string) {
-	if envValue != "" {
-		*p = envValue
-	}
-	fs.Var((*hiddenValue)(p), name, usage)
 }
