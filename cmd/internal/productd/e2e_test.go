@@ -182,13 +182,7 @@ func herdClient(n int) *http.Client {
 // metric reads one unlabelled or labelled sample from /metrics.
 func metric(t *testing.T, c *http.Client, base, sample string) float64 {
 	t.Helper()
-	resp, err := c.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(metricsText(t, c, base), "\n") {
 		if v, ok := strings.CutPrefix(line, sample+" "); ok {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil {
@@ -201,18 +195,27 @@ func metric(t *testing.T, c *http.Client, base, sample string) float64 {
 	return 0
 }
 
+// metricsText is base's /metrics page.
+func metricsText(t *testing.T, c *http.Client, base string) string {
+	t.Helper()
+	resp, err := c.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
 // metricLines returns the lines of base's /metrics that contain any of
 // words and are not comments, for a failure message.
 func metricLines(t *testing.T, c *http.Client, base string, words ...string) string {
 	t.Helper()
-	resp, err := c.Get(base + "/metrics")
-	if err != nil {
-		return err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
 	var out []string
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(metricsText(t, c, base), "\n") {
 		if strings.HasPrefix(line, "#") {
 			continue
 		}
