@@ -507,18 +507,9 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	if c.opts.Tracer != nil {
 		lctx, endSpan = c.opts.Tracer.StartLoad(lctx, c.opts.Name)
 	}
-	var start time.Time // as in loadOrigin
-	if c.preciseLoadTime {
-		start = time.Now()
-	} else {
-		start = c.opts.Now()
-	}
+	start := c.loadStart()
 	found, err := callBatchLoader(lctx, load, ask)
-	end := c.opts.Now()
-	took := end.Sub(start)
-	if c.preciseLoadTime {
-		took = time.Since(start)
-	}
+	end, took, wallEnd := c.loadEnd(start)
 	if endSpan != nil {
 		endSpan(err)
 	}
@@ -550,7 +541,7 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	flights := make([]*flight[V], len(todo))
 	for n, j := range todo {
 		v, ok := found[names[j]]
-		fl := &flight[V]{item: driver.Item[V]{Value: v, Meta: driver.Meta{LoadDuration: took, LoadedAt: end, NotFound: !ok}}}
+		fl := &flight[V]{item: driver.Item[V]{Value: v, Meta: driver.Meta{LoadDuration: took, LoadedAt: end, NotFound: !ok}}, wallEnd: wallEnd}
 		if !ok {
 			fl.notFound = ErrNotFound
 		}
@@ -725,7 +716,7 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []c
 	if writeShared {
 		entries = make([]driver.Entry, len(keys))
 		for n, fl := range flights {
-			e, err := c.encode(&fl.item)
+			e, err := c.encode(&fl.item, fl.wallEnd)
 			if err != nil {
 				fl.writeErr = err
 				c.writeFailed(ctx, driver.TierShared, err)
@@ -758,11 +749,7 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []c
 	c.coh.FillAll(keys, tickets, func(current []bool) {
 		for n, fl := range flights {
 			tier = driver.TierLocal
-			var enc *driver.Entry
-			if writeShared && fl.writeErr == nil {
-				enc = &entries[n]
-			}
-			ok, _, _ := c.fillLocked(current[n], keys[n], &fl.item, c.wallRead(&fl.item, enc))
+			ok, _, _ := c.fillLocked(current[n], keys[n], &fl.item, c.wallRead(&fl.item, fl.wallEnd))
 			tier = driver.TierShared
 			if !ok {
 				continue // an explicit write or a newer read won, or the Cache closed

@@ -567,11 +567,11 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 		encErr error
 	)
 	// The Set's version for the other instances: the wall-clock read time
-	// of the very entry they will read from the shared tier.
-	version := c.toWall(it.Meta).LoadedAt
+	// of the very entry they will read from the shared tier, read
+	// precisely (see toWall).
+	version := time.Now().Round(0)
 	if c.opts.Shared != nil {
-		e, encErr = c.encode(&it)
-		version = e.LoadedAt
+		e, encErr = c.encode(&it, version)
 	}
 	if encErr == nil {
 		// Before the write: from now on this instance takes no shared
@@ -754,26 +754,16 @@ func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], wall
 	return false, nil, false
 }
 
-// wallRead is the read time of a loaded item as the shared tier has it:
-// e's, when it is the entry it was encoded to (nil: none), else its own
-// converted to the wall clock; zero when unknown (a store that does not
-// keep LoadedAt) and without a shared tier, where no fence is ever asked
-// (coherence.Fences.Covered) and none is kept.
-func (c *Cache[V]) wallRead(it *driver.Item[V], e *driver.Entry) time.Time {
-	if c.opts.Shared == nil {
+// wallRead is the read time of a loaded item as the shared tier has it
+// (LoadedAt − LoadDuration, on the wall clock; see toWall): loadedAt, the
+// load's precise wall-clock end, less its duration; zero without a shared
+// tier, where no fence is ever asked (coherence.Fences.Covered) and none
+// is kept.
+func (c *Cache[V]) wallRead(it *driver.Item[V], loadedAt time.Time) time.Time {
+	if c.opts.Shared == nil || loadedAt.IsZero() {
 		return time.Time{}
 	}
-	var m *driver.Meta
-	if e != nil {
-		m = &e.Meta
-	} else {
-		w := c.toWall(it.Meta)
-		m = &w
-	}
-	if m.LoadedAt.IsZero() {
-		return time.Time{}
-	}
-	return readAt(m)
+	return loadedAt.Add(-it.LoadDuration)
 }
 
 // jittered shortens d by a random fraction of at most c.jitter, so values

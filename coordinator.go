@@ -190,7 +190,7 @@ func (m *miss[V]) loadWithoutLease(ctx context.Context, t coherence.Ticket, stor
 		return fl, err
 	}
 	if store && !pol.noStore.Load() {
-		fl.writeErr = m.writeBack(ctx, t, &fl.item)
+		fl.writeErr = m.writeBack(ctx, t, fl)
 	}
 	fl.uncached = !store
 	if m.newerThan != 0 {
@@ -241,7 +241,7 @@ func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease d
 	c := m.c
 	var e *driver.Entry
 	if !noStore && c.coh.SharedWritable(coherence.Leased, false) {
-		if enc, err := c.encodeSafely(&fl.item); err != nil {
+		if enc, err := c.encodeSafely(&fl.item, fl.wallEnd); err != nil {
 			fl.writeErr = err
 			c.writeFailed(ctx, driver.TierShared, err)
 		} else {
@@ -283,7 +283,7 @@ func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease d
 		return fl
 	}
 	if e != nil {
-		c.fill(t, m.key, &fl.item, c.wallRead(&fl.item, e), nil)
+		c.fill(t, m.key, &fl.item, c.wallRead(&fl.item, fl.wallEnd), nil)
 	}
 	return fl
 }

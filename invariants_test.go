@@ -14,6 +14,7 @@ import (
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/driver"
+	"github.com/flightcache/flightcache/internal/testlocal"
 )
 
 // recordingCoordinator hands out recordingLeases and remembers them.
@@ -377,3 +378,61 @@ func (busyCoordinator) Claim(ctx context.Context, key string, req driver.ClaimRe
 	return driver.Grant{Waited: req.Wait}, flightcache.ErrCoalesceTimeout
 }
 func (busyCoordinator) Invalidate(ctx context.Context, key string) error { return nil }
+
+// The read time a load hands to the shared tier is its precise start,
+// whatever the lag of the Cache's default clock (a coarse one lags real
+// time by a tick, and by much more on a starved host): otherwise two loads
+// begun a moment apart can be ordered the wrong way round, and a reader
+// whose own copy expires takes an older load's late write-back for newer
+// than what it served (monotonic reads, without a Bus). Here the reader's
+// clock lags by a second when its load ends and catches up before the
+// write-back is encoded, as a starved coarse clock does.
+func TestReadTimesKeepTheirOrderWhateverTheClocksLag(t *testing.T) {
+	shared := newMapShared(time.Now)
+	slow := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: shared,
+		TTL: time.Minute, Jitter: flightcache.DisableJitter})
+	lagging := newFakeClock()
+	lagging.ns.Store(time.Now().Add(-time.Second).UnixNano())
+	catchUp := observerFunc(func(e driver.Event) {
+		if e.Kind == driver.EventOriginCall {
+			lagging.ns.Store(time.Now().UnixNano()) // the tick the starved clock missed
+		}
+	})
+	readerLocal := testlocal.New[*product](lagging.Now) // the Cache's clock is its Clock: Options.Now left to its default
+	reader := newCache(t, flightcache.Options[*product]{Local: readerLocal, Shared: shared, Observer: catchUp,
+		TTL: time.Minute, Jitter: flightcache.DisableJitter})
+
+	// The slow instance reads price 1, then stalls.
+	reading, release, slowDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(slowDone)
+		if _, err := slow.Get(context.Background(), "p:1", func(ctx context.Context) (*product, error) {
+			close(reading)
+			<-release
+			return &product{ID: "1", Price: 1}, nil
+		}); err != nil {
+			t.Errorf("slow instance: %v", err)
+		}
+	}()
+	<-reading
+	// The price changes; the reader loads and serves price 2.
+	load2 := func(ctx context.Context) (*product, error) { return &product{ID: "1", Price: 2}, nil }
+	if r := mustGet(t, reader, "p:1", load2); r.Value.Price != 2 {
+		t.Fatalf("the reader served %d, want 2", r.Value.Price)
+	}
+	close(release) // the slow load's write-back of price 1 reaches the shared tier
+	<-slowDone
+	if e, ok := shared.peek("p:1"); !ok || e.LoadedAt.IsZero() {
+		t.Fatalf("the slow load wrote no entry with a read time: %+v, %v", e, ok)
+	}
+	readerLocal.Delete("p:1") // the reader's copy expires or is evicted
+
+	if r := mustGet(t, reader, "p:1", load2); r.Value.Price != 2 {
+		t.Fatalf("the reader served price %d (%v) after it had served price 2: the slow load's entry passed for newer", r.Value.Price, r.Outcome)
+	}
+}
+
+// observerFunc is an Observer made of a function.
+type observerFunc func(driver.Event)
+
+func (f observerFunc) ObserveCache(e driver.Event) { f(e) }

@@ -70,6 +70,40 @@ type flight[V any] struct {
 	remote bool
 	// uncached: the load stored nothing by design (OutcomeLoadedUncached).
 	uncached bool
+	// wallEnd is when the load ended on the wall clock, read precisely
+	// (Cache.loadEnd): the shared tier's LoadedAt for item. Zero when
+	// nothing was loaded (found).
+	wallEnd time.Time
+}
+
+// loadStart is when a load begins: on the real clock when Options.Now was
+// left to its default, which may be coarse (see Cache.preciseLoadTime),
+// else on the Cache's clock. Hand it to loadEnd.
+func (c *Cache[V]) loadStart() time.Time {
+	if c.preciseLoadTime {
+		return time.Now()
+	}
+	return c.opts.Now()
+}
+
+// loadEnd measures the load that began at start (loadStart):
+//   - end is its end on the Cache's clock (the local item's LoadedAt);
+//   - took is its duration (LoadDuration, XFetch's Δ), on the precise real
+//     clock with the default Options.Now, so that sub-millisecond loads
+//     keep a non-zero Δ;
+//   - wall is its end on the wall clock, read precisely: the shared tier's
+//     LoadedAt, so that wall − took, the read time other instances' fences
+//     compare (coherence.Fences), is when the load began. Converting end
+//     to the wall clock instead errs by the coarse clock's lag, which
+//     varies by a tick and by far more on a starved host, and orders two
+//     loads begun a moment apart the wrong way round.
+func (c *Cache[V]) loadEnd(start time.Time) (end time.Time, took time.Duration, wall time.Time) {
+	end = c.opts.Now()
+	if c.preciseLoadTime {
+		took = time.Since(start)
+		return end, took, start.Add(took).Round(0)
+	}
+	return end, end.Sub(start), time.Now().Round(0)
 }
 
 // run is the flight, executed by the leader:
@@ -110,7 +144,7 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 		return fl, err
 	}
 	if !pol.noStore.Load() {
-		fl.writeErr = m.writeBack(ctx, t, &fl.item)
+		fl.writeErr = m.writeBack(ctx, t, fl)
 	}
 	if m.newerThan != 0 {
 		c.refreshDone(m)
@@ -191,30 +225,17 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 		}()
 	}
 
-	// The load's end (LoadedAt) is on the Cache's clock; its duration
-	// (XFetch's Δ) on the precise real clock when Options.Now was left to
-	// its default, which may be coarse (see Cache.preciseLoadTime), so that
-	// sub-millisecond loads keep a non-zero Δ.
-	var start time.Time
-	if c.preciseLoadTime {
-		start = time.Now()
-	} else {
-		start = c.opts.Now()
-	}
+	start := c.loadStart()
 	v, err := m.load(lctx)
 	returned = true
-	end := c.opts.Now()
-	took := end.Sub(start)
-	if c.preciseLoadTime {
-		took = time.Since(start)
-	}
+	end, took, wallEnd := c.loadEnd(start)
 	if endSpan != nil {
 		endSpan(err)
 	}
 	if c.opts.Observer != nil {
 		c.observe(driver.Event{Kind: driver.EventOriginCall, Ctx: ctx, Cache: c.opts.Name, Duration: took, Err: err})
 	}
-	fl := &flight[V]{}
+	fl := &flight[V]{wallEnd: wallEnd}
 	if c.opts.Tracer != nil {
 		fl.loadCtx = lctx
 	}
@@ -254,8 +275,9 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 // skipped when this Get already found the tier unavailable (sharedDown). A
 // panic in a store or the codec becomes the returned error: the value was
 // loaded and is still returned, and the key stays usable.
-func (m *miss[V]) writeBack(ctx context.Context, t coherence.Ticket, it *driver.Item[V]) (err error) {
+func (m *miss[V]) writeBack(ctx context.Context, t coherence.Ticket, fl *flight[V]) (err error) {
 	c := m.c
+	it := &fl.item
 	// tier is the tier a failure is reported for: the shared tier's but
 	// while the local tier's Set (a Cost function) runs.
 	tier := driver.TierShared
@@ -289,14 +311,10 @@ func (m *miss[V]) writeBack(ctx context.Context, t coherence.Ticket, it *driver.
 	)
 	writeShared, skipErr := c.sharedWritable(m.sharedDown)
 	if writeShared {
-		e, encErr = c.encode(it)
+		e, encErr = c.encode(it, fl.wallEnd)
 	}
 	tier = driver.TierLocal
-	var enc *driver.Entry
-	if writeShared && encErr == nil {
-		enc = &e
-	}
-	wall = c.wallRead(it, enc)
+	wall = c.wallRead(it, fl.wallEnd)
 	c.coh.Fill(t, m.key, local, func() {
 		tier = driver.TierShared
 		switch {

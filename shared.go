@@ -255,10 +255,12 @@ func (c *Cache[V]) sharedReadAt(m *driver.Meta) time.Time {
 }
 
 // encode turns it into the entry the shared tier stores: its value through
-// the codec, its times on the wall clock. Encoding is CPU work in the calling goroutine and has no deadline; only
-// the store call is bounded by SharedTimeout.
-func (c *Cache[V]) encode(it *driver.Item[V]) (driver.Entry, error) {
-	e := driver.Entry{Meta: c.toWall(it.Meta)}
+// the codec, its times on the wall clock, with loadedAt, the precise
+// wall-clock time it was made (see toWall). Encoding is CPU work in the
+// calling goroutine and has no deadline; only the store call is bounded by
+// SharedTimeout.
+func (c *Cache[V]) encode(it *driver.Item[V], loadedAt time.Time) (driver.Entry, error) {
+	e := driver.Entry{Meta: c.toWall(it.Meta, loadedAt)}
 	if it.NotFound {
 		return e, nil
 	}
@@ -272,13 +274,13 @@ func (c *Cache[V]) encode(it *driver.Item[V]) (driver.Entry, error) {
 
 // encodeSafely is encode with a panic in the codec turned into an error
 // (whose text leaves out the panic value: it may hold the key).
-func (c *Cache[V]) encodeSafely(it *driver.Item[V]) (e driver.Entry, err error) {
+func (c *Cache[V]) encodeSafely(it *driver.Item[V], loadedAt time.Time) (e driver.Entry, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("flightcache: encode value: codec panicked (%T)", p)
 		}
 	}()
-	return c.encode(it)
+	return c.encode(it, loadedAt)
 }
 
 // setShared stores e under key in the shared tier.
@@ -294,12 +296,16 @@ func (c *Cache[V]) deleteShared(ctx context.Context, key string) error {
 // toWall converts the times in m from the Cache's clock to the wall clock,
 // for the shared tier: other processes compare them with their own clocks,
 // so they must be real times whatever Options.Now is (a fake clock in
-// tests, a coarse one on the hot path).
-func (c *Cache[V]) toWall(m driver.Meta) driver.Meta {
-	off := time.Duration(time.Now().UnixNano() - c.opts.Now().UnixNano())
+// tests, a coarse one on the hot path). loadedAt is m.LoadedAt on the wall
+// clock, read precisely when the item was made (Cache.loadEnd, Set), and
+// the two readings give the offset: LoadedAt − LoadDuration is the read
+// time fences order entries by, and an offset taken now, from the coarse
+// clock, would carry that clock's lag, a tick or more, into it.
+func (c *Cache[V]) toWall(m driver.Meta, loadedAt time.Time) driver.Meta {
+	off := time.Duration(loadedAt.UnixNano() - m.LoadedAt.UnixNano())
 	m.FreshUntil = shiftTime(m.FreshUntil, off)
 	m.StaleUntil = shiftTime(m.StaleUntil, off)
-	m.LoadedAt = shiftTime(m.LoadedAt, off)
+	m.LoadedAt = loadedAt
 	return m
 }
 
