@@ -98,6 +98,7 @@ var schema = []string{
 		creates    BIGINT  NOT NULL,
 		new_tenant INTEGER NOT NULL
 	)`,
+	outboxSchema,
 }
 
 // addRevision brings a products table created by an older productd (no

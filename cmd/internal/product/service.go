@@ -421,11 +421,22 @@ func (s *QueryService) Update(ctx context.Context, ref Ref, p Patch) (Product, e
 		return Product{}, err
 	}
 	old := s.raiseFloor(ref, out.Revision)
+	if s.invalidate(ctx, ref, out.Revision, old) {
+		s.outboxDone(ctx, OutboxRecord{Ref: ref, Revision: out.Revision})
+	}
+	return out, nil
+}
+
+// invalidate makes the invalidation of an Update of ref that committed
+// revision, in this process whose floor for ref was old (0 for a relay:
+// floor 0 is the one every process that never updated the row reads), and
+// reports whether every step succeeded. Failures are counted and logged.
+func (s *QueryService) invalidate(ctx context.Context, ref Ref, revision, old int64) bool {
 	stale := []int64{0}
 	if old > 0 {
 		stale = append(stale, old)
 	}
-	if prev := out.Revision - 1; prev > 0 && prev != old {
+	if prev := revision - 1; prev > 0 && prev != old {
 		stale = append(stale, prev)
 	}
 	if s.opts.Mode == ModeNaive {
@@ -434,8 +445,9 @@ func (s *QueryService) Update(ctx context.Context, ref Ref, p Patch) (Product, e
 				s.opts.Naive.Delete(k)
 			}
 		}
-		return out, nil
+		return true
 	}
+	ok := true
 	// First the step that reaches the other instances: it fences every
 	// variant everywhere (and the Bus retains it for instances that are
 	// down), so nothing older can be trusted again, even while Redis is
@@ -444,6 +456,7 @@ func (s *QueryService) Update(ctx context.Context, ref Ref, p Patch) (Product, e
 	// Redis is back.
 	if prefix, err := s.prefix(ref); err == nil { // ref was validated
 		if err := s.opts.Cache.InvalidatePrefix(context.WithoutCancel(ctx), prefix); err != nil {
+			ok = false
 			s.invalidateFailed(ctx, "product: invalidating the product on every instance failed; other instances may serve the old value longer (see the bus state in /readyz)", err)
 		}
 	}
@@ -457,10 +470,104 @@ func (s *QueryService) Update(ctx context.Context, ref Ref, p Patch) (Product, e
 			continue // unreachable: ref was validated and f is a number
 		}
 		if err := s.opts.Cache.Delete(dctx, k); err != nil {
+			ok = false
 			s.invalidateFailed(ctx, "product: invalidating a superseded cache entry failed; other instances may serve the old value until it expires", err)
 		}
 	}
-	return out, nil
+	return ok
+}
+
+// outboxDone deletes rec from the repository's outbox, if it keeps one:
+// its invalidation was made. A failure leaves it for a relay, which makes
+// the invalidation once more.
+func (s *QueryService) outboxDone(ctx context.Context, rec OutboxRecord) {
+	o, ok := OutboxOf(s.repo)
+	if !ok {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.InvalidateTimeout)
+	defer cancel()
+	if err := o.Done(dctx, rec); err != nil {
+		s.invalidateWarn.Log(ctx, slog.LevelWarn, "product: clearing an outbox record failed; a relay will make its invalidation again", slog.Any("error", err))
+	}
+}
+
+// RelayOptions configure QueryService.RelayOutbox.
+type RelayOptions struct {
+	// Every is how often the outbox is read. Default 1s.
+	Every time.Duration
+	// Grace is how old a record must be before the relay takes it: the
+	// writer makes its own invalidation at once and deletes the record,
+	// and a relay that did not wait would make it again on every
+	// instance. Default 2s.
+	Grace time.Duration
+	// Batch bounds the records taken per read. Default 100.
+	Batch int
+	// OnRelayed, if set, is called for every record whose invalidation
+	// the relay made; OnFailed for every failed read of the outbox and
+	// every record whose invalidation failed (it stays for the next
+	// round).
+	OnRelayed, OnFailed func()
+}
+
+// RelayOutbox makes, until ctx ends, the invalidations that committed
+// Updates left undone (OutboxRecord): every o.Every, the records older
+// than o.Grace are invalidated as their writer would have (the prefix of
+// the product on every instance, the superseded entries of the shared
+// tier) and deleted once every step succeeded; a failed one stays for the
+// next round. Every instance may run it: two relays that take one record
+// make its invalidation twice, which is harmless. It returns at once when
+// the repository keeps no outbox (OutboxOf) or in naive mode.
+func (s *QueryService) RelayOutbox(ctx context.Context, o RelayOptions) {
+	outbox, ok := OutboxOf(s.repo)
+	if !ok || s.opts.Mode != ModeFlightcache {
+		return
+	}
+	if o.Every <= 0 {
+		o.Every = time.Second
+	}
+	if o.Grace <= 0 {
+		o.Grace = 2 * time.Second
+	}
+	if o.Batch <= 0 {
+		o.Batch = 100
+	}
+	count := func(f func()) {
+		if f != nil {
+			f()
+		}
+	}
+	t := time.NewTicker(o.Every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		recs, err := outbox.Pending(ctx, s.opts.Now().Add(-o.Grace), o.Batch)
+		if err != nil {
+			if ctx.Err() == nil {
+				count(o.OnFailed)
+				s.invalidateWarn.Log(ctx, slog.LevelWarn, "product: reading the outbox failed; pending invalidations wait for the next round", slog.Any("error", err))
+			}
+			continue
+		}
+		for _, rec := range recs {
+			if ctx.Err() != nil {
+				return
+			}
+			if !s.invalidate(ctx, rec.Ref, rec.Revision, 0) {
+				count(o.OnFailed)
+				continue
+			}
+			if err := outbox.Done(ctx, rec); err != nil {
+				count(o.OnFailed)
+				continue
+			}
+			count(o.OnRelayed)
+		}
+	}
 }
 
 // invalidateFailed counts and logs (rate-limited) a failed invalidation

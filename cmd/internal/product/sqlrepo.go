@@ -126,9 +126,8 @@ func newSQLRepository(db *sql.DB, d Dialect, latency time.Duration) *SQLReposito
 	r := &SQLRepository{db: db, dialect: d, latency: latency}
 	r.getSQL = r.bind(`SELECT display_name, price_cents, revision FROM products
 		WHERE tenant_id = ? AND product_id = ? AND locale = ? AND currency = ?`)
-	// One statement, so one transaction: the row lock the UPDATE takes
-	// serialises concurrent updates of a row, and each gets its own
-	// revision.
+	// The row lock the UPDATE takes serialises concurrent updates of a
+	// row, and each gets its own revision.
 	r.updateSQL = r.bind(`UPDATE products
 		SET display_name = COALESCE(?, display_name), price_cents = COALESCE(?, price_cents),
 		    revision = revision + 1
@@ -188,7 +187,8 @@ func (r *SQLRepository) Get(ctx context.Context, ref Ref) (Product, error) {
 }
 
 // Update implements Repository: one UPDATE ... RETURNING, which changes
-// the row and bumps its revision atomically (an implicit transaction).
+// the row and bumps its revision atomically, and the outbox record of the
+// revision it committed (Outbox), in one transaction.
 func (r *SQLRepository) Update(ctx context.Context, ref Ref, p Patch) (Product, error) {
 	if err := p.Validate(); err != nil {
 		return Product{}, err
@@ -201,9 +201,7 @@ func (r *SQLRepository) Update(ctx context.Context, ref Ref, p Patch) (Product, 
 	if p.PriceCents != nil {
 		price = sql.NullInt64{Int64: *p.PriceCents, Valid: true}
 	}
-	out := Product{ProductID: ref.ID, TenantID: ref.Tenant, Locale: ref.Locale, Currency: ref.Currency}
-	err := r.db.QueryRowContext(ctx, r.updateSQL, name, price, ref.Tenant, ref.ID, ref.Locale, ref.Currency).
-		Scan(&out.DisplayName, &out.PriceCents, &out.Revision)
+	out, err := r.updateWithOutbox(ctx, ref, name, price)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Product{}, ErrNotFound
 	}

@@ -79,6 +79,13 @@ type Config struct {
 	// back before it is down (redislease.Options.DownAfter); 0 picks
 	// redislease's default: 1s, or 4 BusHeartbeats if that is longer.
 	BusDownAfter time.Duration
+	// OutboxInterval and OutboxGrace tune the outbox relay every instance
+	// runs in flightcache mode (product.RelayOptions): how often it reads
+	// the outbox, and how old a record must be before it redoes the
+	// record's invalidation (the writer makes it at once and deletes the
+	// record; a crashed writer, or a PUT made while Redis was out, leaves
+	// it to the relays).
+	OutboxInterval, OutboxGrace time.Duration
 
 	Mode product.Mode // flightcache or naive
 	TTL  time.Duration
@@ -176,6 +183,8 @@ func Default() Config {
 		LeaseTTL:        redislease.DefaultLeaseTTL,
 		BusDownTTL:      flightcache.DefaultBusDownTTL,
 		BusHeartbeat:    redislease.DefaultHeartbeatInterval,
+		OutboxInterval:  time.Second,
+		OutboxGrace:     2 * time.Second,
 		FailureThrottle: 2 * time.Second,
 		Mode:            product.ModeFlightcache,
 		TTL:             5 * time.Minute,
@@ -258,6 +267,10 @@ func (c Config) Validate() error {
 		return bad("-bus-heartbeat must be between 10ms and 10s")
 	case c.BusDownAfter != 0 && (c.BusDownAfter < 2*c.BusHeartbeat || c.BusDownAfter > time.Minute):
 		return bad("-bus-down-after must be 0 (the default) or between twice -bus-heartbeat and 1m")
+	case c.OutboxInterval < 10*time.Millisecond || c.OutboxInterval > time.Minute:
+		return bad("-outbox-interval must be between 10ms and 1m")
+	case c.OutboxGrace < 0 || c.OutboxGrace > 10*time.Minute:
+		return bad("-outbox-grace must be between 0 and 10m")
 	case c.MaxInFlight < 0 || c.MaxWaiters < 0:
 		return bad("-max-in-flight and -max-waiters must not be negative")
 	case c.LocalMaxEntries < 1:
@@ -498,6 +511,8 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	dur(&c.BusDownTTL, "bus-down-ttl", "with -redis: while the invalidation bus is down, how long a value stays servable from memory after it entered it (1ms to -cache-ttl); another instance's PUT then shows here within about this long")
 	dur(&c.BusHeartbeat, "bus-heartbeat", "with -redis: how often each instance sends itself a heartbeat through the invalidation bus (10ms to 10s)")
 	dur(&c.BusDownAfter, "bus-down-after", "with -redis: how long the invalidation bus may go without a heartbeat coming back before it counts as down (0: 1s, or 4 x -bus-heartbeat if longer; otherwise twice -bus-heartbeat to 1m)")
+	dur(&c.OutboxInterval, "outbox-interval", "flightcache mode: how often the outbox relay reads the invalidations that PUTs left undone (a writer that crashed, or Redis out), 10ms to 1m")
+	dur(&c.OutboxGrace, "outbox-grace", "flightcache mode: how old an outbox record must be before the relay redoes its invalidation (0 to 10m); the writer makes it at once, so a shorter grace only makes it twice")
 	dur(&c.OriginLatency, "origin-latency", "artificial delay added to each origin lookup (demos, tests), e.g. 200ms")
 	str(&mode, "mode", "read path: flightcache (coalesced) or naive (uncoordinated cache-aside, to show the herd)")
 	dur(&c.TTL, "cache-ttl", "how long a product stays fresh in the cache (1s to 24h)")

@@ -198,6 +198,10 @@ type servedRepository struct {
 	filter *bloomguard.Filter
 }
 
+// Unwrap returns the wrapped Repository (product.OutboxOf finds the
+// outbox through it).
+func (r servedRepository) Unwrap() product.Repository { return r.Repository }
+
 func (r servedRepository) Get(ctx context.Context, ref product.Ref) (product.Product, error) {
 	p, err := r.Repository.Get(ctx, ref)
 	if err == nil {

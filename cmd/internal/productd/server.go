@@ -36,6 +36,15 @@ const OriginQueriesMetric = "productd_origin_queries_total"
 // failed or timed out.
 const InvalidationFailuresMetric = "productd_invalidation_failures_total"
 
+// OutboxRelayedMetric counts the invalidations the outbox relay made for
+// PUTs that left them undone (a writer that crashed, Redis out).
+const OutboxRelayedMetric = "productd_outbox_relayed_total"
+
+// OutboxRelayFailuresMetric counts the outbox relay's failed reads of the
+// outbox and failed invalidations of a record (which stays for the next
+// round).
+const OutboxRelayFailuresMetric = "productd_outbox_relay_failures_total"
+
 // OriginRowsMetric is the Prometheus counter of product rows the origin
 // lookups asked for: one per single lookup, one per id of a batch lookup.
 const OriginRowsMetric = "productd_origin_rows_total"
@@ -74,6 +83,8 @@ type Server struct {
 	svc      *product.QueryService
 	guard    *penetrationGuard // nil without -bloom or in naive mode
 	handler  http.Handler
+	// relay is the outbox relay's options (flightcache mode).
+	relay product.RelayOptions
 
 	closeOnce sync.Once
 	closeErr  error
@@ -227,6 +238,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 			return nil, err
 		}
 		svcOpts.Cache = s.cache
+		relayed := prometheus.NewCounter(prometheus.CounterOpts{
+			Name: OutboxRelayedMetric,
+			Help: "Invalidations the outbox relay made for PUTs that left them undone (a writer that crashed, Redis out).",
+		})
+		relayFailed := prometheus.NewCounter(prometheus.CounterOpts{
+			Name: OutboxRelayFailuresMetric,
+			Help: "Failed reads of the outbox and failed invalidations of an outbox record by the relay (the record stays for the next round).",
+		})
+		reg.MustRegister(relayed, relayFailed)
+		s.relay = product.RelayOptions{Every: cfg.OutboxInterval, Grace: cfg.OutboxGrace, OnRelayed: relayed.Inc, OnFailed: relayFailed.Inc}
 	}
 	s.svc, err = product.NewQueryService(s.counted, svcOpts)
 	if err != nil {
@@ -591,6 +612,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		slog.Int("max_creates_per_tenant", s.cfg.MaxCreatesPerTenant))
 	s.log.LogAttrs(ctx, slog.LevelInfo, "productd listening", attrs...)
 
+	// The outbox relay (flightcache mode; it returns at once otherwise)
+	// runs while the server does, and ends before Close.
+	rctx, stopRelay := context.WithCancel(context.WithoutCancel(ctx))
+	relayDone := make(chan struct{})
+	go func() {
+		defer close(relayDone)
+		s.svc.RelayOutbox(rctx, s.relay)
+	}()
+
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	var serveErr error
@@ -608,6 +638,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			serveErr = err
 		}
 	}
+	stopRelay()
+	<-relayDone
 	closeErr := s.Close()
 	s.log.LogAttrs(context.Background(), slog.LevelInfo, "productd stopped")
 	return errors.Join(serveErr, shutdownErr, closeErr)
