@@ -96,7 +96,7 @@ func instanceArgs(cfg Config, run, mode, db string) []string {
 	if cfg.Catalog != nil {
 		args = append(args, "-seed-products", strconv.Itoa(cfg.Catalog.ProductsPerTenant))
 	}
-	return args
+	return append(args, cfg.InstanceFlags...)
 }
 
 // startInstancesWith starts cfg.Instances productd processes of bin with

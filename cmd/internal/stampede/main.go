@@ -51,6 +51,7 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 		inst     = fs.Int("instances", 0, "start this many productd processes (built from this module) sharing -redis and one database, spread the herd over them, and compare -mode local (coalescing per process) against cluster (across them)")
 		redisURL = fs.String("redis", "", "with -instances: redis:// URL the instances share (required)")
 		db       = fs.String("db", "", "with -instances: origin database of the instances (productd -db); empty: a SQLite file in a temporary directory")
+		iflags   = fs.String("instance-flags", "", "with -instances: more productd flags, space-separated, after the run's own (a later flag wins), e.g. \"-redis-timeout 250ms -bus-down-after 0\" to measure productd's defaults on a busy host")
 		batch    = fs.Bool("batch", false, "run the batch herd instead: -batches concurrent cold batch requests of -batch-size ids drawn from -batch-pool ids, naive against flightcache (in-process productd only)")
 		batches  = fs.Int("batches", 50, "batch herd: concurrent batch requests")
 		bsize    = fs.Int("batch-size", 100, "batch herd: ids per request (at most 100)")
@@ -92,6 +93,7 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 	cfg.N, cfg.Concurrency, cfg.Key, cfg.Duration = *n, *conc, *key, *duration
 	cfg.OriginLatency, cfg.TTL = *latency, *ttl
 	cfg.Instances, cfg.Redis, cfg.DB = *inst, *redisURL, *db
+	cfg.InstanceFlags = strings.Fields(*iflags)
 	cfg.Rounds, cfg.StalenessTimeout = *rounds, *stimeout
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

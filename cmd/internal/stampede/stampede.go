@@ -84,6 +84,11 @@ type Config struct {
 	// DB is the origin the instances share (see productd -db); empty: a
 	// SQLite file in a temporary directory.
 	DB string
+	// InstanceFlags are more productd flags for the instances, after the
+	// run's own (a later flag wins): the run sets -redis-timeout 5s and
+	// -bus-down-after 10s, since it measures coalescing, and these
+	// measure productd's own defaults instead.
+	InstanceFlags []string
 	// Rounds is the number of writes of ModeStaleness. Default
 	// DefaultRounds.
 	Rounds int

@@ -375,3 +375,26 @@ func TestInstancesNeedRedis(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 }
+
+// -instance-flags reach the productd processes after the run's own flags,
+// so that they win (Go's flag package keeps the last value).
+func TestInstanceFlagsComeAfterTheRunsOwn(t *testing.T) {
+	cfg := Config{Redis: "redis://127.0.0.1:6379/0", TTL: time.Minute, OriginLatency: time.Millisecond,
+		InstanceFlags: []string{"-redis-timeout", "250ms", "-bus-down-after", "0"}}
+	args := instanceArgs(cfg, ModeCluster, ModeCluster, "products.db")
+	last := func(name string) string {
+		v := ""
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == name {
+				v = args[i+1]
+			}
+		}
+		return v
+	}
+	if got := last("-redis-timeout"); got != "250ms" {
+		t.Fatalf("-redis-timeout as productd parses it: %q, want the -instance-flags value 250ms (args %q)", got, args)
+	}
+	if got := last("-bus-down-after"); got != "0" {
+		t.Fatalf("-bus-down-after as productd parses it: %q, want 0 (args %q)", got, args)
+	}
+}
