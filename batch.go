@@ -507,9 +507,21 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	if c.opts.Tracer != nil {
 		lctx, endSpan = c.opts.Tracer.StartLoad(lctx, c.opts.Name)
 	}
-	start := c.loadStart()
+	var start time.Time // as in loadOrigin
+	if c.preciseLoadTime {
+		start = time.Now()
+	} else {
+		start = c.opts.Now()
+	}
 	found, err := callBatchLoader(lctx, load, ask)
-	end, took, wallEnd := c.loadEnd(start)
+	end := c.opts.Now()
+	took, wallEnd := end.Sub(start), time.Time{}
+	if c.preciseLoadTime {
+		took = time.Since(start)
+		wallEnd = start.Add(took).Round(0)
+	} else {
+		wallEnd = time.Now().Round(0)
+	}
 	if endSpan != nil {
 		endSpan(err)
 	}

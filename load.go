@@ -71,39 +71,9 @@ type flight[V any] struct {
 	// uncached: the load stored nothing by design (OutcomeLoadedUncached).
 	uncached bool
 	// wallEnd is when the load ended on the wall clock, read precisely
-	// (Cache.loadEnd): the shared tier's LoadedAt for item. Zero when
+	// (see loadOrigin): the shared tier's LoadedAt for item. Zero when
 	// nothing was loaded (found).
 	wallEnd time.Time
-}
-
-// loadStart is when a load begins: on the real clock when Options.Now was
-// left to its default, which may be coarse (see Cache.preciseLoadTime),
-// else on the Cache's clock. Hand it to loadEnd.
-func (c *Cache[V]) loadStart() time.Time {
-	if c.preciseLoadTime {
-		return time.Now()
-	}
-	return c.opts.Now()
-}
-
-// loadEnd measures the load that began at start (loadStart):
-//   - end is its end on the Cache's clock (the local item's LoadedAt);
-//   - took is its duration (LoadDuration, XFetch's Δ), on the precise real
-//     clock with the default Options.Now, so that sub-millisecond loads
-//     keep a non-zero Δ;
-//   - wall is its end on the wall clock, read precisely: the shared tier's
-//     LoadedAt, so that wall − took, the read time other instances' fences
-//     compare (coherence.Fences), is when the load began. Converting end
-//     to the wall clock instead errs by the coarse clock's lag, which
-//     varies by a tick and by far more on a starved host, and orders two
-//     loads begun a moment apart the wrong way round.
-func (c *Cache[V]) loadEnd(start time.Time) (end time.Time, took time.Duration, wall time.Time) {
-	end = c.opts.Now()
-	if c.preciseLoadTime {
-		took = time.Since(start)
-		return end, took, start.Add(took).Round(0)
-	}
-	return end, end.Sub(start), time.Now().Round(0)
 }
 
 // run is the flight, executed by the leader:
@@ -225,10 +195,34 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 		}()
 	}
 
-	start := c.loadStart()
+	// The load's end (end, the local item's LoadedAt) is on the Cache's
+	// clock. Its duration (took: LoadDuration, XFetch's Δ) is on the
+	// precise real clock when Options.Now was left to its default, which
+	// may be coarse (see Cache.preciseLoadTime), so that sub-millisecond
+	// loads keep a non-zero Δ. Its end on the wall clock (wallEnd, the
+	// shared tier's LoadedAt) is read precisely, so that wallEnd − took,
+	// the read time other instances' fences compare (coherence.Fences),
+	// is when the load began: converting end instead would carry the
+	// coarse clock's lag, which varies by a tick and by far more on a
+	// starved host, and order two loads begun a moment apart the wrong
+	// way round. (Inline, not a helper: a cold Get's depth is kept, see
+	// internal/archtest; batch.go's load does the same.)
+	var start time.Time
+	if c.preciseLoadTime {
+		start = time.Now()
+	} else {
+		start = c.opts.Now()
+	}
 	v, err := m.load(lctx)
 	returned = true
-	end, took, wallEnd := c.loadEnd(start)
+	end := c.opts.Now()
+	took, wallEnd := end.Sub(start), time.Time{}
+	if c.preciseLoadTime {
+		took = time.Since(start)
+		wallEnd = start.Add(took).Round(0)
+	} else {
+		wallEnd = time.Now().Round(0)
+	}
 	if endSpan != nil {
 		endSpan(err)
 	}

@@ -297,7 +297,7 @@ func (c *Cache[V]) deleteShared(ctx context.Context, key string) error {
 // for the shared tier: other processes compare them with their own clocks,
 // so they must be real times whatever Options.Now is (a fake clock in
 // tests, a coarse one on the hot path). loadedAt is m.LoadedAt on the wall
-// clock, read precisely when the item was made (Cache.loadEnd, Set), and
+// clock, read precisely when the item was made (miss.loadOrigin, Set), and
 // the two readings give the offset: LoadedAt − LoadDuration is the read
 // time fences order entries by, and an offset taken now, from the coarse
 // clock, would carry that clock's lag, a tick or more, into it.
