@@ -22,6 +22,7 @@ type RedisServer struct {
 	Addr string
 	args []string
 	cmd  *exec.Cmd
+	done chan struct{} // closed once cmd has exited and was reaped (cmd.Wait)
 }
 
 // StartRedis starts a private redis-server on a free loopback port, without
@@ -33,31 +34,95 @@ func StartRedis(t testing.TB, extra ...string) *RedisServer {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		Unavailable(t, "redis-server not installed", err)
 	}
-	port := FreePort(t)
-	s := &RedisServer{t: t, Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port)}
-	s.args = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"}, extra...)
-	s.Start()
+	s := &RedisServer{t: t}
 	t.Cleanup(s.Kill)
-	return s
+	// A free port is only free until someone else takes it: with two test
+	// suites on one machine, another test's server can bind it between
+	// FreePort and our redis-server, which then exits while the other
+	// answers our pings. So the server must be ours (its process id), or
+	// another port is tried.
+	var err error
+	for range 5 {
+		port := FreePort(t)
+		s.Port, s.Addr = port, "127.0.0.1:"+strconv.Itoa(port)
+		s.args = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"}, extra...)
+		if err = s.start(); err == nil {
+			return s
+		}
+	}
+	t.Fatal(err)
+	return nil
 }
 
-// Start starts the server (again, after Kill) and waits until it answers.
+// Start starts the server (again, after Kill, on the same port) and waits
+// until it answers.
 func (s *RedisServer) Start() {
 	s.t.Helper()
+	if err := s.start(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// start starts the server and waits until it answers, as itself: the
+// process listening on s.Addr must be the one started.
+func (s *RedisServer) start() error {
 	s.cmd = exec.Command("redis-server", s.args...)
 	var out bytes.Buffer
 	s.cmd.Stdout, s.cmd.Stderr = &out, &out
 	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("start redis-server: %v", err)
+		return fmt.Errorf("start redis-server: %w", err)
 	}
+	cmd, done := s.cmd, make(chan struct{})
+	s.done = done
+	go func() { cmd.Wait(); close(done) }() //nolint:errcheck // killed on purpose; its output is in out
 	deadline := time.Now().Add(10 * time.Second)
-	for pingRedis(s.Addr) != nil {
+	for {
+		select {
+		case <-done:
+			s.cmd = nil
+			return fmt.Errorf("redis-server on %s exited at start (port taken?): %s", s.Addr, out.String())
+		default:
+		}
+		if pid, err := redisPID(s.Addr); err == nil {
+			if pid != s.cmd.Process.Pid {
+				s.Kill()
+				return fmt.Errorf("another redis-server (pid %d) answers on %s", pid, s.Addr)
+			}
+			return nil
+		}
 		if time.Now().After(deadline) {
 			s.Kill()
-			s.t.Fatalf("redis-server on %s did not answer within 10s: %s", s.Addr, out.String())
+			return fmt.Errorf("redis-server on %s did not answer within 10s: %s", s.Addr, out.String())
 		}
 		time.Sleep(10 * time.Millisecond) // polling a child process coming up; not test synchronisation
 	}
+}
+
+// redisPID asks the Redis at addr for its process id (INFO server).
+func redisPID(addr string) (int, error) {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")); err != nil {
+		return 0, err
+	}
+	var reply []byte
+	buf := make([]byte, 4096)
+	for !bytes.Contains(reply, []byte("process_id:")) || !bytes.Contains(reply[bytes.Index(reply, []byte("process_id:")):], []byte("\r\n")) {
+		n, err := c.Read(buf)
+		if err != nil {
+			return 0, fmt.Errorf("INFO server on %s: %w", addr, err)
+		}
+		reply = append(reply, buf[:n]...)
+		if len(reply) > 1<<16 {
+			return 0, fmt.Errorf("INFO server on %s: no process_id", addr)
+		}
+	}
+	rest := reply[bytes.Index(reply, []byte("process_id:"))+len("process_id:"):]
+	return strconv.Atoi(string(rest[:bytes.Index(rest, []byte("\r\n"))]))
 }
 
 // Kill stops the server with SIGKILL and reaps it. It is idempotent.
@@ -65,8 +130,9 @@ func (s *RedisServer) Kill() {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
+	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused server dies on SIGKILL too; this closes its sockets promptly
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)
-	_ = s.cmd.Wait()
+	<-s.done
 	s.cmd = nil
 }
 

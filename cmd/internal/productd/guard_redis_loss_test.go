@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -20,19 +18,9 @@ import (
 // nothing of the guard's keys.
 func (r *privateRedis) restartEmpty(t *testing.T) *privateRedis {
 	t.Helper()
-	r.kill()
-	_, port, err := net.SplitHostPort(r.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(r.cmd.Path, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	n := &privateRedis{cmd: cmd, addr: r.addr, done: make(chan struct{})}
-	go func() { cmd.Wait(); close(n.done) }()
-	t.Cleanup(n.kill)
-	return n
+	r.srv.Kill()
+	r.srv.Start() // on the same port, without persistence: empty
+	return r
 }
 
 // waitRedis waits until rdb answers a PING (its pool may hold connections
