@@ -22,7 +22,7 @@ type RedisServer struct {
 	Addr string
 	args []string
 	cmd  *exec.Cmd
-	done chan struct{} // closed once cmd has exited and was reaped (cmd.Wait)
+	done chan struct{} // closed once cmd has exited and was reaped (cmd.Wait); set with cmd, always
 }
 
 // StartRedis starts a private redis-server on a free loopback port, without

@@ -111,6 +111,9 @@ func startServer(t testing.TB, port int, args []string, ready func() error) *Red
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("start redis-server: %v", err)
 	}
+	cmd, done := s.cmd, make(chan struct{})
+	s.done = done
+	go func() { cmd.Wait(); close(done) }() //nolint:errcheck // killed on purpose; its output is in out
 	t.Cleanup(s.Kill)
 	deadline := time.Now().Add(15 * time.Second)
 	var err error
