@@ -41,11 +41,12 @@ func main() {
 		"a mode written mode=duration (productd=12s) runs that long, the others share the rest of -duration")
 	postgres := fs.String("postgres", chaos.DefaultPostgres, "mode productd: the PostgreSQL database in which a schema of the run's own is the processes' shared origin (a SQLite file if it does not answer)")
 	history := fs.String("history", "", "write every mode's recorded operations and faults to this file, as JSON")
+	extraSlack := fs.Duration("extra-slack", 0, "added to every time bound on top of the built-in slack, for a run beside other heavy work (make test's short run uses 250ms)")
 	_ = fs.Parse(os.Args[1:])
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg := chaos.Config{Duration: *duration, Instances: *instances, Seed: *seed, Postgres: *postgres}
+	cfg := chaos.Config{Duration: *duration, Instances: *instances, Seed: *seed, Postgres: *postgres, ExtraSlack: *extraSlack}
 	if err := parseModes(*modes, &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

@@ -219,3 +219,20 @@ func TestModeDurationsGiveTheRestToTheOthers(t *testing.T) {
 		}
 	}
 }
+
+// Extra slack (make test's short run, beside other suites) widens every
+// time bound by the same amount, and nothing else.
+func TestExtraSlackWidensEveryTimeBound(t *testing.T) {
+	for _, mode := range Modes {
+		b, w := BoundsFor(mode), BoundsFor(mode).Plus(250*time.Millisecond)
+		want := b
+		want.Delivery += 250 * time.Millisecond
+		want.BusDown += 250 * time.Millisecond
+		want.Recovery += 250 * time.Millisecond
+		want.Read += 250 * time.Millisecond
+		want.Write += 250 * time.Millisecond
+		if w != want {
+			t.Fatalf("%s: Plus(250ms) = %+v, want %+v", mode, w, want)
+		}
+	}
+}
