@@ -447,13 +447,15 @@ func TestClusterLeaderKilledMidLoadIsReplacedWithinTheLeaseTTL(t *testing.T) {
 // queries here).
 func TestClusterLeaderKilledMidLoadUnderTheDefaultWaitCostsOneTakeoverQuery(t *testing.T) {
 	t.Parallel()
-	// The lease plus the origin's latency (3s) is well inside the default
-	// wait (-lease-ttl + -loader-timeout = 11.5s here), which leaves room
+	// The lease plus the origin's latency (4.5s) is well inside the default
+	// wait (-lease-ttl + -loader-timeout = 13s here), which leaves room
 	// for a machine busy with another test suite, where the takeover's
 	// load has been seen to finish more than 6.5s after the kill. The
-	// lease lets a takeover leader starved of CPU for a second keep it
-	// (heartbeats every 500ms).
-	const leaseTTL, originLatency = 1500 * time.Millisecond, 1500 * time.Millisecond
+	// lease lets a takeover leader starved of CPU for over two seconds
+	// keep it (heartbeats every second): with two suites beside each
+	// other, a 1.5s lease was lost by two takeover leaders in turn, each
+	// refused when it completed, and every survivor queried the origin.
+	const leaseTTL, originLatency = 3 * time.Second, 1500 * time.Millisecond
 	args := clusterArgs(t, sharedRedisURL(t), "-origin-latency", originLatency.String(),
 		"-lease-ttl", leaseTTL.String(), "-loader-timeout", "10s")
 	ps := startInstances(t, 4, args...)
