@@ -678,7 +678,12 @@ func rawBurst(t *testing.T, raw redis.UniversalClient, channel, cache, prefix st
 // dropped (the move back to BusUp makes up for them), and BusUp follows.
 func TestBusDownDoesNotWaitForQueuedInvalidations(t *testing.T) {
 	srv := testenv.StartRedis(t)
-	b := newBusCoordinator(t, newClient(t, srv.Addr), "slow:", busFaultOptions)
+	// The bus goes down when the killed subscription is confirmed again,
+	// not for want of heartbeats: a DownAfter of a minute keeps a loaded
+	// machine's late heartbeat from taking it down (and up) once more
+	// while the handler is held, which delivered queued invalidations
+	// after that earlier down.
+	b := newBusCoordinator(t, newClient(t, srv.Addr), "slow:", Options{HeartbeatInterval: busFaultOptions.HeartbeatInterval, DownAfter: time.Minute})
 	rb := newBusRecorder()
 	release := rb.holdFirst()
 	defer release() // a failed test must not leave stop waiting for the handler

@@ -227,8 +227,11 @@ func pausedLeaderIsFenced(t *testing.T, readsFail bool) {
 	if err != nil || !ok || string(e.Value) != `"new"` {
 		t.Fatalf("stored %q (%v, %v), want the new leader's value", e.Value, ok, err)
 	}
-	if tok, _ := reader.coord.Token(ctx, "k"); tok != t2 {
-		t.Fatalf("token = %d after the fenced write, want %d", tok, t2)
+	// The fenced write leaves the token as the takeover set it; the
+	// token key may also be gone by now, LeaseTTL (300ms) after its last
+	// use, which a loaded machine easily outlasts here.
+	if tok, _ := reader.coord.Token(ctx, "k"); tok != t2 && tok != 0 {
+		t.Fatalf("token = %d after the fenced write, want %d (or 0, expired)", tok, t2)
 	}
 	for _, in := range []*instance{old, next, reader} {
 		if v, err := in.cache.Get(ctx, "k", o2.load); err != nil || v != "new" {
