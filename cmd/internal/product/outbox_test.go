@@ -128,6 +128,10 @@ func TestOutboxRelayKeepsARecordItCouldNotInvalidate(t *testing.T) {
 	if _, err := a.Update(ctx, ref, Patch{PriceCents: &price}); err != nil {
 		t.Fatal(err)
 	}
+	afterUpdate := failedInv.Load()
+	if afterUpdate == 0 {
+		t.Fatal("the Update's failed invalidation was not counted")
+	}
 	rctx, stop := context.WithCancel(ctx)
 	failures := make(chan struct{}, 16)
 	done := make(chan struct{})
@@ -151,6 +155,9 @@ func TestOutboxRelayKeepsARecordItCouldNotInvalidate(t *testing.T) {
 	}
 	stop()
 	<-done
+	if n := failedInv.Load(); n != afterUpdate {
+		t.Fatalf("OnInvalidateFailed went from %d to %d during the relay's rounds; it counts failed invalidations after a PUT, the relay counts its own tries", afterUpdate, n)
+	}
 	if recs := pendingRecords(t, repo); len(recs) != 1 || recs[0].Ref != ref {
 		t.Fatalf("after failed relays the outbox holds %+v, want the record kept", recs)
 	}

@@ -421,7 +421,7 @@ func (s *QueryService) Update(ctx context.Context, ref Ref, p Patch) (Product, e
 		return Product{}, err
 	}
 	old := s.raiseFloor(ref, out.Revision)
-	if s.invalidate(ctx, ref, out.Revision, old) {
+	if s.invalidate(ctx, ref, out.Revision, old, s.invalidateFailed) {
 		s.outboxDone(ctx, OutboxRecord{Ref: ref, Revision: out.Revision})
 	}
 	return out, nil
@@ -430,8 +430,10 @@ func (s *QueryService) Update(ctx context.Context, ref Ref, p Patch) (Product, e
 // invalidate makes the invalidation of an Update of ref that committed
 // revision, in this process whose floor for ref was old (0 for a relay:
 // floor 0 is the one every process that never updated the row reads), and
-// reports whether every step succeeded. Failures are counted and logged.
-func (s *QueryService) invalidate(ctx context.Context, ref Ref, revision, old int64) bool {
+// reports whether every step succeeded. Each failed step goes to failed:
+// an Update's are counted (OnInvalidateFailed) and logged; a relay's only
+// logged, since the relay counts its own tries (RelayOptions.OnFailed).
+func (s *QueryService) invalidate(ctx context.Context, ref Ref, revision, old int64, failed func(ctx context.Context, msg string, err error)) bool {
 	stale := []int64{0}
 	if old > 0 {
 		stale = append(stale, old)
@@ -457,7 +459,7 @@ func (s *QueryService) invalidate(ctx context.Context, ref Ref, revision, old in
 	if prefix, err := s.prefix(ref); err == nil { // ref was validated
 		if err := s.opts.Cache.InvalidatePrefix(context.WithoutCancel(ctx), prefix); err != nil {
 			ok = false
-			s.invalidateFailed(ctx, "product: invalidating the product on every instance failed; other instances may serve the old value longer (see the bus state in /readyz)", err)
+			failed(ctx, "product: invalidating the product on every instance failed; other instances may serve the old value longer (see the bus state in /readyz)", err)
 		}
 	}
 	// The request may end as soon as the update is committed; the cleanup
@@ -471,7 +473,7 @@ func (s *QueryService) invalidate(ctx context.Context, ref Ref, revision, old in
 		}
 		if err := s.opts.Cache.Delete(dctx, k); err != nil {
 			ok = false
-			s.invalidateFailed(ctx, "product: invalidating a superseded cache entry failed; other instances may serve the old value until it expires", err)
+			failed(ctx, "product: invalidating a superseded cache entry failed; other instances may serve the old value until it expires", err)
 		}
 	}
 	return ok
@@ -557,7 +559,7 @@ func (s *QueryService) RelayOutbox(ctx context.Context, o RelayOptions) {
 			if ctx.Err() != nil {
 				return
 			}
-			if !s.invalidate(ctx, rec.Ref, rec.Revision, 0) {
+			if !s.invalidate(ctx, rec.Ref, rec.Revision, 0, s.relayFailed) {
 				count(o.OnFailed)
 				continue
 			}
@@ -568,6 +570,12 @@ func (s *QueryService) RelayOutbox(ctx context.Context, o RelayOptions) {
 			count(o.OnRelayed)
 		}
 	}
+}
+
+// relayFailed logs (rate-limited) a failed step of a relayed
+// invalidation; the relay counts the record's try itself.
+func (s *QueryService) relayFailed(ctx context.Context, msg string, err error) {
+	s.invalidateWarn.Log(ctx, slog.LevelWarn, msg+" (outbox relay; the record stays for the next round)", slog.Any("error", err))
 }
 
 // invalidateFailed counts and logs (rate-limited) a failed invalidation
