@@ -403,8 +403,9 @@ func TestClusterLeaderKilledMidLoadIsReplacedWithinTheLeaseTTL(t *testing.T) {
 	t.Parallel()
 	// Long enough that the instance that took over keeps its lease while
 	// starved of CPU under -race on a busy machine (a second takeover would
-	// rightly cost a third origin query).
-	const leaseTTL = 2 * time.Second
+	// rightly cost a third origin query; with two suites side by side a
+	// 2s lease was lost so once).
+	const leaseTTL = 3 * time.Second
 	args := clusterArgs(t, sharedRedisURL(t), "-origin-latency", "1s",
 		"-lease-ttl", leaseTTL.String(), "-coalesce-wait", "20s", "-loader-timeout", "30s")
 	ps := startInstances(t, 4, args...)
