@@ -14,7 +14,7 @@ COUNT     ?= 10
 BENCHTIME ?= 1s
 BENCHOUT  ?= bench.txt
 
-.PHONY: test fmt-check vet vettool modules rules-check race chaos-short lint bench stress demo chaos api-report
+.PHONY: test fmt-check vet vettool modules rules-check race chaos-short fuzz fuzz-short lint bench stress demo chaos api-report
 
 ## test: gofmt check, go vet, the repository's own analyzer, every module built and vetted outside the workspace, the Prometheus rules checked and unit-tested, the race-enabled test suite of every module (with the module checks of internal/archtest) and a one-minute chaos run (needs Redis, PostgreSQL and redis-server; see README)
 test: fmt-check vet vettool modules rules-check race chaos-short
@@ -92,3 +92,25 @@ api-report:
 	mkdir $$d/counters && COLDGET_COUNTERS=$$d/counters $$bin 2>/dev/null && \
 	$(GO) tool covdata func -i=$$d/counters | awk '$$NF != "0.0%" && $$1 != "total"' | grep -v coldget/main.go > $$d/funcs; \
 	cat $$d/funcs; echo "a cold Get enters $$(wc -l < $$d/funcs) functions of the repository's packages (goal: at most 30)"; rm -rf $$d
+
+## fuzz: every fuzz target of the repository (found by git grep, so a new one is included) for FUZZTIME each (default 30s, about 5 minutes for the nine); the inputs that found new coverage are kept in Go's cache; FUZZ_SAVE=1 also copies up to FUZZ_KEEP (16) of them per target into the target's testdata/fuzz, the committed corpus that every go test runs
+FUZZTIME  ?= 30s
+FUZZ_KEEP ?= 16
+fuzz:
+	@set -e; cache=$$($(GO) env GOCACHE)/fuzz; \
+	git grep -n '^func Fuzz' -- '*_test.go' | sed -E 's|^(.*)/[^/]*_test\.go:[0-9]+:func (Fuzz[A-Za-z0-9_]*).*|\1 \2|' | \
+	while read -r dir name; do \
+		echo "fuzz $$name (./$$dir) for $(FUZZTIME)"; \
+		out=$$($(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -parallel 2 "./$$dir" 2>&1) || { echo "$$out"; exit 1; }; \
+		echo "$$out" | grep -v '^fuzz: elapsed' | tail -n 3; \
+		if [ "$(FUZZ_SAVE)" = 1 ]; then \
+			imp=$$(cd "$$dir" && $(GO) list .); seen="$$cache/$$imp/$$name"; \
+			mkdir -p "$$dir/testdata/fuzz/$$name"; \
+			[ -d "$$seen" ] && ls -S -r "$$seen" | head -n $(FUZZ_KEEP) | while read -r f; do cp "$$seen/$$f" "$$dir/testdata/fuzz/$$name/$$f"; done; \
+			echo "  kept $$(ls "$$dir/testdata/fuzz/$$name" | wc -l) inputs in $$dir/testdata/fuzz/$$name"; \
+		fi; \
+	done
+
+## fuzz-short: make fuzz for 2s per target, part of make test: the targets build and run, and the committed corpora pass
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=2s FUZZ_SAVE=0

@@ -77,9 +77,15 @@ func batchHerd(t *testing.T, p *process) map[string]bool {
 	return asked
 }
 
+// herdLoaderTimeout is the batch herd's -loader-timeout. The herd is
+// about counting queries, not about timeouts: with two test suites beside
+// each other on two cores, one chunk's PostgreSQL query has run past the
+// 5s default, and every request of the herd shared its failure.
+const herdLoaderTimeout = "30s"
+
 func TestEndToEndBatchHerdLoadsEachIDOnceSQLite(t *testing.T) {
 	t.Parallel()
-	p := startProductd(t, "-db", filepath.Join(t.TempDir(), "products.db"), "-origin-latency", "100ms")
+	p := startProductd(t, "-db", filepath.Join(t.TempDir(), "products.db"), "-origin-latency", "100ms", "-loader-timeout", herdLoaderTimeout)
 	asked := batchHerd(t, p)
 	c := herdClient(1)
 	defer c.CloseIdleConnections()
@@ -186,7 +192,7 @@ func TestEndToEndBatchHerdLoadsEachIDOncePostgres(t *testing.T) {
 	t.Parallel()
 	dsn := testenv.PostgresDB(t)
 	db := dsn[strings.LastIndexByte(dsn, '/')+1 : strings.IndexByte(dsn, '?')]
-	args := []string{"-db", dsn, "-origin-latency", "100ms"}
+	args := []string{"-db", dsn, "-origin-latency", "100ms", "-loader-timeout", herdLoaderTimeout}
 	startProductd(t, args...).stop(t) // migrate and seed
 	c0 := readPGCounters(t, db, dsn)
 	startProductd(t, args...).stop(t) // start and stop only
