@@ -131,7 +131,7 @@ func (b *productdBuild) remove() {
 
 // originDB is the productd mode's origin: a private schema in PostgreSQL,
 // or, when PostgreSQL does not answer, a SQLite file, seeded with
-// chaosCatalog before any instance starts.
+// a catalog (chaosCatalog, or the soak's) before any instance starts.
 type originDB struct {
 	dsn     string
 	name    string // for the progress line
@@ -149,11 +149,11 @@ func chaosCatalog() product.Catalog {
 	return c
 }
 
-// openOrigin creates and seeds the origin: a new schema in the database
+// openOrigin creates the origin and seeds it with catalog: a new schema in the database
 // pg names (every productd finds its tables there through search_path), or
 // a SQLite file in a new temporary directory if PostgreSQL does not answer
 // within a few seconds. cleanup drops the schema or removes the file.
-func openOrigin(ctx context.Context, pg string) (*originDB, error) {
+func openOrigin(ctx context.Context, pg string, catalog product.Catalog) (*originDB, error) {
 	o, err := postgresSchema(ctx, pg)
 	if err != nil {
 		dir, derr := os.MkdirTemp("", "chaos-origin-")
@@ -163,7 +163,6 @@ func openOrigin(ctx context.Context, pg string) (*originDB, error) {
 		o = &originDB{dsn: filepath.Join(dir, "origin.db"), name: fmt.Sprintf("a SQLite file (PostgreSQL: %v)", err),
 			cleanup: func() error { return os.RemoveAll(dir) }}
 	}
-	catalog := chaosCatalog()
 	repo, err := product.Open(ctx, o.dsn, product.Options{})
 	if err == nil {
 		_, err = product.Migrate(ctx, repo, &catalog)
@@ -354,7 +353,7 @@ func (p *process) end(sig syscall.Signal, grace time.Duration) {
 // and origin, in cluster mode.
 func (p *phase) productdArgs(id int) []string {
 	d := func(v time.Duration) string { return v.String() }
-	return []string{
+	return append([]string{
 		"-addr", "127.0.0.1:0", "-log-format", "json", "-log-level", "info",
 		"-db", p.pd.origin.dsn, "-seed=false",
 		"-redis", fmt.Sprintf("redis://%s:chaos@%s/0", redisUser(id), p.redis.addr),
@@ -364,7 +363,7 @@ func (p *phase) productdArgs(id int) []string {
 		"-cache-ttl", d(cacheTTL), "-negative-ttl", "1s", "-cache-jitter", "0", "-failure-throttle", "0",
 		"-loader-timeout", d(loaderTimeout), "-origin-latency", d(originLatency),
 		"-shutdown-timeout", "5s",
-	}
+	}, p.pd.extraArgs...)
 }
 
 // productdEnv is what a productd phase adds to a phase.
@@ -375,6 +374,9 @@ type productdEnv struct {
 	client     *http.Client
 	rows       *rowMap
 	prices     sync.Map // key → *int64: the next price a PUT of it sets (any change bumps the revision)
+	// extraArgs follow the flags productdArgs sets, and override them
+	// (the soak's).
+	extraArgs []string
 }
 
 // rowMap maps the harness's keys to productd's rows: a workload key

@@ -413,7 +413,7 @@ func (p *phase) run(ctx context.Context, d time.Duration, seed uint64) (rep Repo
 	p.org = newOrigin(p.keys, seed)
 	origin := "in memory"
 	if p.pd != nil {
-		if p.pd.origin, err = openOrigin(ctx, p.cfg.Postgres); err != nil {
+		if p.pd.origin, err = openOrigin(ctx, p.cfg.Postgres, chaosCatalog()); err != nil {
 			return Report{}, err
 		}
 		defer func() {
