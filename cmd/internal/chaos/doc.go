@@ -23,4 +23,9 @@
 // same History, the same Check. Besides the Redis faults, the process
 // leading the load of a cold key is killed mid-load and started again, or
 // frozen past its lease and thawed.
+//
+// Soak runs productd processes the same way for minutes without faults,
+// under a steady Zipf load with PUTs, samples their resources, and checks
+// that they stay flat, that origin queries stay within one per hot key per
+// TTL, the GETs' p99, zero errors, and the same History under Check.
 package chaos
