@@ -367,16 +367,14 @@ func (c *Coordinator) Invalidate(ctx context.Context, key string) error {
 	return nil
 }
 
-// publish wakes the key's followers on every instance. A lost message
-// costs a follower one safety-net re-check, so a failure is not reported.
-func (c *Coordinator) publish(ctx context.Context, k keys, msg string) {
-	ctx, cancel := c.opCtx(ctx)
-	defer cancel()
+// sharded is the complete and fail scripts' SPUBLISH flag (publishLua):
+// "1" on a Redis Cluster, where a key's followers subscribe with
+// SSUBSCRIBE on its master.
+func (c *Coordinator) sharded() string {
 	if c.cluster != nil {
-		_ = c.cluster.SPublish(ctx, k.channel, msg).Err()
-		return
+		return "1"
 	}
-	_ = c.client.Publish(ctx, k.channel, msg).Err()
+	return "0"
 }
 
 // Token returns the current fencing token of key (0 when none was ever

@@ -55,13 +55,14 @@
 // lease's token: a token key lives LeaseTTL past its last use, not longer
 // (see scripts.go for why that is safe for fencing). Complete is one
 // script: the fenced write (SET of the value only if the leader's token is
-// still the key's newest), the done marker, and the release
-// (compare-and-delete of the lease); then a PUBLISH (SPUBLISH on a
-// Cluster) on the key's channel. A refused write's script also returns the
+// still the key's newest), the done marker, the release
+// (compare-and-delete of the lease) and a PUBLISH (SPUBLISH on a Cluster)
+// on the key's channel: one round trip, and no follower hears of the
+// completion before it is written. A refused write's script also returns the
 // entry the key holds, which Complete hands back checked as a Get would
 // (driver.Completion.Current): the fenced leader's callers get the newer
-// value without a second round trip. Fail records the failure
-// marker and releases the lease the same way, then publishes. The marker
+// value without a second round trip. Fail records the failure marker,
+// releases the lease and publishes in one script the same way. The marker
 // carries only the failure's class (timeout, not-found or error), never the
 // origin's error text, which can hold SQL, host names or credentials:
 // followers on other instances get a fixed error matching

@@ -79,8 +79,8 @@ func (l *lease) end() {
 	<-l.stopped
 }
 
-// Complete implements driver.Lease: the fenced write, the done marker
-// and the release in one script, then the broadcast. A refused write's
+// Complete implements driver.Lease: the fenced write, the done marker,
+// the release and the broadcast in one script. A refused write's
 // Completion carries the entry that refused it, read in the same script.
 func (l *lease) Complete(ctx context.Context, e *driver.Entry) (driver.Completion, error) {
 	l.end()
@@ -101,12 +101,11 @@ func (l *lease) Complete(ctx context.Context, e *driver.Entry) (driver.Completio
 func (l *lease) complete(ctx context.Context, store string, payload []byte, px int64) (driver.Completion, error) {
 	sctx, cancel := l.c.opCtx(ctx)
 	reply, err := completeScript.Run(sctx, l.c.client, []string{l.k.lease, l.k.token, l.k.value, l.k.done},
-		l.tok, store, payload, px, ms(l.c.leaseTTL)).Slice()
+		l.tok, store, payload, px, ms(l.c.leaseTTL), l.k.channel, "done "+l.tok, l.c.sharded()).Slice()
 	cancel()
 	if err != nil {
 		return driver.Completion{}, fmt.Errorf("redislease: complete: %w", err)
 	}
-	l.c.publish(ctx, l.k, "done "+l.tok)
 	if len(reply) == 0 {
 		return driver.Completion{}, fmt.Errorf("redislease: complete: empty reply")
 	}
@@ -128,8 +127,8 @@ func (l *lease) complete(ctx context.Context, store string, payload []byte, px i
 	return done, nil
 }
 
-// Fail implements driver.Lease: the failure marker and the release in
-// one script, then the broadcast. err's text never leaves this instance:
+// Fail implements driver.Lease: the failure marker, the release and the
+// broadcast in one script. err's text never leaves this instance:
 // an origin's error can hold SQL, host names or credentials, and the other
 // instances would hand it to their own callers, logs and HTTP responses.
 // The marker carries only err's class (see failureClass), and followers
@@ -137,12 +136,12 @@ func (l *lease) complete(ctx context.Context, store string, payload []byte, px i
 func (l *lease) Fail(ctx context.Context, err error) error {
 	l.end()
 	sctx, cancel := l.c.opCtx(ctx)
-	ferr := failScript.Run(sctx, l.c.client, []string{l.k.lease, l.k.token, l.k.fail}, l.tok, failureClass(err), ms(l.c.failWindow)).Err()
+	ferr := failScript.Run(sctx, l.c.client, []string{l.k.lease, l.k.token, l.k.fail}, l.tok, failureClass(err), ms(l.c.failWindow),
+		l.k.channel, "fail "+l.tok, l.c.sharded()).Err()
 	cancel()
 	if ferr != nil {
 		return fmt.Errorf("redislease: fail: %w", ferr)
 	}
-	l.c.publish(ctx, l.k, "fail "+l.tok)
 	return nil
 }
 

@@ -1,6 +1,10 @@
 package redislease
 
-import "github.com/redis/go-redis/v9"
+import (
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // The scripts. Each touches only the keys of one cache key, which all share
 // the store's hash tag, so each runs in one slot of a Redis Cluster. Tokens
@@ -68,14 +72,27 @@ end
 return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 `)
 
+// publishLua ends the complete and fail scripts: the message to the
+// key's followers, on the key's channel (ARGV[n], the message ARGV[n+1],
+// "1" in ARGV[n+2] for SPUBLISH on a Redis Cluster, where the channel
+// shares the keys' slot). Publishing inside the script saves the leader a
+// round trip per load, and no follower can hear of a completion before it
+// is written: the script is atomic.
+func publishLua(n int) string {
+	a := func(i int) string { return fmt.Sprintf("ARGV[%d]", n+i) }
+	return "if " + a(2) + " == '1' then redis.call('SPUBLISH', " + a(0) + ", " + a(1) + ") else redis.call('PUBLISH', " + a(0) + ", " + a(1) + ") end\n"
+}
+
 // completeScript: KEYS lease, token, value, done; ARGV token, store ("1"
-// to write the value), envelope, value PX ms, done marker PX ms. The fenced
+// to write the value), envelope, value PX ms, done marker PX ms, then the
+// channel, the message and the SPUBLISH flag (publishLua). The fenced
 // write: the value is stored only while ARGV token is the key's newest
-// token. Then the done marker (only for a current token) and the release
-// (compare-and-delete). {1} when the token was current; when fenced, {0}
-// and, for a refused value, the value key's payload if it holds one: the newer writer's entry,
-// read in the same step as the refusal, so that the refused leader's
-// callers get it without a second round trip that could fail or time out.
+// token. Then the done marker (only for a current token), the release
+// (compare-and-delete) and the message. {1} when the token was current;
+// when fenced, {0} and, for a refused value, the value key's payload if it
+// holds one: the newer writer's entry, read in the same step as the
+// refusal, so that the refused leader's callers get it without a second
+// round trip that could fail or time out.
 var completeScript = redis.NewScript(`
 local current = redis.call('GET', KEYS[2]) == ARGV[1]
 if current then
@@ -89,6 +106,7 @@ if current then
 	redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5])
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+` + publishLua(6) + `
 if current then return {1} end
 if ARGV[2] == '1' then
 	local winner = redis.call('GET', KEYS[3])
@@ -98,13 +116,15 @@ return {0}
 `)
 
 // failScript: KEYS lease, token, fail; ARGV token, class, failure window
-// ms. Records the failure marker (only for a current token) and releases
-// the lease.
+// ms, then the channel, the message and the SPUBLISH flag (publishLua).
+// Records the failure marker (only for a current token), releases the
+// lease and publishes.
 var failScript = redis.NewScript(`
 if redis.call('GET', KEYS[2]) == ARGV[1] then
 	redis.call('SET', KEYS[3], ARGV[1] .. ' ' .. ARGV[2], 'PX', ARGV[3])
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+` + publishLua(4) + `
 return 1
 `)
 
