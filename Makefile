@@ -17,7 +17,7 @@ BENCHOUT  ?= bench.txt
 .PHONY: test fmt-check vet vettool modules rules-check race chaos-short fuzz fuzz-short soak perf-report perf-report-quick lint bench stress demo chaos api-report
 
 ## test: gofmt check, go vet, the repository's own analyzer, every module built and vetted outside the workspace, the Prometheus rules checked and unit-tested, the race-enabled test suite of every module (with the module checks of internal/archtest), every fuzz target for 3000 executions and a one-minute chaos run (needs Redis, PostgreSQL and redis-server; see README)
-test: fmt-check vet vettool modules rules-check race fuzz-short chaos-short
+test: fmt-check vet vettool modules rules-check race fuzz-short perf-report-quick chaos-short
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -1,0 +1,421 @@
+// Command perfreport runs the scaling benchmarks side by side with the
+// peers on the machine it runs on, and writes what they measured: an SVG
+// chart per curve and a Markdown page of tables (absolute figures and
+// ratios to flightcache), with the machine and the command stated.
+//
+//	go run ./bench/perfreport                      # docs/perf, about 5 minutes on 2 cores
+//	go run ./bench/perfreport -quick               # every benchmark once, into a temporary directory: checks that it runs
+//	go run ./bench/perfreport -count 5 -out /tmp/perf
+//
+// The curves (bench/singleflight's BenchmarkCurve*, and the hit paths of
+// package bench):
+//   - engine ns and allocations per caller against waiters per key (1 to
+//     100,000), against golang.org/x/sync/singleflight and
+//     resenje.org/singleflight;
+//   - ns per call and memory per key against distinct keys in flight (1 to
+//     1,000,000), against the same;
+//   - hit-path ns/op and allocations per tier, against otter, sturdyc and
+//     go-redis/cache (needs Redis at 127.0.0.1:6379 for the Redis tier).
+//
+// Each point is the median of -count runs.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// A suite is one go test invocation and what is made of its results.
+type suite struct {
+	pkg   string // relative to the repository's root
+	bench string // -bench
+	// benchtime of the full run; the quick run uses 1x.
+	benchtime string
+	charts    []chart
+	tables    []table
+}
+
+// A chart plots one metric of one benchmark's sub-benchmarks named
+// "<x name>=<x>/impl=<series>", against x on a log scale.
+type chart struct {
+	file, title, bench, x, metric, yLabel string
+}
+
+// A table lists metrics of one benchmark's sub-benchmarks named
+// "impl=<row>", by row.
+type table struct {
+	title, bench string
+	metrics      []string
+}
+
+var suites = []suite{
+	{
+		pkg: "./bench/singleflight", bench: "^BenchmarkCurve", benchtime: "1s",
+		charts: []chart{
+			{"waiters-ns.svg", "Engine: ns per caller against waiters on one key", "BenchmarkCurveWaiters", "waiters", "ns/caller", "ns per caller"},
+			{"waiters-allocs.svg", "Engine: allocations per caller against waiters on one key", "BenchmarkCurveWaiters", "waiters", "allocs/caller", "allocations per caller"},
+			{"keys-ns.svg", "Engine: ns per call against distinct keys in flight", "BenchmarkCurveKeysInFlight", "keys", "ns/caller", "ns per call"},
+			{"keys-bytes.svg", "Engine: bytes allocated per key in flight", "BenchmarkCurveKeysInFlight", "keys", "B/key", "bytes per key"},
+		},
+	},
+	{
+		pkg: "./bench", bench: "^(BenchmarkHitLocal|BenchmarkHitRedis)$", benchtime: "1s",
+		tables: []table{
+			{"Hit path, in-process tier", "BenchmarkHitLocal", []string{"ns/op", "allocs/op"}},
+			{"Hit path, Redis tier (loopback)", "BenchmarkHitRedis", []string{"ns/op", "allocs/op"}},
+		},
+	},
+}
+
+func main() {
+	fs := flag.NewFlagSet("perfreport", flag.ExitOnError)
+	out := fs.String("out", "docs/perf", "the directory the charts and README.md are written to (-quick: a temporary one unless set)")
+	count := fs.Int("count", 3, "runs of each benchmark; each point is their median")
+	quick := fs.Bool("quick", false, "run every benchmark once (-benchtime 1x -count 1) and the curves' smaller points only, to check that the report runs")
+	_ = fs.Parse(os.Args[1:])
+	outSet := false
+	fs.Visit(func(f *flag.Flag) { outSet = outSet || f.Name == "out" })
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *quick {
+		*count = 1
+		if !outSet {
+			dir, err := os.MkdirTemp("", "perfreport-")
+			if err != nil {
+				fail(err)
+			}
+			defer os.RemoveAll(dir)
+			*out = dir
+		}
+	}
+	if err := run(ctx, *out, *count, *quick, os.Stderr); err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "perfreport:", err)
+	os.Exit(1)
+}
+
+// run runs every suite and writes the report into out.
+func run(ctx context.Context, out string, count int, quick bool, progress io.Writer) error {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	start := time.Now()
+	var page bytes.Buffer
+	cmdline := "go run ./bench/perfreport"
+	if count != 3 {
+		cmdline += " -count " + strconv.Itoa(count)
+	}
+	fmt.Fprintf(&page, "# Scaling curves\n\nWritten by `%s` (`make perf-report`) on %s, from real runs on that machine: %s.\n"+
+		"Each point is the median of %d runs; every implementation ran in the same run as the others.\n\n",
+		cmdline, time.Now().UTC().Format("2006-01-02"), machine(), count)
+	for _, s := range suites {
+		benchtime := s.benchtime
+		if quick {
+			benchtime = "1x"
+		}
+		args := []string{"test", "-run", "^$", "-bench", s.bench, "-benchmem", "-benchtime", benchtime, "-count", strconv.Itoa(count), s.pkg}
+		fmt.Fprintf(progress, "go %s\n", strings.Join(args, " "))
+		cmd := exec.CommandContext(ctx, "go", args...)
+		if quick {
+			cmd.Env = append(os.Environ(), "PERFREPORT_QUICK=1")
+		}
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("go %s: %w\n%s%s", strings.Join(args, " "), err, stdout.Bytes(), stderr.Bytes())
+		}
+		results := parse(&stdout)
+		for _, c := range s.charts {
+			series, err := curve(results, c.bench, c.x, c.metric)
+			if err != nil {
+				return err
+			}
+			svg := renderSVG(c.title, c.x, c.yLabel, series)
+			if err := os.WriteFile(filepath.Join(out, c.file), svg, 0o644); err != nil {
+				return err
+			}
+			writeCurveTable(&page, c, series)
+		}
+		for _, t := range s.tables {
+			rows, err := impls(results, t.bench, t.metrics)
+			if err != nil {
+				return err
+			}
+			writeTable(&page, t, rows)
+		}
+	}
+	fmt.Fprintf(&page, "The whole report took %v.\n", time.Since(start).Round(time.Second))
+	if err := os.WriteFile(filepath.Join(out, "README.md"), page.Bytes(), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(progress, "wrote %s in %v\n", out, time.Since(start).Round(time.Second))
+	return nil
+}
+
+// machine describes the machine: CPU model, cores, OS, Go.
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s, %d cores (GOMAXPROCS %d), %s/%s, %s", model, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH, runtime.Version())
+}
+
+// results maps a benchmark's full name (without the -N suffix) to each
+// metric's values over the runs.
+type results map[string]map[string][]float64
+
+// parse reads go test -bench output.
+func parse(r io.Reader) results {
+	res := results{}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		name := f[0]
+		if i := strings.LastIndexByte(name, '-'); i > 0 {
+			if _, err := strconv.Atoi(name[i+1:]); err == nil {
+				name = name[:i]
+			}
+		}
+		if _, err := strconv.Atoi(f[1]); err != nil {
+			continue
+		}
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			if res[name] == nil {
+				res[name] = map[string][]float64{}
+			}
+			res[name][f[i+1]] = append(res[name][f[i+1]], v)
+		}
+	}
+	return res
+}
+
+func median(vs []float64) float64 {
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// point is one x and its median.
+type point struct{ x, y float64 }
+
+// series is one implementation's curve.
+type series struct {
+	name   string
+	points []point
+}
+
+// curve collects metric of bench's sub-benchmarks "<xName>=<x>/impl=<name>"
+// into one series per implementation, flightcache first, by x.
+func curve(res results, bench, xName, metric string) ([]series, error) {
+	by := map[string][]point{}
+	for name, metrics := range res {
+		rest, ok := strings.CutPrefix(name, bench+"/"+xName+"=")
+		if !ok {
+			continue
+		}
+		xs, impl, ok := strings.Cut(rest, "/impl=")
+		x, err := strconv.ParseFloat(xs, 64)
+		if !ok || err != nil {
+			continue
+		}
+		vs, ok := metrics[metric]
+		if !ok {
+			return nil, fmt.Errorf("%s reports no %s", name, metric)
+		}
+		by[impl] = append(by[impl], point{x, median(vs)})
+	}
+	if len(by) == 0 {
+		return nil, fmt.Errorf("no results of %s", bench)
+	}
+	var out []series
+	for impl, ps := range by {
+		slices.SortFunc(ps, func(a, b point) int { return cmpFloat(a.x, b.x) })
+		out = append(out, series{impl, ps})
+	}
+	sortImpls(out, func(s series) string { return s.name })
+	for _, s := range out[1:] {
+		if len(s.points) != len(out[0].points) {
+			return nil, fmt.Errorf("%s: %s has %d points, %s %d", bench, s.name, len(s.points), out[0].name, len(out[0].points))
+		}
+	}
+	return out, nil
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// sortImpls orders by name, flightcache's implementations first.
+func sortImpls[T any](s []T, name func(T) string) {
+	slices.SortFunc(s, func(a, b T) int {
+		fa, fb := strings.HasPrefix(name(a), "flightcache"), strings.HasPrefix(name(b), "flightcache")
+		if fa != fb {
+			if fa {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(name(a), name(b))
+	})
+}
+
+// row is one implementation's medians, in a table's metric order.
+type row struct {
+	name   string
+	values []float64
+}
+
+// impls collects bench's sub-benchmarks "impl=<name>".
+func impls(res results, bench string, metrics []string) ([]row, error) {
+	var rows []row
+	for name, ms := range res {
+		impl, ok := strings.CutPrefix(name, bench+"/impl=")
+		if !ok {
+			continue
+		}
+		r := row{name: impl}
+		for _, m := range metrics {
+			vs, ok := ms[m]
+			if !ok {
+				return nil, fmt.Errorf("%s reports no %s", name, m)
+			}
+			r.values = append(r.values, median(vs))
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) == 0 {
+		return nil, errors.New("no results of " + bench)
+	}
+	sortImpls(rows, func(r row) string { return r.name })
+	return rows, nil
+}
+
+// writeCurveTable writes a chart's figures: one row per x, a column per
+// implementation, the peers with their ratio to flightcache's.
+func writeCurveTable(w io.Writer, c chart, ss []series) {
+	fmt.Fprintf(w, "## %s\n\n![%s](%s)\n\n| %s |", c.title, c.title, c.file, c.x)
+	for _, s := range ss {
+		fmt.Fprintf(w, " %s |", s.name)
+	}
+	fmt.Fprint(w, "\n|---:|")
+	for range ss {
+		fmt.Fprint(w, "---:|")
+	}
+	fmt.Fprintln(w)
+	for i, p := range ss[0].points {
+		fmt.Fprintf(w, "| %s |", formatCount(p.x))
+		for j, s := range ss {
+			v := s.points[i].y
+			if j == 0 || p.y == 0 {
+				fmt.Fprintf(w, " %s |", formatNum(v))
+				continue
+			}
+			fmt.Fprintf(w, " %s (%.2f×) |", formatNum(v), v/p.y)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "\n%s; a peer's ratio is its figure over flightcache's (above 1: flightcache costs less).\n\n", c.yLabel)
+}
+
+// writeTable writes a table's rows with each peer's ratio to the first
+// flightcache row's.
+func writeTable(w io.Writer, t table, rows []row) {
+	fmt.Fprintf(w, "## %s\n\n| implementation |", t.title)
+	for _, m := range t.metrics {
+		fmt.Fprintf(w, " %s |", m)
+	}
+	fmt.Fprint(w, "\n|---|")
+	for range t.metrics {
+		fmt.Fprint(w, "---:|")
+	}
+	fmt.Fprintln(w)
+	for _, r := range rows {
+		fmt.Fprintf(w, "| %s |", r.name)
+		for i, v := range r.values {
+			if base := rows[0].values[i]; r.name != rows[0].name && base != 0 {
+				fmt.Fprintf(w, " %s (%.2f×) |", formatNum(v), v/base)
+			} else {
+				fmt.Fprintf(w, " %s |", formatNum(v))
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "\n`%s`; ratios are to %s's.\n\n", t.bench, rows[0].name)
+}
+
+// formatCount prints a whole number with thousands separators.
+func formatCount(v float64) string {
+	if v == math.Trunc(v) && v >= 1 {
+		return groupDigits(strconv.FormatFloat(v, 'f', 0, 64))
+	}
+	return formatNum(v)
+}
+
+// groupDigits puts a comma between groups of three digits.
+func groupDigits(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// formatNum prints v with three significant digits and thousands
+// separators for large values.
+func formatNum(v float64) string {
+	switch {
+	case v >= 1000:
+		return groupDigits(strconv.FormatFloat(v, 'f', 0, 64))
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bytes"
+	"encoding/xml"
+	"strings"
+	"testing"
+)
+
+const sample = `goos: linux
+goarch: amd64
+BenchmarkCurveWaiters/waiters=10/impl=flightcache-2   	  100	  5000 ns/op	  50.0 ns/caller	  2.00 allocs/caller
+BenchmarkCurveWaiters/waiters=10/impl=flightcache-2   	  100	  5000 ns/op	  70.0 ns/caller	  2.00 allocs/caller
+BenchmarkCurveWaiters/waiters=10/impl=flightcache-2   	  100	  5000 ns/op	  60.0 ns/caller	  2.00 allocs/caller
+BenchmarkCurveWaiters/waiters=1/impl=xsync-2          	  100	  5000 ns/op	  40.0 ns/caller	  1.00 allocs/caller
+BenchmarkCurveWaiters/waiters=1/impl=flightcache-2    	  100	  5000 ns/op	  30.0 ns/caller	  1.00 allocs/caller
+BenchmarkCurveWaiters/waiters=10/impl=xsync-2         	  100	  5000 ns/op	  90.0 ns/caller	  1.00 allocs/caller
+BenchmarkHitLocal/impl=otter-raw-2                    	1000000	  20.0 ns/op	   0 B/op	   0 allocs/op
+BenchmarkHitLocal/impl=flightcache-2                  	1000000	  40.0 ns/op	   0 B/op	   0 allocs/op
+PASS
+`
+
+// The report takes each point's median over the runs, orders the series
+// flightcache first and by x, and states each peer's ratio.
+func TestCurvesAndTablesFromBenchmarkOutput(t *testing.T) {
+	res := parse(strings.NewReader(sample))
+	ss, err := curve(res, "BenchmarkCurveWaiters", "waiters", "ns/caller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ss) != 2 || ss[0].name != "flightcache" || ss[1].name != "xsync" {
+		t.Fatalf("series %+v, want flightcache then xsync", ss)
+	}
+	if got := ss[0].points; len(got) != 2 || got[0] != (point{1, 30}) || got[1] != (point{10, 60}) {
+		t.Fatalf("flightcache's points %v, want (1, 30) and the median (10, 60)", got)
+	}
+	var page bytes.Buffer
+	writeCurveTable(&page, chart{file: "w.svg", title: "T", x: "waiters", yLabel: "ns per caller"}, ss)
+	if !strings.Contains(page.String(), "| 10 | 60.0 | 90.0 (1.50×) |") {
+		t.Fatalf("curve table lacks the ratio row:\n%s", page.String())
+	}
+	rows, err := impls(res, "BenchmarkHitLocal", []string{"ns/op", "allocs/op"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page.Reset()
+	writeTable(&page, table{title: "Hit", bench: "BenchmarkHitLocal"}, rows)
+	if !strings.Contains(page.String(), "| flightcache | 40.0 | 0.00 |") || !strings.Contains(page.String(), "| otter-raw | 20.0 (0.50×) |") {
+		t.Fatalf("table:\n%s", page.String())
+	}
+	if _, err := curve(res, "BenchmarkCurveWaiters", "waiters", "B/key"); err == nil {
+		t.Fatal("a metric the benchmark does not report gave no error")
+	}
+	if _, err := curve(res, "BenchmarkCurveKeysInFlight", "keys", "ns/caller"); err == nil {
+		t.Fatal("a benchmark that did not run gave no error")
+	}
+}
+
+// The chart is well-formed SVG with a line and a legend entry per series.
+func TestChartIsWellFormedSVG(t *testing.T) {
+	ss := []series{
+		{"flightcache", []point{{1, 30}, {10, 60}, {100, 65}}},
+		{"xsync", []point{{1, 40}, {10, 90}, {100, 5000}}},
+	}
+	svg := renderSVG("T & <t>", "waiters", "ns", ss)
+	dec := xml.NewDecoder(bytes.NewReader(svg))
+	lines, texts := 0, 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			if err.Error() == "EOF" {
+				break
+			}
+			t.Fatalf("not well-formed: %v\n%s", err, svg)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			switch se.Name.Local {
+			case "polyline":
+				lines++
+			case "text":
+				texts++
+			}
+		}
+	}
+	if lines != 2 || texts < 2+3+2 {
+		t.Fatalf("%d polylines and %d texts, want 2 and at least 7 (title, 3 x ticks, legend)", lines, texts)
+	}
+	if !bytes.Contains(svg, []byte("log scale</text>")) {
+		t.Fatal("values over a factor of 50 apart are not on a log y axis")
+	}
+}
