@@ -8,6 +8,7 @@ require (
 	github.com/flightcache/flightcache/memstore v0.0.0-00010101000000-000000000000
 	github.com/flightcache/flightcache/otelflight v0.0.0-00010101000000-000000000000
 	github.com/flightcache/flightcache/promflight v0.0.0-00010101000000-000000000000
+	github.com/flightcache/flightcache/redislease v0.0.0-00010101000000-000000000000
 	github.com/flightcache/flightcache/redisstore v0.0.0-00010101000000-000000000000
 	github.com/go-redis/cache/v9 v9.0.0
 	github.com/maypok86/otter/v2 v2.4.0
@@ -52,5 +53,6 @@ replace (
 	github.com/flightcache/flightcache/memstore => ../memstore
 	github.com/flightcache/flightcache/otelflight => ../otelflight
 	github.com/flightcache/flightcache/promflight => ../promflight
+	github.com/flightcache/flightcache/redislease => ../redislease
 	github.com/flightcache/flightcache/redisstore => ../redisstore
 )

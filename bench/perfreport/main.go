@@ -14,6 +14,8 @@
 //     resenje.org/singleflight;
 //   - ns per call and memory per key against distinct keys in flight (1 to
 //     1,000,000), against the same;
+//   - origin queries per expiry against instances (1 to 16) sharing one
+//     Redis, local against cluster mode (package bench, needs Redis);
 //   - hit-path ns/op and allocations per tier, against otter, sturdyc and
 //     go-redis/cache (needs Redis at 127.0.0.1:6379 for the Redis tier).
 //
@@ -75,7 +77,10 @@ var suites = []suite{
 		},
 	},
 	{
-		pkg: "./bench", bench: "^(BenchmarkHitLocal|BenchmarkHitRedis)$", benchtime: "1s",
+		pkg: "./bench", bench: "^(BenchmarkHitLocal|BenchmarkHitRedis|BenchmarkCurveInstances)$", benchtime: "1s",
+		charts: []chart{
+			{"instances-origin.svg", "Origin queries per expiry against instances", "BenchmarkCurveInstances", "instances", "origin-calls/op", "origin queries per expiry"},
+		},
 		tables: []table{
 			{"Hit path, in-process tier", "BenchmarkHitLocal", []string{"ns/op", "allocs/op"}},
 			{"Hit path, Redis tier (loopback)", "BenchmarkHitRedis", []string{"ns/op", "allocs/op"}},
@@ -357,7 +362,7 @@ func writeCurveTable(w io.Writer, c chart, ss []series) {
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "\n%s; a peer's ratio is its figure over flightcache's (above 1: flightcache costs less).\n\n", c.yLabel)
+	fmt.Fprintf(w, "\n%s; each other column's ratio is its figure over %s's (above 1: %s costs less).\n\n", c.yLabel, ss[0].name, ss[0].name)
 }
 
 // writeTable writes a table's rows with each peer's ratio to the first
