@@ -54,18 +54,21 @@ func newRedisStore(tb testing.TB, client redis.UniversalClient, prefix string) *
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() {
-		// SCAN, not KEYS: the shared Redis is not blocked while it walks.
-		ctx := context.Background()
-		iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
-		for iter.Next(ctx) {
-			client.Del(ctx, iter.Val())
-		}
-		if err := iter.Err(); err != nil {
-			tb.Errorf("clean up the benchmark's keys: %v", err)
-		}
-	})
+	tb.Cleanup(func() { cleanPrefix(tb, client, prefix) })
 	return s
+}
+
+// cleanPrefix deletes the benchmark's keys under prefix (SCAN, not KEYS:
+// the shared Redis is not blocked while it walks).
+func cleanPrefix(tb testing.TB, client redis.UniversalClient, prefix string) {
+	ctx := context.Background()
+	iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
+	for iter.Next(ctx) {
+		client.Del(ctx, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		tb.Errorf("clean up the benchmark's keys: %v", err)
+	}
 }
 
 // roundTrips is a redis.Hook that counts round trips: every command sent on

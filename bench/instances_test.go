@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	flightcache "github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/redislease"
 	"github.com/flightcache/flightcache/redisstore"
@@ -29,6 +27,9 @@ func BenchmarkCurveInstances(b *testing.B) {
 		for _, mode := range []string{"local", "cluster"} {
 			b.Run("instances="+strconv.Itoa(n)+"/impl=flightcache-"+mode, func(b *testing.B) {
 				prefix := uniquePrefix(b)
+				// Registered first, so it runs after every instance closed.
+				cleaner := newRedisClient(b)
+				b.Cleanup(func() { cleanPrefix(b, cleaner, prefix) })
 				caches := make([]*flightcache.Cache[*product], n)
 				for i := range caches {
 					caches[i] = newInstance(b, prefix, mode == "cluster")
@@ -101,17 +102,6 @@ func newInstance(b *testing.B, prefix string, cluster bool) *flightcache.Cache[*
 		if coord != nil {
 			coord.Close()
 		}
-		cleanPrefix(b, client, prefix)
 	})
 	return c
-}
-
-// cleanPrefix deletes the benchmark's keys (SCAN, not KEYS: the shared
-// Redis is not blocked while it walks).
-func cleanPrefix(b *testing.B, client redis.UniversalClient, prefix string) {
-	ctx := context.Background()
-	iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
-	for iter.Next(ctx) {
-		client.Del(ctx, iter.Val())
-	}
 }

@@ -566,17 +566,28 @@ func (p *phase) rawReadRow(ctx context.Context, key string, op *Op) {
 // metric reads one sample (name and labels, as exposed) from in's
 // /metrics; ok is false when in did not answer or lacks it.
 func (p *phase) metric(ctx context.Context, in *instance, sample string) (v float64, ok bool) {
+	v, ok = p.metrics(ctx, in, sample)[sample]
+	return v, ok
+}
+
+// metrics reads the named samples (name and labels, as exposed) from one
+// /metrics page of in: those it found, none when in did not answer.
+func (p *phase) metrics(ctx context.Context, in *instance, samples ...string) map[string]float64 {
+	out := make(map[string]float64, len(samples))
 	status, _, data, err := p.httpDo(ctx, in, http.MethodGet, "/metrics", nil)
 	if err != nil || status != http.StatusOK {
-		return 0, false
+		return out
 	}
 	for line := range strings.SplitSeq(string(data), "\n") {
-		if s, found := strings.CutPrefix(line, sample+" "); found {
-			f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-			return f, err == nil
+		for _, sample := range samples {
+			if v, found := strings.CutPrefix(line, sample+" "); found {
+				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+					out[sample] = f
+				}
+			}
 		}
 	}
-	return 0, false
+	return out
 }
 
 // breakerState is the state of in's Redis breaker as its /readyz reports

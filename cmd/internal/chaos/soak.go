@@ -287,12 +287,12 @@ func (p *phase) sample(ctx context.Context) SoakSample {
 	s := SoakSample{At: p.h.Now()}
 	for _, in := range p.insts {
 		sctx, cancel := context.WithTimeout(ctx, opTimeout)
-		m := p.samples(sctx, in, "go_memstats_heap_inuse_bytes", "go_goroutines", "process_open_fds", originQueriesSample)
+		m := p.metrics(sctx, in, "go_memstats_heap_inuse_bytes", "go_goroutines", "process_open_fds", originQueriesSample)
 		cancel()
-		s.HeapBytes += m[0]
-		s.Goroutines += m[1]
-		s.OpenFDs += m[2]
-		s.OriginQueries += m[3]
+		s.HeapBytes += m["go_memstats_heap_inuse_bytes"]
+		s.Goroutines += m["go_goroutines"]
+		s.OpenFDs += m["process_open_fds"]
+		s.OriginQueries += m[originQueriesSample]
 	}
 	sctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
@@ -304,24 +304,6 @@ func (p *phase) sample(ctx context.Context) SoakSample {
 		}
 	}
 	return s
-}
-
-// samples reads the named samples (as exposed, labels included) from one
-// /metrics page of in; a missing one reads 0.
-func (p *phase) samples(ctx context.Context, in *instance, names ...string) []float64 {
-	out := make([]float64, len(names))
-	status, _, data, err := p.httpDo(ctx, in, http.MethodGet, "/metrics", nil)
-	if err != nil || status != http.StatusOK {
-		return out
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		for i, n := range names {
-			if v, ok := strings.CutPrefix(line, n+" "); ok {
-				out[i], _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
-			}
-		}
-	}
-	return out
 }
 
 // Flatness allowances: the second half's peak may exceed the first half's
@@ -343,7 +325,7 @@ const (
 func (r *SoakReport) judge(ops []Op) {
 	cfg := r.Config
 	var lat []time.Duration
-	var puts []time.Duration
+	puts := 0
 	windows := map[int64]map[string]bool{}
 	for _, op := range ops {
 		switch op.Kind {
@@ -371,7 +353,7 @@ func (r *SoakReport) judge(ops []Op) {
 			}
 			windows[w][op.Key] = true
 		case Write:
-			puts = append(puts, op.Start)
+			puts++
 		}
 	}
 	if r.Errors > 1 {
@@ -380,7 +362,7 @@ func (r *SoakReport) judge(ops []Op) {
 	for _, keys := range windows {
 		r.OriginBudget += float64(len(keys))
 	}
-	r.OriginBudget += float64(len(puts))
+	r.OriginBudget += float64(puts)
 	slices.Sort(lat)
 	if n := len(lat); n > 0 {
 		r.GetP50, r.GetP99, r.GetMax = lat[n/2], lat[min(n-1, n*99/100)], lat[n-1]
