@@ -80,24 +80,31 @@ func (c *Cache[V]) setScope(ctx context.Context, s Scope, why error) {
 }
 
 // coordinated is the flight's cluster layer, run by miss.run after the
-// double-check of the tiers missed. The story, per instance (the engine
-// already made this the only flight of the key in the process):
+// double-check of the local tier missed. The story, per instance (the
+// engine already made this the only flight of the key in the process):
 //
-//  1. Claim. The Coordinator either hands this instance the lease (it
-//     leads: load, fenced write, broadcast, release; see lead), or waits
-//     for the instance that holds it.
-//  2. A follower woken by a completion reads the shared tier again. A fresh
-//     value there is the result (ScopeCluster). None (the leader stored
-//     nothing, or its write was fenced and the newer writer's value is gone
-//     already) means Claim again, past that completion: this instance may
-//     now lead.
-//  3. A leader's failure is every follower's error at once (the
+//  1. Read-or-claim. The first Claim also reads the shared tier in the same
+//     step (driver.ClaimRequest.Read): the shared half of the flight's
+//     double-check, without a round trip of its own. A fresh value there
+//     is the result; a value too old to serve (stale, or not newer than
+//     the one an early refresh replaces) means Claim again, without
+//     reading. A Coordinator that does not read leaves this to the Cache:
+//     it reads the tier itself once it holds the lease (see readAfterClaim).
+//  2. The Coordinator either hands this instance the lease (it leads:
+//     load, fenced write, broadcast, release; see lead), or waits for the
+//     instance that holds it.
+//  3. A follower woken by a completion gets the value the leader stored in
+//     the same step (or reads the shared tier again). A fresh value is the
+//     result (ScopeCluster). None (the leader stored nothing, or its write
+//     was fenced and the newer writer's value is gone already) means
+//     Claim again, past that completion: this instance may now lead.
+//  4. A leader's failure is every follower's error at once (the
 //     Coordinator also remembers it for a short window, so a retry storm
 //     stays off the origin).
-//  4. A lease that expires without a result is taken over inside Claim by
+//  5. A lease that expires without a result is taken over inside Claim by
 //     exactly one waiting instance, with a higher token; the old leader's
 //     write, should it come back, is then refused by the fence.
-//  5. A follower that waits CoalesceWait gives up per OnCoalesceTimeout; a
+//  6. A follower that waits CoalesceWait gives up per OnCoalesceTimeout; a
 //     Coordinator that fails is handled per OnCoordinatorFailure. A Get
 //     that already found the shared tier unavailable (timeout, open
 //     breaker) does not ask the Coordinator, which lives on the same
@@ -108,6 +115,7 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 		return m.coordinatorFailed(ctx, t, fmt.Errorf("flightcache: coordinator not asked, the shared tier is unavailable: %w", m.sharedDown.err()))
 	}
 	var after uint64
+	read := true // the first Claim reads the shared tier (read-or-claim)
 	deadline := time.Now().Add(c.opts.CoalesceWait)
 	for {
 		wait := time.Until(deadline)
@@ -117,7 +125,7 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 		// Bounded as the flight's hard timeout budgets it (see New): the
 		// wait, and one shared call's time to answer.
 		cctx, cancel := context.WithTimeout(ctx, wait+c.opts.SharedTimeout)
-		cl, err := c.opts.Coordinator.Claim(cctx, m.key, driver.ClaimRequest{After: after, Wait: wait})
+		cl, err := c.opts.Coordinator.Claim(cctx, m.key, driver.ClaimRequest{After: after, Wait: wait, Read: read})
 		cancel()
 		switch {
 		case err == nil:
@@ -142,14 +150,43 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 				}
 				c.emit(ctx, kind, driver.TierShared, nil)
 			}
+			if !cl.Read {
+				if fl, ok := m.readAfterClaim(ctx, t, cl.Lease); ok {
+					return fl, nil
+				}
+			}
 			return m.lead(ctx, t, cl.Lease)
 		}
+		if cl.Done == 0 && cl.Read {
+			// Read-or-claim found a value and took no lease.
+			if it, ok := m.recheck(ctx, c.opts.Now(), t, cl.Current, false); ok {
+				return &flight[V]{item: it, found: true}, nil
+			}
+			read = false
+			continue
+		}
 		c.emitWoken(ctx, cl.Waited, nil)
-		if it, ok := m.recheck(ctx, c.opts.Now(), t, nil); ok {
+		if it, ok := m.recheck(ctx, c.opts.Now(), t, cl.Current, !cl.Read); ok {
 			return &flight[V]{item: it, found: true, remote: true}, nil
 		}
-		after = cl.Done
+		after, read = cl.Done, false
 	}
+}
+
+// readAfterClaim is the shared half of the double-check for a Coordinator
+// that did not read the tier in its Claim: with the lease held, it reads
+// the tier; a fresh value there (another instance filled the key since
+// this one missed) is the result, and the lease is completed with nothing
+// stored, which wakes the key's followers to read that value too.
+func (m *miss[V]) readAfterClaim(ctx context.Context, t coherence.Ticket, lease driver.Lease) (*flight[V], bool) {
+	it, ok := m.recheck(ctx, m.c.opts.Now(), t, nil, true)
+	if !ok {
+		return nil, false
+	}
+	if _, err := lease.Complete(context.WithoutCancel(ctx), nil); err != nil {
+		m.c.writeFailed(ctx, driver.TierShared, err)
+	}
+	return &flight[V]{item: it, found: true}, true
 }
 
 func (c *Cache[V]) emitWoken(ctx context.Context, waited time.Duration, err error) {
@@ -276,7 +313,7 @@ func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease d
 		// refused, and its callers still wait for the newer value. The
 		// shared read bounds itself (SharedTimeout).
 		now := c.opts.Now()
-		if it, ok := m.recheck(context.WithoutCancel(ctx), now, t, done.Current); ok {
+		if it, ok := m.recheck(context.WithoutCancel(ctx), now, t, done.Current, true); ok {
 			return &flight[V]{item: it, found: true, remote: true, loadCtx: fl.loadCtx}
 		}
 		m.servedSuperseded(ctx, now, done.Current)

@@ -80,7 +80,8 @@ type flight[V any] struct {
 //
 //  1. take a ticket (coherence.Tickets), before reading anything, so that a Set or
 //     Delete that finishes after this point wins over whatever is written;
-//  2. double-check both tiers;
+//  2. double-check both tiers (in cluster mode the shared tier's half is
+//     read in the Coordinator's Claim: read-or-claim, see coordinated);
 //  3. respect the failure throttle;
 //  4. load, under LoaderTimeout: the origin's own deadline;
 //  5. write back, best-effort, each shared call under SharedTimeout.
@@ -94,8 +95,11 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 	t := c.coh.Begin(m.key)
 	defer c.coh.End(m.key, t)
 
+	// In cluster mode the Coordinator reads the shared tier in the step
+	// that claims the key (read-or-claim, see coordinated): the
+	// double-check reads only the local tier here.
 	now := c.opts.Now()
-	if it, ok := m.recheck(ctx, now, t, nil); ok {
+	if it, ok := m.recheck(ctx, now, t, nil, c.opts.Coordinator == nil); ok {
 		return &flight[V]{item: it, found: true}, nil
 	}
 	if c.throttle != nil {
@@ -125,9 +129,11 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 // recheck looks for a usable fresh item in the tiers again, inside the
 // flight: another instance may have filled the shared tier, or an earlier
 // flight the local one, since this caller missed. read, when not nil, is
-// the key's shared entry already read (the one that refused this flight's
-// fenced write, see completeLease): it stands in for the shared read.
-func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket, read *driver.Entry) (driver.Item[V], bool) {
+// the key's shared entry already read in one step with something else (by
+// the Coordinator's Claim, or with the refusal of this flight's fenced
+// write, see completeLease): it stands in for the shared read. Without
+// it, the shared tier is read only if look is set.
+func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket, read *driver.Entry, look bool) (driver.Item[V], bool) {
 	c := m.c
 	usable := func(it *driver.Item[V]) bool {
 		return now.Before(it.FreshUntil) && it.FreshUntil.UnixNano() > m.newerThan
@@ -141,7 +147,7 @@ func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket
 	switch {
 	case read != nil:
 		it = c.acceptShared(ctx, m.key, read, now, t)
-	case c.opts.Shared != nil && m.sharedDown == sharedUsable:
+	case look && c.opts.Shared != nil && m.sharedDown == sharedUsable:
 		var err error
 		it, err = c.readShared(ctx, m.key, now, t)
 		m.sharedDown = unavailable(ctx, err)

@@ -11,7 +11,8 @@ import (
 // shared tier. Package redislease provides one on Redis.
 //
 // The Cache calls it from inside its own flight, after the double-check of
-// the tiers missed, so an instance asks the Coordinator at most once per
+// the local tier missed (the shared tier's is folded into the Claim, see
+// ClaimRequest.Read), so an instance asks the Coordinator at most once per
 // key at a time, however many of its callers wait for that key.
 // Implementations must be safe for concurrent use.
 type Coordinator interface {
@@ -24,6 +25,10 @@ type Coordinator interface {
 	//     stored one, is in the shared tier. If the shared tier has no
 	//     fresh value, Claim again with After set to Done, so that the same
 	//     completion is not reported twice.
+	//   - with ClaimRequest.Read, Grant.Lease nil, Grant.Done 0 and
+	//     Grant.Current set: the shared tier held Current and no lease was
+	//     taken (read-or-claim). If Current is not fresh enough to serve,
+	//     Claim again without Read.
 	//   - an error matching flightcache.ErrLeaderFailed: the load failed on the
 	//     instance that led it, now or within the failure window.
 	//   - an error matching flightcache.ErrCoalesceTimeout: req.Wait passed while
@@ -54,6 +59,16 @@ type ClaimRequest struct {
 	After uint64
 	// Wait bounds how long Claim waits for another instance's load.
 	Wait time.Duration
+	// Read asks Claim to read the key's shared entry in the same atomic
+	// step as each decision it makes (read-or-claim): an entry present
+	// when Claim looks is returned in Grant.Current instead of a lease,
+	// and a completion's Grant carries the entry the load stored. The
+	// Cache then skips the shared reads that would otherwise surround the
+	// Claim (its double-check before it, a follower's read after it):
+	// one round trip instead of two on a cold miss, and on every wake-up.
+	// An implementation that cannot read the tier ignores Read and leaves
+	// Grant.Read false; the Cache reads the tier itself.
+	Read bool
 }
 
 // Grant is Coordinator.Claim's answer: the lease, or word that another
@@ -65,6 +80,14 @@ type Grant struct {
 	Done uint64
 	// Waited is how long Claim waited for another instance.
 	Waited time.Duration
+	// Read reports that Claim honoured ClaimRequest.Read: Current is the
+	// key's shared entry as read in the step that decided this Grant (nil:
+	// the tier held none, or none that passed the store's checks). A
+	// Grant with a Lease then has Current nil: the lease is taken only
+	// when the tier holds nothing.
+	Read bool
+	// Current is the key's shared entry, when Read is set; see Read.
+	Current *Entry
 }
 
 // Lease is one instance's exclusive, time-bounded right to load a key for

@@ -225,17 +225,23 @@ func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 
 // acquireReply is acquireScript's answer.
 type acquireReply struct {
-	kind  int64 // 0 leader, 1 held by another, 2 done, 3 failed
-	token uint64
-	pttl  time.Duration
-	msg   string // a failure marker's class (see failureClass)
+	kind    int64 // 0 leader, 1 held by another, 2 done, 3 failed, 4 value present (read)
+	token   uint64
+	pttl    time.Duration
+	msg     string // a failure marker's class (see failureClass)
+	payload []byte // the value key's payload, for kinds 2 and 4 when read
+	hasVal  bool   // payload was in the reply
 }
 
-func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64) (acquireReply, error) {
+func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64, read bool) (acquireReply, error) {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	v, err := acquireScript.Run(ctx, c.client, []string{k.lease, k.token, k.done, k.fail},
-		ms(c.leaseTTL), strconv.FormatUint(after, 10)).Slice()
+	readArg := "0"
+	if read {
+		readArg = "1"
+	}
+	v, err := acquireScript.Run(ctx, c.client, []string{k.lease, k.token, k.done, k.fail, k.value},
+		ms(c.leaseTTL), strconv.FormatUint(after, 10), readArg).Slice()
 	if err != nil {
 		return acquireReply{}, fmt.Errorf("redislease: acquire: %w", err)
 	}
@@ -245,18 +251,48 @@ func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64) (acquir
 	}
 	r.kind, _ = v[0].(int64)
 	s, _ := v[1].(string)
-	if r.kind == 3 {
+	switch r.kind {
+	case 3:
 		tok, msg, _ := strings.Cut(s, " ")
 		s, r.msg = tok, msg
+	case 4:
+		if len(v) < 3 {
+			return r, errors.New("redislease: acquire: malformed reply")
+		}
+		p, _ := v[2].(string)
+		r.payload, r.hasVal = []byte(p), true
+		return r, nil
 	}
 	if r.token, err = strconv.ParseUint(s, 10, 64); err != nil {
 		return r, fmt.Errorf("redislease: acquire: malformed token: %w", err)
 	}
-	if r.kind == 1 && len(v) >= 3 {
+	switch {
+	case r.kind == 1 && len(v) >= 3:
 		p, _ := v[2].(int64)
 		r.pttl = time.Duration(max(p, 0)) * time.Millisecond
+	case r.kind == 2 && len(v) >= 3:
+		p, _ := v[2].(string)
+		r.payload, r.hasVal = []byte(p), true
 	}
 	return r, nil
+}
+
+// current opens a payload the acquire script read, through the store's
+// own checks (its key hash, its MAC, its times) as a Get would. ok is false
+// when the payload fails them: the Cache must then read the tier itself,
+// and learns why.
+func (c *Coordinator) current(k keys, r acquireReply) (e *driver.Entry, ok bool) {
+	if !r.hasVal {
+		return nil, true
+	}
+	cur, found, err := c.store.OpenEnvelope(k.key, r.payload)
+	if err != nil {
+		return nil, false
+	}
+	if !found {
+		return nil, true
+	}
+	return &cur, true
 }
 
 // Claim implements driver.Coordinator. A follower subscribes to the
@@ -289,19 +325,34 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req driver.ClaimReq
 			timer.Stop()
 		}
 	}()
+	read := req.Read
 	for {
-		r, err := c.acquire(ctx, k, req.After)
+		r, err := c.acquire(ctx, k, req.After, read)
 		if err != nil {
 			return driver.Grant{Waited: time.Since(start)}, err
 		}
 		switch r.kind {
 		case 0:
 			l := c.startLease(k, r.token, observed != 0)
-			return driver.Grant{Lease: l, Waited: time.Since(start)}, nil
+			return driver.Grant{Lease: l, Read: read, Waited: time.Since(start)}, nil
 		case 2:
-			return driver.Grant{Done: r.token, Waited: time.Since(start)}, nil
+			g := driver.Grant{Done: r.token, Waited: time.Since(start)}
+			if read {
+				g.Current, g.Read = c.current(k, r)
+			}
+			return g, nil
 		case 3:
 			return driver.Grant{Waited: time.Since(start)}, leaderFailed(r.msg)
+		case 4:
+			cur, ok := c.current(k, r)
+			if ok && cur != nil {
+				return driver.Grant{Read: true, Current: cur, Waited: time.Since(start)}, nil
+			}
+			// A payload the store refuses (expired since, corrupt, another
+			// key's) is no answer: look again without reading, which
+			// claims or waits, and the Cache reads the tier itself.
+			read = false
+			continue
 		}
 		if w == nil {
 			nw, err := c.subscribe(ctx, k.channel)

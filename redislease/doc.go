@@ -45,7 +45,11 @@
 // Claim, run inside the instance's own flight (so an instance asks once per
 // key at a time), runs the acquire script: a failure marker answers
 // ErrLeaderFailed; a completion newer than the caller has seen answers
-// "done"; a lease held by another makes the caller a follower; otherwise it
+// "done" (with the value key's payload when the Claim asks to read,
+// driver.ClaimRequest.Read); with read, a value present answers with that
+// value and no lease (read-or-claim: the Cache's double-check and the
+// claim in one round trip); a lease held by another makes the caller a
+// follower; otherwise it
 // sets the lease (SET NX-style, PX LeaseTTL) and issues a token (INCR, kept
 // above the server clock in microseconds so it never repeats even after the
 // token key expired or Redis restarted empty), in one atomic step.

@@ -2,10 +2,14 @@ package redislease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -66,11 +70,12 @@ func (h *roundTripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 }
 
 // A cold miss of one instance in cluster mode, with nobody else asking,
-// costs its leader four Redis round trips, counted on a real client: the
-// shared read, the flight's double-check, the acquire script, and the
-// complete script, which also makes the fenced write, writes the done
-// marker, releases the lease and publishes to the key's followers.
-func TestColdMissInClusterModeCostsFourRoundTrips(t *testing.T) {
+// costs its leader three Redis round trips, counted on a real client: the
+// shared read, the read-or-claim script (the flight's double-check of the
+// shared tier and the lease in one step), and the complete script, which
+// also makes the fenced write, writes the done marker, releases the lease
+// and publishes to the key's followers.
+func TestColdMissInClusterModeCostsThreeRoundTrips(t *testing.T) {
 	addr, prefix := sharedRedis(t)
 	hook := &roundTripHook{}
 	in := newInstance(t, newClient(t, addr, hook), prefix, instanceConfig{})
@@ -83,13 +88,74 @@ func TestColdMissInClusterModeCostsFourRoundTrips(t *testing.T) {
 	}
 	hook.watch("cold-key")
 	res, err := in.cache.Fetch(ctx, "cold-key", load)
-	if err != nil || res.Value != "v" {
-		t.Fatalf("cold Fetch: %v %v", res.Value, err)
+	if err != nil || res.Value != "v" || res.Outcome != flightcache.OutcomeLoaded {
+		t.Fatalf("cold Fetch: %v %v %v", res.Value, res.Outcome, err)
 	}
 	trips := hook.seen()
-	want := []string{"get", "get", "evalsha", "evalsha"}
+	want := []string{"get", "evalsha", "evalsha"}
 	if fmt.Sprint(trips) != fmt.Sprint(want) {
 		t.Fatalf("a cold miss made %d round trips %q, want %d %q", len(trips), trips, len(want), want)
 	}
 	t.Logf("a cold miss in cluster mode: %d round trips %q (outcome %v)", len(trips), trips, res.Outcome)
+}
+
+// A follower on another instance, woken by the leader's completion, reads
+// the value in the same script that reports the completion: its shared
+// read before the flight, its read-or-claim (the lease is held), the
+// subscription, the look after subscribing, and the look after the wake-up
+// that brings the value. No GET after the wake-up.
+func TestClusterFollowerReadsTheValueInItsWakeUpScript(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	leader := newInstance(t, newClient(t, addr), prefix, instanceConfig{})
+	hook := &roundTripHook{}
+	follower := newInstance(t, newClient(t, addr, hook), prefix, instanceConfig{})
+	ctx := context.Background()
+	quick := func(context.Context) (string, error) { return "w", nil }
+	// Scripts loaded, the subscription connection dialled.
+	for _, in := range []*instance{leader, follower} {
+		if _, err := in.cache.Fetch(ctx, "warm-up", quick); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	lead := fetchAsync(ctx, leader.cache, "herd-key", func(context.Context) (string, error) {
+		close(entered)
+		<-release
+		return "v", nil
+	})
+	<-entered
+	hook.watch("herd-key")
+	foll := fetchAsync(ctx, follower.cache, "herd-key", func(context.Context) (string, error) {
+		return "", errors.New("the follower loaded: it should have waited for the leader")
+	})
+	// Released once the follower waits on the key's channel: its
+	// subscription has been made (and looked again after).
+	eventually(t, time.Minute, "the follower's subscription and second look", func() bool {
+		n := 0
+		for _, c := range hook.seen() {
+			if c == "evalsha" {
+				n++
+			}
+		}
+		return n >= 2
+	})
+	close(release)
+	if r := await(t, lead, time.Minute); r.err != nil || r.r.Value != "v" {
+		t.Fatalf("leader: %+v", r)
+	}
+	r := await(t, foll, time.Minute)
+	if r.err != nil || r.r.Value != "v" || r.r.Outcome != flightcache.OutcomeCoalesced {
+		t.Fatalf("follower: %+v", r)
+	}
+	var gets int
+	trips := hook.seen()
+	for _, c := range trips {
+		if c == "get" {
+			gets++
+		}
+	}
+	if gets != 1 || trips[len(trips)-1] != "evalsha" {
+		t.Fatalf("the follower's round trips %q: want one GET (before its flight) and the value in its last script", trips)
+	}
+	t.Logf("a cluster follower: %d round trips %q", len(trips), trips)
 }

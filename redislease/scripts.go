@@ -41,18 +41,37 @@ redis.call('SET', ` + tokenKey + `, ts, 'PX', ` + ttlMS + `)
 `
 }
 
-// acquireScript: KEYS lease, token, done, fail; ARGV lease TTL ms (the
-// token key's too), after (a completion token already seen). Replies:
+// acquireScript: KEYS lease, token, done, fail, value; ARGV lease TTL ms
+// (the token key's too), after (a completion token already seen), read
+// ("1": read-or-claim, see driver.ClaimRequest.Read). Replies:
 //
 //	{0, token}           this caller now holds the lease
 //	{1, token, pttl}     another holder; its token and the lease's ms left
-//	{2, token}           a load newer than after completed (done marker)
+//	{2, token[, value]}  a load newer than after completed (done marker),
+//	                     with the value key's payload when read is asked
+//	                     and the key holds one
 //	{3, "token message"} a load failed within the failure window
+//	{4, "", value}       read is asked and the value key holds a payload:
+//	                     no lease is taken, the caller judges the value
+//
+// With read, the reads the Cache would make around the acquire (its
+// double-check before, a follower's GET after a completion) happen in the
+// same atomic step: a cold miss and each wake-up cost one round trip less.
 var acquireScript = redis.NewScript(`
 local f = redis.call('GET', KEYS[4])
 if f then return {3, f} end
 local d = redis.call('GET', KEYS[3])
-if d and tonumber(d) > tonumber(ARGV[2]) then return {2, d} end
+if d and tonumber(d) > tonumber(ARGV[2]) then
+	if ARGV[3] == '1' then
+		local v = redis.call('GET', KEYS[5])
+		if v then return {2, d, v} end
+	end
+	return {2, d}
+end
+if ARGV[3] == '1' then
+	local v = redis.call('GET', KEYS[5])
+	if v then return {4, '', v} end
+end
 local l = redis.call('GET', KEYS[1])
 if l then return {1, l, redis.call('PTTL', KEYS[1])} end
 ` + nextToken("KEYS[2]", "ARGV[1]") + `

@@ -1,0 +1,120 @@
+package flightcache_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/driver"
+)
+
+// scriptedCoordinator answers each Claim with the next of its answers and
+// records what it was asked.
+type scriptedCoordinator struct {
+	mu      sync.Mutex
+	answers []func(key string) driver.Grant
+	asked   []driver.ClaimRequest
+}
+
+func (s *scriptedCoordinator) Claim(ctx context.Context, key string, req driver.ClaimRequest) (driver.Grant, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked = append(s.asked, req)
+	if len(s.answers) == 0 {
+		return driver.Grant{}, errors.New("scriptedCoordinator: no answer left")
+	}
+	a := s.answers[0]
+	s.answers = s.answers[1:]
+	return a(key), nil
+}
+
+func (s *scriptedCoordinator) Invalidate(context.Context, string) error { return nil }
+
+func (s *scriptedCoordinator) requests() []driver.ClaimRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]driver.ClaimRequest(nil), s.asked...)
+}
+
+// A Coordinator that does not read the shared tier in its Claim (Grant.Read
+// unset) still gets the flight's double-check: once it holds the lease the
+// Cache reads the tier, and a value another instance stored since this
+// one missed is served without a load; the lease is completed with
+// nothing, which wakes that key's followers.
+func TestDoubleCheckAfterTheClaimOfACoordinatorThatDoesNotRead(t *testing.T) {
+	shared := newMapShared(time.Now)
+	other := newCache(t, flightcache.Options[*product]{Shared: shared})
+	lease := &recordingLease{coord: &recordingCoordinator{}}
+	coord := &scriptedCoordinator{answers: []func(string) driver.Grant{
+		func(key string) driver.Grant {
+			// Another instance fills the key between this one's miss and
+			// its Claim.
+			if err := other.Set(context.Background(), key, &product{ID: key, Name: "theirs"}); err != nil {
+				t.Errorf("the other instance's Set: %v", err)
+			}
+			return driver.Grant{Lease: lease}
+		},
+	}}
+	c := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: shared, Coordinator: coord})
+	r, err := c.Fetch(context.Background(), "p:1", func(context.Context) (*product, error) {
+		return nil, errors.New("loaded: the value another instance stored was missed")
+	})
+	if err != nil || r.Value == nil || r.Value.Name != "theirs" {
+		t.Fatalf("Fetch = %+v, %v; want the other instance's value", r, err)
+	}
+	if lease.completes.Load() != 1 || lease.fails.Load() != 0 || lease.stored.Load() {
+		t.Fatalf("lease ended with %d completes (stored %v), %d fails; want one Complete storing nothing",
+			lease.completes.Load(), lease.stored.Load(), lease.fails.Load())
+	}
+	if req := coord.requests(); len(req) != 1 || !req[0].Read {
+		t.Fatalf("Claims %+v; want one, asking to read", req)
+	}
+}
+
+// Read-or-claim: the first Claim asks the Coordinator to read the shared
+// tier. A fresh entry in its answer is served as it is; one too old to
+// serve (past FreshUntil) makes the Cache Claim again without reading, and
+// load under the lease it then gets.
+func TestReadOrClaimServesAFreshAnswerAndClaimsPastAStaleOne(t *testing.T) {
+	entry := func(name string, fresh time.Duration) *driver.Entry {
+		now := time.Now()
+		return &driver.Entry{Value: []byte(`{"ID":"p:1","Name":"` + name + `"}`), Meta: driver.Meta{
+			LoadedAt: now, FreshUntil: now.Add(fresh), StaleUntil: now.Add(time.Hour)}}
+	}
+	for _, c := range []struct {
+		name    string
+		current *driver.Entry
+		want    string
+		claims  int
+	}{
+		{"fresh", entry("shared", time.Minute), "shared", 1},
+		{"stale", entry("shared", -time.Second), "loaded", 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lease := &recordingLease{coord: &recordingCoordinator{}}
+			coord := &scriptedCoordinator{answers: []func(string) driver.Grant{
+				func(string) driver.Grant { return driver.Grant{Read: true, Current: c.current} },
+				func(string) driver.Grant { return driver.Grant{Lease: lease} },
+			}}
+			cache := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: newMapShared(time.Now), Coordinator: coord, StaleFor: time.Hour})
+			// The shared tier itself is empty: the read before the flight
+			// misses, and the Coordinator's answer is all there is.
+			r, err := cache.Fetch(context.Background(), "p:1", func(context.Context) (*product, error) {
+				return &product{ID: "p:1", Name: "loaded"}, nil
+			})
+			if err != nil || r.Value == nil || r.Value.Name != c.want {
+				t.Fatalf("Fetch = %+v, %v; want %q", r, err, c.want)
+			}
+			req := coord.requests()
+			if len(req) != c.claims || !req[0].Read || (len(req) > 1 && req[1].Read) {
+				t.Fatalf("Claims %+v; want %d, the first reading and no other", req, c.claims)
+			}
+			if c.claims == 2 && (lease.completes.Load() != 1 || !lease.stored.Load()) {
+				t.Fatalf("the lease after a stale answer: %d completes, stored %v; want the load stored", lease.completes.Load(), lease.stored.Load())
+			}
+		})
+	}
+}
