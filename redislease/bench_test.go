@@ -31,8 +31,9 @@ func (h *writeClock) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 // BenchmarkFollowerLatency measures, with 8 instances on loopback, the time
 // from the leader's fenced write returning to each follower's Get
-// returning: the pub/sub wake-up, the follower's look at the lease and its
-// read of the shared tier. Each iteration is one key with seven followers.
+// returning: the pub/sub wake-up and the follower's look at the lease,
+// which brings the stored value with it (read-or-claim). Each iteration is
+// one key with seven followers.
 func BenchmarkFollowerLatency(b *testing.B) {
 	addr, prefix := sharedRedis(b)
 	clock := &writeClock{}
