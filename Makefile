@@ -127,7 +127,7 @@ SOAK_DURATION ?= 2m
 soak:
 	$(GO) run ./cmd/soak -duration $(SOAK_DURATION)
 
-## perf-report: the scaling curves (engine cost against waiters per key and keys in flight, origin queries against instances, hit paths per tier), side by side with the peers, measured on this machine: SVG charts and tables in docs/perf (4 to 5 minutes on 2 cores; needs Redis)
+## perf-report: the scaling curves (engine cost against waiters per key and keys in flight, origin queries against instances, hit paths per tier, follower wake-up against instances and waiters beside the loopback floor, productd's warm-hit requests per second beside a bare net/http handler), side by side with the peers, measured on this machine: SVG charts and tables in docs/perf (about 7 minutes on 2 cores; needs Redis)
 perf-report:
 	$(GO) run ./bench/perfreport -out docs/perf
 

@@ -3,12 +3,13 @@
 // chart per curve and a Markdown page of tables (absolute figures and
 // ratios to flightcache), with the machine and the command stated.
 //
-//	go run ./bench/perfreport                      # docs/perf, about 5 minutes on 2 cores
+//	go run ./bench/perfreport                      # docs/perf, about 7 minutes on 2 cores
 //	go run ./bench/perfreport -quick               # every benchmark once, into a temporary directory: checks that it runs
 //	go run ./bench/perfreport -count 5 -out /tmp/perf
 //
-// The curves (bench/singleflight's BenchmarkCurve*, and the hit paths of
-// package bench):
+// The curves (bench/singleflight's BenchmarkCurve*, the hit paths and
+// instances of package bench, redislease's BenchmarkCurveFollower*, and
+// cmd/internal/productd's BenchmarkCurveProductd):
 //   - engine ns and allocations per caller against waiters per key (1 to
 //     100,000), against golang.org/x/sync/singleflight and
 //     resenje.org/singleflight;
@@ -17,9 +18,19 @@
 //   - origin queries per expiry against instances (1 to 16) sharing one
 //     Redis, local against cluster mode (package bench, needs Redis);
 //   - hit-path ns/op and allocations per tier, against otter, sturdyc and
-//     go-redis/cache (needs Redis at 127.0.0.1:6379 for the Redis tier).
+//     go-redis/cache (needs Redis at 127.0.0.1:6379 for the Redis tier);
+//   - follower wake-up p50 and p99 in cluster mode, from the leader's
+//     complete script returning to each waiting Get returning, against
+//     follower instances (1 to 16, a caller each) and against waiters per
+//     instance (1 to 1,000, 2 instances), with the ratio to the loopback
+//     floor (a PUBLISH heard, one GET, the same goroutines woken; needs
+//     Redis): no peer library coalesces across instances;
+//   - productd's warm-hit requests per second and p99 against keep-alive
+//     connections (1, 8, 50), with the ratio to the ceiling, a bare
+//     net/http handler writing the same bytes.
 //
-// Each point is the median of -count runs.
+// Each point is the median of -count runs. PERFREPORT_QUICK, set by
+// -quick, makes the benchmarks skip their largest points.
 package main
 
 import (
@@ -51,6 +62,11 @@ type suite struct {
 	benchtime string
 	charts    []chart
 	tables    []table
+	// ref, when set, names the series of the suite's charts that the
+	// ratios are to, instead of flightcache's: the floor or the ceiling of
+	// a curve no peer library has. It is drawn and listed last; refNote
+	// says what it is.
+	ref, refNote string
 }
 
 // A chart plots one metric of one benchmark's sub-benchmarks named
@@ -85,6 +101,28 @@ var suites = []suite{
 			{"Hit path, in-process tier", "BenchmarkHitLocal", []string{"ns/op", "allocs/op"}},
 			{"Hit path, Redis tier (loopback)", "BenchmarkHitRedis", []string{"ns/op", "allocs/op"}},
 		},
+	},
+	{
+		// 100 keys per point: at one waiting caller, p99 is the second
+		// slowest of 100.
+		pkg: "./redislease", bench: "^BenchmarkCurveFollower(Instances|Waiters)$", benchtime: "100x",
+		charts: []chart{
+			{"follower-instances-p50.svg", "Follower wake-up p50 against follower instances", "BenchmarkCurveFollowerInstances", "instances", "p50-ms", "p50 ms, complete returned to Get returned"},
+			{"follower-instances-p99.svg", "Follower wake-up p99 against follower instances", "BenchmarkCurveFollowerInstances", "instances", "p99-ms", "p99 ms, complete returned to Get returned"},
+			{"follower-waiters-p50.svg", "Follower wake-up p50 against waiters per instance (2 follower instances)", "BenchmarkCurveFollowerWaiters", "waiters", "p50-ms", "p50 ms, complete returned to Get returned"},
+			{"follower-waiters-p99.svg", "Follower wake-up p99 against waiters per instance (2 follower instances)", "BenchmarkCurveFollowerWaiters", "waiters", "p99-ms", "p99 ms, complete returned to Get returned"},
+		},
+		ref:     "floor",
+		refNote: "the loopback floor on the same Redis: a PUBLISH heard by one subscription connection per instance, one GET, the same number of goroutines woken",
+	},
+	{
+		pkg: "./cmd/internal/productd", bench: "^BenchmarkCurveProductd$", benchtime: "10x",
+		charts: []chart{
+			{"productd-rps.svg", "productd: warm-hit requests per second against connections", "BenchmarkCurveProductd", "connections", "req/s", "requests per second"},
+			{"productd-p99.svg", "productd: warm-hit p99 latency against connections", "BenchmarkCurveProductd", "connections", "p99-ms", "p99 ms"},
+		},
+		ref:     "bare",
+		refNote: "the ceiling: a bare net/http handler writing the same headers and body bytes, driven by the same load generator",
 	},
 }
 
@@ -153,6 +191,9 @@ func run(ctx context.Context, out string, count int, quick bool, progress io.Wri
 		results := parse(&stdout)
 		for _, c := range s.charts {
 			series, err := curve(results, c.bench, c.x, c.metric)
+			if err == nil && s.ref != "" {
+				series, err = refLast(series, s.ref)
+			}
 			if err != nil {
 				return err
 			}
@@ -160,7 +201,7 @@ func run(ctx context.Context, out string, count int, quick bool, progress io.Wri
 			if err := os.WriteFile(filepath.Join(out, c.file), svg, 0o644); err != nil {
 				return err
 			}
-			writeCurveTable(&page, c, series)
+			writeCurveTable(&page, c, series, s.ref, s.refNote)
 		}
 		for _, t := range s.tables {
 			rows, err := impls(results, t.bench, t.metrics)
@@ -283,6 +324,17 @@ func curve(res results, bench, xName, metric string) ([]series, error) {
 	return out, nil
 }
 
+// refLast moves the series named ref to the end of ss: the ratios are
+// then to it.
+func refLast(ss []series, ref string) ([]series, error) {
+	i := slices.IndexFunc(ss, func(s series) bool { return s.name == ref })
+	if i < 0 {
+		return nil, fmt.Errorf("no series %s, the ratios' reference", ref)
+	}
+	r := ss[i]
+	return append(slices.Delete(slices.Clone(ss), i, i+1), r), nil
+}
+
 func cmpFloat(a, b float64) int {
 	switch {
 	case a < b:
@@ -339,8 +391,14 @@ func impls(res results, bench string, metrics []string) ([]row, error) {
 }
 
 // writeCurveTable writes a chart's figures: one row per x, a column per
-// implementation, the peers with their ratio to flightcache's.
-func writeCurveTable(w io.Writer, c chart, ss []series) {
+// implementation, the peers with their ratio to flightcache's; with ref
+// set (the last series, see refLast), every other column with its ratio
+// to ref's, which refNote describes.
+func writeCurveTable(w io.Writer, c chart, ss []series, ref, refNote string) {
+	base := 0
+	if ref != "" {
+		base = len(ss) - 1
+	}
 	fmt.Fprintf(w, "## %s\n\n![%s](%s)\n\n| %s |", c.title, c.title, c.file, c.x)
 	for _, s := range ss {
 		fmt.Fprintf(w, " %s |", s.name)
@@ -350,17 +408,21 @@ func writeCurveTable(w io.Writer, c chart, ss []series) {
 		fmt.Fprint(w, "---:|")
 	}
 	fmt.Fprintln(w)
-	for i, p := range ss[0].points {
+	for i, p := range ss[base].points {
 		fmt.Fprintf(w, "| %s |", formatCount(p.x))
 		for j, s := range ss {
 			v := s.points[i].y
-			if j == 0 || p.y == 0 {
+			if j == base || p.y == 0 {
 				fmt.Fprintf(w, " %s |", formatNum(v))
 				continue
 			}
 			fmt.Fprintf(w, " %s (%.2f×) |", formatNum(v), v/p.y)
 		}
 		fmt.Fprintln(w)
+	}
+	if ref != "" {
+		fmt.Fprintf(w, "\n%s; each other column's ratio is its figure over %s's, %s.\n\n", c.yLabel, ref, refNote)
+		return
 	}
 	fmt.Fprintf(w, "\n%s; each other column's ratio is its figure over %s's (above 1: %s costs less).\n\n", c.yLabel, ss[0].name, ss[0].name)
 }
@@ -411,8 +473,8 @@ func groupDigits(s string) string {
 	return b.String()
 }
 
-// formatNum prints v with three significant digits and thousands
-// separators for large values.
+// formatNum prints v with three significant digits (whole numbers from
+// 100 up) and thousands separators for large values; 0 is 0.00.
 func formatNum(v float64) string {
 	switch {
 	case v >= 1000:
@@ -421,6 +483,9 @@ func formatNum(v float64) string {
 		return strconv.FormatFloat(v, 'f', 0, 64)
 	case v >= 10:
 		return strconv.FormatFloat(v, 'f', 1, 64)
+	case v > 0 && v < 1:
+		// 0.0319, not 0.03: a fraction of a millisecond keeps its digits.
+		return strconv.FormatFloat(v, 'f', 2-int(math.Floor(math.Log10(v))), 64)
 	}
 	return strconv.FormatFloat(v, 'f', 2, 64)
 }

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/xml"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -35,7 +38,7 @@ func TestCurvesAndTablesFromBenchmarkOutput(t *testing.T) {
 		t.Fatalf("flightcache's points %v, want (1, 30) and the median (10, 60)", got)
 	}
 	var page bytes.Buffer
-	writeCurveTable(&page, chart{file: "w.svg", title: "T", x: "waiters", yLabel: "ns per caller"}, ss)
+	writeCurveTable(&page, chart{file: "w.svg", title: "T", x: "waiters", yLabel: "ns per caller"}, ss, "", "")
 	if !strings.Contains(page.String(), "| 10 | 60.0 | 90.0 (1.50×) |") {
 		t.Fatalf("curve table lacks the ratio row:\n%s", page.String())
 	}
@@ -87,5 +90,89 @@ func TestChartIsWellFormedSVG(t *testing.T) {
 	}
 	if !bytes.Contains(svg, []byte("log scale</text>")) {
 		t.Fatal("values over a factor of 50 apart are not on a log y axis")
+	}
+}
+
+const refSample = `BenchmarkCurveProductd/connections=1/impl=productd-2   	10	 150676147 ns/op	 0.30 p99-ms	 12000 req/s
+BenchmarkCurveProductd/connections=1/impl=bare-2       	10	 140181899 ns/op	 0.25 p99-ms	 16000 req/s
+BenchmarkCurveProductd/connections=8/impl=bare-2       	10	 140181899 ns/op	 4.00 p99-ms	 20000 req/s
+BenchmarkCurveProductd/connections=8/impl=productd-2   	10	 150676147 ns/op	 5.00 p99-ms	 15000 req/s
+`
+
+// A suite with a reference (a floor or a ceiling where no peer exists)
+// lists it last and states every other column's ratio to it.
+func TestRatiosAreToTheReferenceSeries(t *testing.T) {
+	res := parse(strings.NewReader(refSample))
+	ss, err := curve(res, "BenchmarkCurveProductd", "connections", "req/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ss, err = refLast(ss, "bare"); err != nil {
+		t.Fatal(err)
+	}
+	if len(ss) != 2 || ss[0].name != "productd" || ss[1].name != "bare" {
+		t.Fatalf("series %+v, want productd then bare", ss)
+	}
+	var page bytes.Buffer
+	writeCurveTable(&page, chart{file: "r.svg", title: "T", x: "connections", yLabel: "requests per second"}, ss, "bare", "the ceiling")
+	for _, want := range []string{
+		"| connections | productd | bare |",
+		"| 1 | 12,000 (0.75×) | 16,000 |",
+		"| 8 | 15,000 (0.75×) | 20,000 |",
+		"ratio is its figure over bare's, the ceiling.",
+	} {
+		if !strings.Contains(page.String(), want) {
+			t.Fatalf("table lacks %q:\n%s", want, page.String())
+		}
+	}
+	if _, err := refLast(ss, "floor"); err == nil {
+		t.Fatal("a reference series that did not run gave no error")
+	}
+}
+
+// Fractions keep three significant digits: a wake-up of 0.0319 ms is not
+// printed as 0.03.
+func TestFormatNumKeepsThreeDigitsOfFractions(t *testing.T) {
+	for v, want := range map[float64]string{0.03186: "0.0319", 0.2682: "0.268", 0: "0.00", 2.821: "2.82", 16.32: "16.3", 11981: "11,981"} {
+		if got := formatNum(v); got != want {
+			t.Errorf("formatNum(%v) = %s, want %s", v, got, want)
+		}
+	}
+}
+
+// Every chart and table names a benchmark that its suite's -bench selects
+// and that its package defines: a renamed benchmark fails here rather
+// than in the full report.
+func TestSuitesNameBenchmarksThatExist(t *testing.T) {
+	for _, s := range suites {
+		re := regexp.MustCompile(s.bench)
+		dir := filepath.Join("..", "..", filepath.FromSlash(s.pkg))
+		files, err := filepath.Glob(filepath.Join(dir, "*_test.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("%s: no test files (%v)", s.pkg, err)
+		}
+		var src strings.Builder
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src.Write(b)
+		}
+		var names []string
+		for _, c := range s.charts {
+			names = append(names, c.bench)
+		}
+		for _, tb := range s.tables {
+			names = append(names, tb.bench)
+		}
+		for _, name := range names {
+			if !re.MatchString(name) {
+				t.Errorf("%s: -bench %s does not select %s", s.pkg, s.bench, name)
+			}
+			if !strings.Contains(src.String(), "func "+name+"(b *testing.B)") {
+				t.Errorf("%s defines no %s", s.pkg, name)
+			}
+		}
 	}
 }

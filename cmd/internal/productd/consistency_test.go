@@ -39,7 +39,7 @@ func startInProcess(t *testing.T, cfg Config) (string, *Server) {
 
 // serveInProcess serves s on a loopback port until the test ends and
 // returns its base URL.
-func serveInProcess(t *testing.T, s *Server) string {
+func serveInProcess(t testing.TB, s *Server) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
