@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -173,6 +174,28 @@ func TestSuitesNameBenchmarksThatExist(t *testing.T) {
 			if !strings.Contains(src.String(), "func "+name+"(b *testing.B)") {
 				t.Errorf("%s defines no %s", s.pkg, name)
 			}
+		}
+	}
+}
+
+func TestTickLabelsShareTheirDecimalsOnALinearAxis(t *testing.T) {
+	for _, c := range []struct {
+		ticks []float64
+		logY  bool
+		want  []string
+	}{
+		{[]float64{0, 4, 8, 12, 16, 20}, false, []string{"0", "4", "8", "12", "16", "20"}},
+		{[]float64{0, 4000, 8000}, false, []string{"0", "4,000", "8,000"}},
+		{[]float64{0, 0.5, 1, 1.5}, false, []string{"0.0", "0.5", "1.0", "1.5"}},
+		{[]float64{0, 0.02, 0.04}, false, []string{"0.00", "0.02", "0.04"}},
+		{[]float64{0.01, 0.1, 1, 10, 1000}, true, []string{"0.01", "0.1", "1", "10", "1,000"}},
+	} {
+		var got []string
+		for _, v := range c.ticks {
+			got = append(got, tickLabel(v, c.ticks, c.logY))
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("ticks %v (log %v) = %q, want %q", c.ticks, c.logY, got, c.want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"html"
 	"math"
+	"strconv"
 )
 
 // The chart's geometry, in SVG user units.
@@ -66,7 +67,7 @@ func renderSVG(title, xLabel, yLabel string, ss []series) []byte {
 	for _, t := range yTicks {
 		y := yAt(t)
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", padL, y, padL+plotW, y)
-		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", padL-6, y+4, formatNum(t))
+		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", padL-6, y+4, tickLabel(t, yTicks, logY))
 	}
 	// x ticks: the measured x values.
 	for _, p := range ss[0].points {
@@ -103,6 +104,31 @@ func renderSVG(title, xLabel, yLabel string, ss []series) []byte {
 	}
 	b.WriteString("</svg>\n")
 	return b.Bytes()
+}
+
+// tickLabel prints an axis tick. On a linear axis every tick gets as many
+// decimals as the finest one needs (0, 4, 8 rather than 0.00, 4.00, 8.00;
+// 0, 0.5, 1.0 where one is needed); on a log axis, powers of ten, each
+// its own (0.01, 0.1, 1, 10, 1,000).
+func tickLabel(v float64, ticks []float64, logY bool) string {
+	if logY {
+		if v >= 1 {
+			return formatCount(v)
+		}
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	decimals := 0
+	for _, t := range ticks {
+		d := 0
+		for d < 4 && math.Abs(t*math.Pow(10, float64(d))-math.Round(t*math.Pow(10, float64(d)))) > 1e-6 {
+			d++
+		}
+		decimals = max(decimals, d)
+	}
+	if decimals == 0 && v >= 1 {
+		return formatCount(v)
+	}
+	return strconv.FormatFloat(v, 'f', decimals, 64)
 }
 
 // niceCeil rounds v up to 1, 2 or 5 times a power of ten.
