@@ -4,8 +4,10 @@ package bench_test
 // the same run as BenchmarkHitLocal (docs/PERFORMANCE.md, "Speed goals"):
 //
 //	go test -run '^$' -bench 'BenchmarkHitLocal$|FloorHitLocal' -benchmem -count 6 .
+//	go test -run '^$' -bench 'BatchOverlapping' -benchmem -count 6 .
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -60,5 +62,18 @@ func BenchmarkFloorHitLocal(b *testing.B) {
 			}
 			i++
 		}
+	})
+}
+
+// BenchmarkFloorBatchOverlapping is BenchmarkBatchOverlapping's rounds with
+// no cache: every batch calls the loader for its 100 keys itself, at once.
+// Nothing is coalesced (each key is loaded 8 times); what is left is the
+// loader's 1 ms sleep and the rounds' own goroutines, the time floor of a
+// round.
+func BenchmarkFloorBatchOverlapping(b *testing.B) {
+	b.Run("impl=loader-only", func(b *testing.B) {
+		batchOverlapping(b, func(ctx context.Context, keys []string, load func(context.Context, []string) (map[string]*product, error)) {
+			load(ctx, keys)
+		})
 	})
 }
