@@ -135,63 +135,67 @@ func BenchmarkBatchMiss(b *testing.B) {
 // BenchmarkBatchOverlapping: 16 batches of 100 keys start together on a
 // cold pool of 200 keys, as concurrent requests for listing pages do. The
 // loader takes 1 ms. It reports the origin's keys loaded per distinct key
-// (1 is the goal) and loader calls per round.
+// (1 is the goal) and loader calls per round. BenchmarkFloorBatchOverlapping
+// (floors_test.go) runs the same rounds with no cache at all.
 func BenchmarkBatchOverlapping(b *testing.B) {
-	const (
-		batches = 16
-		pool    = 200
-	)
-	run := func(b *testing.B, fetch func(ctx context.Context, keys []string, load func(context.Context, []string) (map[string]*product, error))) {
-		var loadedKeys, calls atomic.Int64
-		load := func(ctx context.Context, keys []string) (map[string]*product, error) {
-			calls.Add(1)
-			loadedKeys.Add(int64(len(keys)))
-			time.Sleep(time.Millisecond)
-			return benchBatchLoad(ctx, keys)
-		}
-		rounds := 0
-		b.ReportAllocs()
-		for b.Loop() {
-			b.StopTimer()
-			round := coldSeq.Add(1)
-			sets := make([][]string, batches)
-			for i := range sets {
-				sets[i] = make([]string, batchN)
-				for j := range sets[i] {
-					sets[i][j] = fmt.Sprintf("ov:%d:%d", round, (i*batchN/batches*2+j*7)%pool)
-				}
-			}
-			start := make(chan struct{})
-			var wg sync.WaitGroup
-			for _, keys := range sets {
-				wg.Go(func() {
-					<-start
-					fetch(context.Background(), keys, load)
-				})
-			}
-			b.StartTimer()
-			close(start)
-			wg.Wait()
-			rounds++
-		}
-		b.ReportMetric(float64(loadedKeys.Load())/float64(rounds*pool), "loaded/key")
-		b.ReportMetric(float64(calls.Load())/float64(rounds), "loader-calls/round")
-	}
 	b.Run("impl=flightcache-FetchMany", func(b *testing.B) {
 		local, _ := memstore.New(memstore.Options[*product]{MaxEntries: 100 * benchKeys}) // sturdyc's capacity
 		defer local.Close()
 		c, _ := flightcache.New(flightcache.Options[*product]{Local: local, TTL: time.Hour})
 		defer c.Close()
-		run(b, func(ctx context.Context, keys []string, load func(context.Context, []string) (map[string]*product, error)) {
+		batchOverlapping(b, func(ctx context.Context, keys []string, load func(context.Context, []string) (map[string]*product, error)) {
 			c.FetchMany(ctx, keys, load)
 		})
 	})
 	b.Run("impl=sturdyc-GetOrFetchBatch", func(b *testing.B) {
 		sc := newSturdyc()
-		run(b, func(ctx context.Context, keys []string, load func(context.Context, []string) (map[string]*product, error)) {
+		batchOverlapping(b, func(ctx context.Context, keys []string, load func(context.Context, []string) (map[string]*product, error)) {
 			sc.GetOrFetchBatch(ctx, keys, identityKey, load)
 		})
 	})
+}
+
+// batchOverlapping is BenchmarkBatchOverlapping's rounds for one
+// implementation's fetch.
+func batchOverlapping(b *testing.B, fetch func(ctx context.Context, keys []string, load func(context.Context, []string) (map[string]*product, error))) {
+	const (
+		batches = 16
+		pool    = 200
+	)
+	var loadedKeys, calls atomic.Int64
+	load := func(ctx context.Context, keys []string) (map[string]*product, error) {
+		calls.Add(1)
+		loadedKeys.Add(int64(len(keys)))
+		time.Sleep(time.Millisecond)
+		return benchBatchLoad(ctx, keys)
+	}
+	rounds := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		round := coldSeq.Add(1)
+		sets := make([][]string, batches)
+		for i := range sets {
+			sets[i] = make([]string, batchN)
+			for j := range sets[i] {
+				sets[i][j] = fmt.Sprintf("ov:%d:%d", round, (i*batchN/batches*2+j*7)%pool)
+			}
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, keys := range sets {
+			wg.Go(func() {
+				<-start
+				fetch(context.Background(), keys, load)
+			})
+		}
+		b.StartTimer()
+		close(start)
+		wg.Wait()
+		rounds++
+	}
+	b.ReportMetric(float64(loadedKeys.Load())/float64(rounds*pool), "loaded/key")
+	b.ReportMetric(float64(calls.Load())/float64(rounds), "loader-calls/round")
 }
 
 // BenchmarkBatchHitRedis: 100 keys missing locally (no local tier) and

@@ -105,58 +105,67 @@ func BenchmarkDistinctKeysParallel(b *testing.B) {
 }
 
 // BenchmarkHotKey: 1,000 callers join one in-flight execution and are woken
-// by its completion. ns/op is per caller; executions/op shows how many loads
-// the 1,000 callers caused (1 is perfect coalescing).
+// by its completion. ns/op is per 1,000 callers, sec/caller per caller;
+// executions/op shows how many loads the 1,000 callers caused (1 is
+// perfect coalescing). BenchmarkFloorHotKey (floors_test.go) runs the same
+// herd on the least a coalescer can do.
 func BenchmarkHotKey(b *testing.B) {
-	const callers = 1000
-	run := func(b *testing.B, do func(key string, fn func() int)) {
-		b.ReportAllocs()
-		var execs int64
-		for i := 0; b.Loop(); i++ {
-			key := benchKeys[i&1023]
-			var entered atomic.Int64
-			var wg sync.WaitGroup
-			wg.Add(callers)
-			fn := func() int {
-				atomic.AddInt64(&execs, 1)
-				// Hold the execution open until every caller has entered Do,
-				// then give the stragglers a moment to attach.
-				for entered.Load() < callers {
-					runtime.Gosched()
-				}
-				for range 100 {
-					runtime.Gosched()
-				}
-				return 1
-			}
-			for range callers {
-				go func() {
-					defer wg.Done()
-					entered.Add(1)
-					do(key, fn)
-				}()
-			}
-			wg.Wait()
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*callers), "ns/caller")
-		b.ReportMetric(float64(execs)/float64(b.N), "executions/op")
-	}
 	b.Run("impl=flightcache", func(b *testing.B) {
 		g := singleflight.New[string, int]()
-		run(b, func(key string, fn func() int) {
+		hotKey(b, func(key string, fn func() int) {
 			g.Do(context.Background(), key, func(context.Context) (int, error) { return fn(), nil })
 		})
 	})
 	b.Run("impl=resenje", func(b *testing.B) {
 		var g resenje.Group[string, int]
-		run(b, func(key string, fn func() int) {
+		hotKey(b, func(key string, fn func() int) {
 			g.Do(context.Background(), key, func(context.Context) (int, error) { return fn(), nil })
 		})
 	})
 	b.Run("impl=xsync", func(b *testing.B) {
 		var g xsync.Group
-		run(b, func(key string, fn func() int) {
+		hotKey(b, func(key string, fn func() int) {
 			g.Do(key, func() (any, error) { return fn(), nil })
 		})
 	})
+}
+
+// hotKeyCallers is how many callers BenchmarkHotKey puts on one key.
+const hotKeyCallers = 1000
+
+// hotKey is BenchmarkHotKey's herd for one implementation's do: per
+// iteration, hotKeyCallers fresh goroutines call do on one key, whose
+// function holds the execution open until all of them have entered do.
+func hotKey(b *testing.B, do func(key string, fn func() int)) {
+	const callers = hotKeyCallers
+	b.ReportAllocs()
+	var execs int64
+	for i := 0; b.Loop(); i++ {
+		key := benchKeys[i&1023]
+		var entered atomic.Int64
+		var wg sync.WaitGroup
+		wg.Add(callers)
+		fn := func() int {
+			atomic.AddInt64(&execs, 1)
+			// Hold the execution open until every caller has entered Do,
+			// then give the stragglers a moment to attach.
+			for entered.Load() < callers {
+				runtime.Gosched()
+			}
+			for range 100 {
+				runtime.Gosched()
+			}
+			return 1
+		}
+		for range callers {
+			go func() {
+				defer wg.Done()
+				entered.Add(1)
+				do(key, fn)
+			}()
+		}
+		wg.Wait()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*callers), "ns/caller")
+	b.ReportMetric(float64(execs)/float64(b.N), "executions/op")
 }

@@ -70,7 +70,13 @@ type shard[K comparable, V any] struct {
 	// which a map could never find again. Close still reaches them here.
 	// Guarded by mu; allocated on first use.
 	detached map[*call[K, V]]struct{}
-	_        [40]byte // keep neighbouring shards' mutexes off this cache line
+	// older holds, for an unfinished execution with more than one wave of
+	// waiters (see enlist), the channels of the waves before its done's,
+	// in the order they filled. Here rather than in the execution record,
+	// which stays in its size class for the common execution that has
+	// fewer waiters. Guarded by mu; allocated on first use.
+	older map[*call[K, V]][]chan struct{}
+	_     [32]byte // keep neighbouring shards' mutexes off this cache line
 }
 
 // call is one execution of a loader and everything its callers share.
@@ -89,7 +95,7 @@ type call[K comparable, V any] struct {
 	current  bool          // sh.m[key] == this call (cleared by Forget and by removal)
 	shared   bool          // see val; written with it
 	waiters  int32         // callers attached now, leader included
-	done     chan struct{} // created by the first caller that must block; closed when finished
+	done     chan struct{} // the newest wave's channel (see enlist); created by the first caller that must block
 
 	// Written once, under sh.mu, by the completion that sets finished; read
 	// only after observing finished under sh.mu or receiving from done.
@@ -167,11 +173,11 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 	// A new execution: register it (which releases the shard's mutex) and
 	// run it, inline, in this goroutine, or in a new one while this caller
 	// waits for it.
-	c, timer, inline, err := g.register(ctx, si, key, true, true)
+	c, timer, done, err := g.register(ctx, si, key, true, true)
 	if err != nil {
 		return v, false, err
 	}
-	if inline {
+	if done == nil { // inline
 		g.run(c, fn, nil)
 		// The result is final: run's own completion attempt took sh.mu
 		// after whichever completion (its own, or Close's) wrote it.
@@ -182,7 +188,7 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 		return v, shared, err
 	}
 	go g.run(c, fn, timer)
-	return g.wait(ctx, c, true, start)
+	return g.wait(ctx, c, done, true, start)
 }
 
 // register makes a new execution of key current, or refuses it under
@@ -190,19 +196,20 @@ func (g *Group[K, V]) Do(ctx context.Context, key K, fn func(context.Context) (V
 // On success it returns the execution, now in flight, which Do or
 // the caller itself (Start) must run; the loader timeout's timer, if
 // ownTimer asks for one (StartMany times its executions together); and
-// whether fn may run inline, in the caller's goroutine: mayInline, ctx can
-// never be cancelled and there is no loader timeout.
+// the channel the caller waits on, nil when fn may run inline, in the
+// caller's goroutine: mayInline, ctx can never be cancelled and there is
+// no loader timeout.
 //
 // The results are unnamed on purpose: the loader timeout's closure captures
 // c, and a named result would be captured by reference, costing an
 // allocation per execution (benchmark Leader: 2 allocs instead of 1).
-func (g *Group[K, V]) register(ctx context.Context, si uint8, key K, ownTimer, mayInline bool) (*call[K, V], *time.Timer, bool, error) {
+func (g *Group[K, V]) register(ctx context.Context, si uint8, key K, ownTimer, mayInline bool) (*call[K, V], *time.Timer, chan struct{}, error) {
 	sh := &g.shards[si]
 	obs := g.cfg.obs
 	if max := g.cfg.maxInFlight; max > 0 && g.loaders.Add(1) > max {
 		g.loaders.Add(-1)
 		sh.mu.Unlock()
-		return nil, nil, false, g.reject(ctx, ErrTooManyInFlight)
+		return nil, nil, nil, g.reject(ctx, ErrTooManyInFlight)
 	}
 	// A key not equal to itself (a NaN, or a struct or array holding one)
 	// could be stored in m but never found again, not even by delete: its
@@ -220,8 +227,10 @@ func (g *Group[K, V]) register(ctx context.Context, si uint8, key K, ownTimer, m
 	} else {
 		c.lctx.parent = context.WithoutCancel(ctx)
 	}
+	var done chan struct{}
 	if !inline {
-		c.done = make(chan struct{})
+		done = make(chan struct{})
+		c.done = done
 	}
 	if obs != nil {
 		c.id = g.flights.Add(1)
@@ -249,13 +258,14 @@ func (g *Group[K, V]) register(ctx context.Context, si uint8, key K, ownTimer, m
 		}
 		emit(obs, EventLoaderStarted, &c.lctx, c.id)
 	}
-	return c, timer, inline, nil
+	return c, timer, done, nil
 }
 
 // join attaches a caller to the execution c of its key. sh.mu is held on
 // entry and released here.
 func (g *Group[K, V]) join(ctx context.Context, sh *shard[K, V], c *call[K, V], fn func(context.Context) (V, error), start time.Duration) (V, bool, error) {
-	switch g.attach(ctx, sh, c) {
+	done, a := g.attach(ctx, sh, c)
+	switch a {
 	case attachReentrant:
 		v, err := fn(ctx)
 		return v, false, err
@@ -266,7 +276,7 @@ func (g *Group[K, V]) join(ctx context.Context, sh *shard[K, V], c *call[K, V], 
 	if obs := g.cfg.obs; obs != nil {
 		emit(obs, EventShared, ctx, c.id)
 	}
-	return g.wait(ctx, c, false, start)
+	return g.wait(ctx, c, done, false, start)
 }
 
 // attachment is what attach did with a caller.
@@ -279,42 +289,70 @@ const (
 )
 
 // attach decides how a caller joins the execution c of its key, counting it
-// as a waiter when it will wait. sh.mu is held on entry and released here.
-// It is apart from join so that the admission decision, taken under the
-// shard lock, reads on its own.
-func (g *Group[K, V]) attach(ctx context.Context, sh *shard[K, V], c *call[K, V]) attachment {
+// as a waiter when it will wait, and then returns the channel it waits on.
+// sh.mu is held on entry and released here. It is apart from join so that
+// the admission decision, taken under the shard lock, reads on its own.
+func (g *Group[K, V]) attach(ctx context.Context, sh *shard[K, V], c *call[K, V]) (chan struct{}, attachment) {
 	// Only a caller that would wait can deadlock, so only it pays for the
 	// reentrancy check: is this caller running inside c's own loader?
 	if ctx.Value(ancestorKey{&c.lctx}) != nil {
 		sh.mu.Unlock()
-		return attachReentrant
+		return nil, attachReentrant
 	}
 	if max := g.cfg.maxWaiters; max > 0 && int(c.waiters) >= max {
 		sh.mu.Unlock()
-		return attachRefused
+		return nil, attachRefused
 	}
-	c.waiters++
-	if c.done == nil {
-		c.done = make(chan struct{})
-	}
+	done := sh.enlist(c)
 	sh.mu.Unlock()
-	return attachWaits
+	return done, attachWaits
 }
 
-// wait blocks until c finishes or the caller's ctx ends, whichever is first.
-func (g *Group[K, V]) wait(ctx context.Context, c *call[K, V], leader bool, start time.Duration) (V, bool, error) {
+// waveSize is how many waiters share one channel (see enlist).
+const waveSize = 64
+
+// enlist counts one more waiter of c, an execution of sh, and returns the
+// channel it waits on. sh.mu must be held.
+//
+// Waiters are enlisted in waves of waveSize, a channel each, which
+// completion closes in the order the waves came (c.done is the newest,
+// sh.older[c] the others). Closing one channel makes the runtime ready its
+// receivers in the reverse of the order they blocked in, and the run
+// queues then run all but the first few hundred latest first: in a herd
+// of thousands, those who came first (and have waited longest) would run
+// last, and the herd's tail latency would be its whole wake-up time
+// (docs/PERFORMANCE.md, "Speed goals"). Waves keep the reversal within
+// one wave.
+func (sh *shard[K, V]) enlist(c *call[K, V]) chan struct{} {
+	c.waiters++
+	switch {
+	case c.done == nil:
+		c.done = make(chan struct{})
+	case c.waiters%waveSize == 0:
+		if sh.older == nil {
+			sh.older = make(map[*call[K, V]][]chan struct{})
+		}
+		sh.older[c] = append(sh.older[c], c.done)
+		c.done = make(chan struct{})
+	}
+	return c.done
+}
+
+// wait blocks until c finishes or the caller's ctx ends, whichever is
+// first. done is the channel enlist gave the caller.
+func (g *Group[K, V]) wait(ctx context.Context, c *call[K, V], done chan struct{}, leader bool, start time.Duration) (V, bool, error) {
 	cancelled := ctx.Done()
 	if cancelled == nil {
 		// A plain receive is much cheaper than a select when a thousand
 		// waiters wake at once.
-		<-c.done
+		<-done
 		if g.cfg.obs != nil {
 			g.waitDone(ctx, c, leader, c.shared, c.err, start)
 		}
 		return c.val, c.shared, c.err
 	}
 	select {
-	case <-c.done:
+	case <-done:
 		if g.cfg.obs != nil {
 			g.waitDone(ctx, c, leader, c.shared, c.err, start)
 		}
@@ -469,6 +507,14 @@ func (g *Group[K, V]) complete(c *call[K, V], v V, err error, cancel uint32, cau
 		}
 	} else {
 		delete(sh.detached, c)
+	}
+	if len(sh.older) > 0 {
+		if older, ok := sh.older[c]; ok {
+			for _, ch := range older {
+				close(ch)
+			}
+			delete(sh.older, c)
+		}
 	}
 	if c.done != nil {
 		close(c.done)

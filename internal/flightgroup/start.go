@@ -14,6 +14,7 @@ import (
 type Flight[K comparable, V any] struct {
 	g         *Group[K, V]
 	c         *call[K, V]
+	done      chan struct{} // the channel Wait waits on
 	timer     *time.Timer   // the loader timeout of a led execution (Start)
 	shared    *sharedTimer  // the loader timeout it shares with others (StartMany)
 	start     time.Duration // when Start was called (observer only)
@@ -111,10 +112,7 @@ func (g *Group[K, V]) start(ctx context.Context, key K, ownTimer bool) (Flight[K
 			sh.mu.Unlock()
 			return Flight[K, V]{}, g.reject(ctx, ErrTooManyWaiters)
 		}
-		c.waiters++
-		if c.done == nil {
-			c.done = make(chan struct{})
-		}
+		f.done = sh.enlist(c)
 		sh.mu.Unlock()
 		if obs != nil {
 			emit(obs, EventShared, ctx, c.id)
@@ -126,7 +124,7 @@ func (g *Group[K, V]) start(ctx context.Context, key K, ownTimer bool) (Flight[K
 	// A new execution, registered as Do registers one that runs in its own
 	// goroutine; here the caller is that goroutine, and its Complete is the
 	// loader returning (which frees the WithMaxInFlight slot).
-	c, timer, _, err := g.register(ctx, si, key, ownTimer, false)
+	c, timer, done, err := g.register(ctx, si, key, ownTimer, false)
 	if err != nil {
 		return Flight[K, V]{}, err
 	}
@@ -134,7 +132,7 @@ func (g *Group[K, V]) start(ctx context.Context, key K, ownTimer bool) (Flight[K
 		f.startedAt = monotime()
 	}
 	f.timer = timer
-	f.c, f.led = c, true
+	f.c, f.done, f.led = c, done, true
 	return f, nil
 }
 
@@ -172,5 +170,5 @@ func (f Flight[K, V]) Wait(ctx context.Context) (v V, shared bool, err error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return f.g.wait(ctx, f.c, f.led, f.start)
+	return f.g.wait(ctx, f.c, f.done, f.led, f.start)
 }
