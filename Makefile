@@ -13,6 +13,8 @@ BENCH     ?= .
 COUNT     ?= 10
 BENCHTIME ?= 1s
 BENCHOUT  ?= bench.txt
+# The module and version of each package a build compiles (modules).
+DEPVERSION = {{with .Module}}{{.Path}} {{.Version}}{{end}}
 
 .PHONY: test fmt-check vet vettool modules rules-check race chaos-short fuzz fuzz-short soak perf-report perf-report-quick lint bench stress demo chaos api-report
 
@@ -33,7 +35,7 @@ vettool:
 	$(GO) vet -vettool="$$d/flightcachevet" -handkey $(PKGS)
 
 ## modules: each module built and vetted on its own, outside the workspace (GOWORK=off), as a user's build sees it: a requirement missing from a go.mod cannot hide behind go.work.
-## The released library modules' suites then run outside the workspace too (without -race, about a minute and a half), on the versions their own go.mod selects. The core requires nothing, so its build is the same either way; cmd, deploy and bench are not released, and their suites (productd's end-to-end tests take minutes) run once, in the workspace (race).
+## The released library modules' suites then run outside the workspace too (without -race; about a minute and a half when all run), on the versions their own go.mod selects, whenever those differ from what the workspace's race run compiled (go list -deps -test of the module's packages, with and without GOWORK): with the same versions the suite would test the same code twice, and it is skipped with a note. The core requires nothing, so its build is the same either way; cmd, deploy and bench are not released, and their suites (productd's end-to-end tests take minutes) run once, in the workspace (race).
 ## internal/archtest adds what a build cannot see: every go.mod is tidy, the core requires nothing, and scratch modules outside the repository that import the core (or the Redis adapters) get nothing more in their module graph (go list -m all).
 modules:
 	@set -e; for m in $(MODULES); do \
@@ -41,8 +43,15 @@ modules:
 		(cd "$$m" && GOWORK=off $(GO) build ./... && GOWORK=off $(GO) vet ./...); \
 	done
 	@set -e; for m in $(LIBMODULES); do \
-		echo "GOWORK=off go test ./...  ($$m)"; \
-		(cd "$$m" && GOWORK=off $(GO) test -count=1 ./...); \
+		off=$$(cd "$$m" && GOWORK=off $(GO) list -deps -test -f '$(DEPVERSION)' ./... | grep -v '^github.com/flightcache/' | sort -u); \
+		on=$$(cd "$$m" && $(GO) list -deps -test -f '$(DEPVERSION)' ./... | grep -v '^github.com/flightcache/' | sort -u); \
+		if [ "$$off" = "$$on" ]; then \
+			echo "GOWORK=off go test ./...  ($$m): not run, its build compiles the same module versions as the workspace's, whose race run tests them"; \
+		else \
+			echo "GOWORK=off go test ./...  ($$m): its own go.mod selects other versions than the workspace:"; \
+			d=$$(mktemp -d); echo "$$on" > "$$d/on"; echo "$$off" > "$$d/off"; diff "$$d/on" "$$d/off" | grep '^[<>]' || true; rm -rf "$$d"; \
+			(cd "$$m" && GOWORK=off $(GO) test -count=1 ./...); \
+		fi; \
 	done
 
 ## rules-check: deploy/prometheus/rules.yml checked and its unit tests (rules_test.yml) run by promtool; skipped with a note when promtool is not installed (apt-get install prometheus), except under CI=true, where it must be. The dashboard's queries are parsed by promtool in deploy/grafana's tests (TestDashboardQueriesParse), under the same rule.
