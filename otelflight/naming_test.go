@@ -67,13 +67,17 @@ func TestThrottledGetIsNotAnOriginCall(t *testing.T) {
 // flightcache namespace.
 func TestInstrumentsFollowOTelNaming(t *testing.T) {
 	m, reader := newMetrics(t, otelflight.WithOperation("product"))
-	c := newCache(t, m, nil)
+	obs := flightwait.Ends(m)
+	c := newCache(t, obs, nil)
 	ctx := context.Background()
 	for range 2 {
 		if _, err := c.Get(ctx, "k", func(context.Context) (int, error) { return 1, nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// The engine reports the load's end after it released the Get: wait
+	// for it, or its instruments may have no data point yet.
+	obs.Await(t, 1)
 	for _, e := range []driver.Event{
 		{Kind: driver.EventThrottled}, {Kind: driver.EventStaleServed}, {Kind: driver.EventFollowerWoken},
 		{Kind: driver.EventLeaseAcquired}, {Kind: driver.EventFencedWriteRejected}, {Kind: driver.EventScopeChanged, Scope: flightcache.ScopeLocal},

@@ -1,8 +1,9 @@
-// Package flightwait lets a test wait for the engine's report of a failed
-// flight. The engine reports a flight's failure (singleflight's
-// EventLoaderFailed) after it released the flight's callers, so a test
-// that reads an observer's counters right after a Get returns can miss
-// it; wrapping the observer in a Failures and calling Await first cannot.
+// Package flightwait lets a test wait for the engine's report of a flight's
+// end. The engine reports how a loader ended (singleflight's
+// EventLoaderSucceeded, EventLoaderFailed, EventLoaderPanicked) after it
+// released the flight's callers, so a test that reads an observer's
+// counters right after a Get returns can miss it; wrapping the observer in
+// a Failures (or an Ends) and calling Await first cannot.
 package flightwait
 
 import (
@@ -21,29 +22,44 @@ type Observer interface {
 }
 
 // Failures forwards every event to the observer it wraps, then signals
-// each failed flight. Make it with New.
+// each failed flight (or, made by Ends, each flight's end). Make it with
+// New or Ends.
 type Failures struct {
 	obs    Observer
 	failed chan struct{}
+	ends   bool // signal every loader's end, not only failures
 }
 
-// New wraps obs. Up to 64 failures may be reported before Await reads them.
+// New wraps obs, signalling failed flights. Up to 64 may be reported before
+// Await reads them.
 func New(obs Observer) Failures {
 	return Failures{obs: obs, failed: make(chan struct{}, 64)}
+}
+
+// Ends wraps obs, signalling every flight whose loader ended: succeeded,
+// failed or panicked. Up to 64 may be reported before Await reads them.
+func Ends(obs Observer) Failures {
+	return Failures{obs: obs, failed: make(chan struct{}, 64), ends: true}
 }
 
 // ObserveCache forwards e.
 func (f Failures) ObserveCache(e driver.Event) { f.obs.ObserveCache(e) }
 
-// ObserveFlight forwards e, then signals it if it is a failed flight.
+// ObserveFlight forwards e, then signals it if it is a failed flight (with
+// Ends, any loader's end).
 func (f Failures) ObserveFlight(e singleflight.Event) {
 	f.obs.ObserveFlight(e)
-	if e.Kind == singleflight.EventLoaderFailed {
+	switch e.Kind {
+	case singleflight.EventLoaderFailed:
 		f.failed <- struct{}{}
+	case singleflight.EventLoaderSucceeded, singleflight.EventLoaderPanicked:
+		if f.ends {
+			f.failed <- struct{}{}
+		}
 	}
 }
 
-// Await waits for n failed flights, failing t after 10 seconds.
+// Await waits for n signalled flights, failing t after 10 seconds.
 func (f Failures) Await(t testing.TB, n int) {
 	t.Helper()
 	for i := range n {

@@ -30,3 +30,24 @@ func TestFailuresForwardsThenSignalsOnlyFailedFlights(t *testing.T) {
 	default:
 	}
 }
+
+// Ends signals every loader's end, and nothing else.
+func TestEndsSignalsEveryLoadersEnd(t *testing.T) {
+	inner := &counting{}
+	f := Ends(inner)
+	for _, k := range []singleflight.EventKind{
+		singleflight.EventLoaderStarted, singleflight.EventShared,
+		singleflight.EventLoaderSucceeded, singleflight.EventLoaderFailed, singleflight.EventLoaderPanicked,
+	} {
+		f.ObserveFlight(singleflight.Event{Kind: k})
+	}
+	f.Await(t, 3)
+	if inner.flight != 5 {
+		t.Fatalf("forwarded %d flight events, want 5", inner.flight)
+	}
+	select {
+	case <-f.failed:
+		t.Fatal("an event that is not a loader's end was signalled")
+	default:
+	}
+}
