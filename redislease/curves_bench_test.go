@@ -3,7 +3,6 @@ package redislease
 import (
 	"context"
 	"errors"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/driver"
+	"github.com/flightcache/flightcache/internal/testenv"
 	"github.com/flightcache/flightcache/singleflight"
 	"github.com/redis/go-redis/v9"
 )
@@ -27,21 +27,6 @@ import (
 // wakes the same number of waiting goroutines. p50-ms and p99-ms are over
 // every waiting caller of every iteration (one key each).
 
-// upTo keeps the points of xs up to limit when PERFREPORT_QUICK is set
-// (perfreport -quick, which checks that the report runs).
-func upTo(limit int, xs ...int) []int {
-	if os.Getenv("PERFREPORT_QUICK") == "" {
-		return xs
-	}
-	var out []int
-	for _, x := range xs {
-		if x <= limit {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
 // curveFollowerInstances is the waiters curve's number of follower
 // instances.
 const curveFollowerInstances = 2
@@ -49,7 +34,7 @@ const curveFollowerInstances = 2
 // BenchmarkCurveFollowerInstances: 1 to 16 follower instances, one
 // waiting caller each, and a leader instance.
 func BenchmarkCurveFollowerInstances(b *testing.B) {
-	for _, n := range upTo(4, 1, 2, 4, 8, 16) {
+	for _, n := range testenv.CurvePoints(4, 1, 2, 4, 8, 16) {
 		b.Run("instances="+strconv.Itoa(n)+"/impl=flightcache", func(b *testing.B) { benchFollowers(b, n, 1) })
 		b.Run("instances="+strconv.Itoa(n)+"/impl=floor", func(b *testing.B) { benchFloor(b, n, 1) })
 	}
@@ -58,7 +43,7 @@ func BenchmarkCurveFollowerInstances(b *testing.B) {
 // BenchmarkCurveFollowerWaiters: 1 to 1,000 waiting callers in each of
 // curveFollowerInstances follower instances, and a leader instance.
 func BenchmarkCurveFollowerWaiters(b *testing.B) {
-	for _, w := range upTo(100, 1, 10, 100, 1_000) {
+	for _, w := range testenv.CurvePoints(100, 1, 10, 100, 1_000) {
 		b.Run("waiters="+strconv.Itoa(w)+"/impl=flightcache", func(b *testing.B) { benchFollowers(b, curveFollowerInstances, w) })
 		b.Run("waiters="+strconv.Itoa(w)+"/impl=floor", func(b *testing.B) { benchFloor(b, curveFollowerInstances, w) })
 	}

@@ -2,13 +2,13 @@ package singleflight_test
 
 import (
 	"context"
-	"os"
 	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/flightcache/flightcache/internal/testenv"
 	"github.com/flightcache/flightcache/singleflight"
 	xsync "golang.org/x/sync/singleflight"
 	resenje "resenje.org/singleflight"
@@ -18,22 +18,6 @@ import (
 // is a sub-benchmark named by its x value, so that one run gives every
 // implementation's curve side by side. ns/caller and allocs/caller are the
 // cost of one call; B/key is the memory a key in flight holds.
-
-// upTo keeps the points of xs up to limit when PERFREPORT_QUICK is set
-// (perfreport -quick, which checks that the report runs): the largest
-// points take tens of seconds each.
-func upTo(limit int, xs ...int) []int {
-	if os.Getenv("PERFREPORT_QUICK") == "" {
-		return xs
-	}
-	var out []int
-	for _, x := range xs {
-		if x <= limit {
-			out = append(out, x)
-		}
-	}
-	return out
-}
 
 // engine is one implementation's Do on string keys.
 type engine struct {
@@ -97,7 +81,7 @@ func herd(callers, settle int, key func(i int) string, do func(key string, fn fu
 // BenchmarkCurveWaiters: 1 to 100,000 callers on one key; one execution
 // serves them all.
 func BenchmarkCurveWaiters(b *testing.B) {
-	for _, n := range upTo(1_000, 1, 10, 100, 1_000, 10_000, 100_000) {
+	for _, n := range testenv.CurvePoints(1_000, 1, 10, 100, 1_000, 10_000, 100_000) {
 		for _, e := range engines {
 			b.Run("waiters="+strconv.Itoa(n)+"/impl="+e.name, func(b *testing.B) {
 				do := e.new()
@@ -127,7 +111,7 @@ func BenchmarkCurveKeysInFlight(b *testing.B) {
 	for i := range names {
 		names[i] = "product:" + strconv.Itoa(i)
 	}
-	for _, n := range upTo(10_000, 1, 100, 10_000, 1_000_000) {
+	for _, n := range testenv.CurvePoints(10_000, 1, 100, 10_000, 1_000_000) {
 		for _, e := range engines {
 			b.Run("keys="+strconv.Itoa(n)+"/impl="+e.name, func(b *testing.B) {
 				do := e.new()

@@ -122,3 +122,20 @@ func PostgresDB(t testing.TB) string {
 	})
 	return "postgres://postgres@" + PostgresAddr + "/" + name + "?sslmode=disable"
 }
+
+// CurvePoints keeps the points of xs up to limit when PERFREPORT_QUICK is
+// set (perfreport -quick, which only checks that the report runs): the
+// largest points of a scaling curve take tens of seconds each. Otherwise
+// it returns xs.
+func CurvePoints(limit int, xs ...int) []int {
+	if os.Getenv("PERFREPORT_QUICK") == "" {
+		return xs
+	}
+	var out []int
+	for _, x := range xs {
+		if x <= limit {
+			out = append(out, x)
+		}
+	}
+	return out
+}
