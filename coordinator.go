@@ -150,7 +150,7 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 				}
 				c.emit(ctx, kind, driver.TierShared, nil)
 			}
-			if !cl.Read {
+			if read && !cl.Read { // asked to read-or-claim, and it did not read
 				if fl, ok := m.readAfterClaim(ctx, t, cl.Lease); ok {
 					return fl, nil
 				}
@@ -174,7 +174,8 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 }
 
 // readAfterClaim is the shared half of the double-check for a Coordinator
-// that did not read the tier in its Claim: with the lease held, it reads
+// that did not read the tier in the flight's first Claim (a later Claim
+// follows an answer that already showed the tier): with the lease held, it reads
 // the tier; a fresh value there (another instance filled the key since
 // this one missed) is the result, and the lease is completed with nothing
 // stored, which wakes the key's followers to read that value too.

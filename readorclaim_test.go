@@ -99,7 +99,8 @@ func TestReadOrClaimServesAFreshAnswerAndClaimsPastAStaleOne(t *testing.T) {
 				func(string) driver.Grant { return driver.Grant{Read: true, Current: c.current} },
 				func(string) driver.Grant { return driver.Grant{Lease: lease} },
 			}}
-			cache := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: newMapShared(time.Now), Coordinator: coord, StaleFor: time.Hour})
+			shared := newMapShared(time.Now)
+			cache := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: shared, Coordinator: coord, StaleFor: time.Hour})
 			// The shared tier itself is empty: the read before the flight
 			// misses, and the Coordinator's answer is all there is.
 			r, err := cache.Fetch(context.Background(), "p:1", func(context.Context) (*product, error) {
@@ -111,6 +112,12 @@ func TestReadOrClaimServesAFreshAnswerAndClaimsPastAStaleOne(t *testing.T) {
 			req := coord.requests()
 			if len(req) != c.claims || !req[0].Read || (len(req) > 1 && req[1].Read) {
 				t.Fatalf("Claims %+v; want %d, the first reading and no other", req, c.claims)
+			}
+			// The Coordinator's answers stand in for the double-check: the
+			// tier is read once, before the flight, and not again after
+			// the second Claim.
+			if n := shared.gets.Load(); n != 1 {
+				t.Fatalf("the shared tier was read %d times, want once (before the flight)", n)
 			}
 			if c.claims == 2 && (lease.completes.Load() != 1 || !lease.stored.Load()) {
 				t.Fatalf("the lease after a stale answer: %d completes, stored %v; want the load stored", lease.completes.Load(), lease.stored.Load())
