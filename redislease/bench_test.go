@@ -2,7 +2,6 @@ package redislease
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -74,11 +73,7 @@ func BenchmarkFollowerLatency(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	slices.Sort(lat)
-	q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(q(0.5), "p50-ms")
-	b.ReportMetric(q(0.99), "p99-ms")
-	b.ReportMetric(0, "ns/op")
+	reportLatencies(b, lat)
 }
 
 // BenchmarkColdMiss measures a cold miss of one instance in cluster mode,
