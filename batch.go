@@ -183,7 +183,7 @@ func (b *batch[V]) run() {
 			}
 		}
 		if err := c.admit(b.ctx, k); err != nil {
-			b.res[i] = KeyResult[V]{Result: Result[V]{Outcome: OutcomeLoadFailed}, Err: err}
+			b.res[i] = KeyResult[V]{Result: failed[V](b.ctx, err), Err: err}
 			continue
 		}
 		if seen == nil {

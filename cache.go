@@ -209,6 +209,20 @@ func (c *Cache[V]) Get(ctx context.Context, key string, load LoadFunc[V]) (V, er
 //
 // A caller whose ctx has ended gets ctx.Err() and starts nothing (a fresh
 // local hit, which costs nothing, may still be served).
+//
+// A caller that leaves, its ctx cancelled or past its deadline before its
+// answer is ready, gets ctx.Err() and OutcomeCallerLeft, not
+// OutcomeLoadFailed: the load it waited for, if any, goes on for the other
+// callers and fills the tiers. The rule is exact: the outcome is
+// OutcomeCallerLeft when ctx has ended and the error is ctx.Err() itself,
+// which is how the Cache answers a caller that stops waiting. A loader
+// runs under a context without the caller's cancellation, so its errors
+// come from elsewhere (its own deadline, the origin), and an error that
+// only matches context.Canceled or context.DeadlineExceeded (wrapped by
+// the loader, or the loader timeout's) stays OutcomeLoadFailed. A loader
+// that returns the bare sentinel at the very moment its caller leaves is
+// the one case the two cannot be told apart; loaders should wrap the
+// errors they return.
 func (c *Cache[V]) Fetch(ctx context.Context, key string, load LoadFunc[V]) (Result[V], error) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -289,7 +303,7 @@ func (c *Cache[V]) hitLocal(ctx context.Context, key string, load LoadFunc[V]) (
 // It returns the caller's miss when it went to the flight (for the Tracer).
 func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Result[V], *miss[V], error) {
 	if err := c.admit(ctx, key); err != nil {
-		return Result[V]{Outcome: OutcomeLoadFailed}, nil, err
+		return failed[V](ctx, err), nil, err
 	}
 	now := c.opts.Now()
 
@@ -344,7 +358,7 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	// (see miss.run for what the leader does). With a stale fallback and a
 	// soft timeout, the caller waits only so long.
 	if err := ctx.Err(); err != nil { // the caller left while the shared tier answered
-		return Result[V]{Outcome: OutcomeLoadFailed}, nil, err
+		return Result[V]{Outcome: OutcomeCallerLeft}, nil, err
 	}
 	m := &miss[V]{c: c, key: key, load: load, sharedDown: sharedDown, hasStale: stale != nil}
 	var fl *flight[V]
@@ -385,7 +399,7 @@ func (c *Cache[V]) settle(ctx context.Context, fl *flight[V], err error, led boo
 		if stale != nil && canServeStale(ctx, err) {
 			return c.serveStale(ctx, stale, now, err), nil
 		}
-		return Result[V]{Outcome: OutcomeLoadFailed}, err
+		return failed[V](ctx, err), err
 	}
 	var o Outcome
 	switch {
@@ -412,6 +426,16 @@ func (c *Cache[V]) settle(ctx context.Context, fl *flight[V], err error, led boo
 		r.Scope = ScopeLocal
 	}
 	return r, err
+}
+
+// failed is the Result of a Get that ends with err and no value:
+// OutcomeCallerLeft when err is its caller leaving (ctx has ended and err
+// is ctx.Err() itself, see Fetch), OutcomeLoadFailed otherwise.
+func failed[V any](ctx context.Context, err error) Result[V] {
+	if cerr := ctx.Err(); cerr != nil && err == cerr { //nolint:errorlint // identity: ctx's own error, not one that wraps it
+		return Result[V]{Outcome: OutcomeCallerLeft}
+	}
+	return Result[V]{Outcome: OutcomeLoadFailed}
 }
 
 // itemState is what a local item may be served as.

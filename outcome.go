@@ -22,6 +22,7 @@ const (
 	OutcomeRefreshed         = driver.OutcomeRefreshed
 	OutcomeFiltered          = driver.OutcomeFiltered
 	OutcomeLoadedUncached    = driver.OutcomeLoadedUncached
+	OutcomeCallerLeft        = driver.OutcomeCallerLeft
 )
 
 // Scope is how far a load's coalescing reached (Result.Scope) or reaches

@@ -39,6 +39,14 @@ const (
 	// another instance held the key's lease past CoalesceWait, and its
 	// fenced write is the one that should land.
 	OutcomeLoadedUncached
+	// OutcomeCallerLeft: the caller left before its answer was ready (its
+	// ctx was cancelled or passed its deadline, while it waited for a load
+	// or before one started); Get returns ctx.Err(). It is not a failure:
+	// a load the caller waited for goes on for the others and fills the
+	// tiers. A loader's own error never is this outcome, even one that
+	// matches context.Canceled: only the caller's ctx.Err() itself, with
+	// that ctx ended, is (see flightcache.Result).
+	OutcomeCallerLeft
 
 	// numOutcomes counts the outcomes; keep it last.
 	numOutcomes
@@ -61,6 +69,7 @@ var outcomeNames = [...]string{
 	OutcomeRefreshed:         "refreshed",
 	OutcomeFiltered:          "filtered",
 	OutcomeLoadedUncached:    "loaded_uncached",
+	OutcomeCallerLeft:        "caller_left",
 }
 
 // String returns a short, stable, lower-case name, usable as a metric label.

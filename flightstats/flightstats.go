@@ -76,6 +76,10 @@ type Stats struct {
 	ReadFailures   uint64
 	Throttled      uint64 // flights the failure throttle answered instead of calling the origin
 	Filtered       uint64 // Gets the Guard turned away without a load
+	// CallersLeft counts Gets whose caller left (its ctx ended) before
+	// the answer was ready (OutcomeCallerLeft): not failures, and the
+	// load they waited for goes on for the others.
+	CallersLeft uint64
 
 	// Breaker is the shared tier's circuit breaker state at its last change
 	// (closed until the first).
@@ -220,6 +224,7 @@ type Recorder struct {
 	gets, localHits, localMisses, sharedHits, sharedMisses atomic.Uint64
 	negativeHits, staleServed, earlyRefreshes              atomic.Uint64
 	writeFailures, readFailures, throttled, filtered       atomic.Uint64
+	callersLeft                                            atomic.Uint64
 
 	// breaker holds the last driver.BreakerState reported.
 	breaker        atomic.Uint32
@@ -377,6 +382,9 @@ func (r *Recorder) ObserveCache(e driver.Event) {
 		}
 	case driver.EventGet:
 		r.gets.Add(1)
+		if e.Outcome == driver.OutcomeCallerLeft {
+			r.callersLeft.Add(1)
+		}
 	}
 }
 
@@ -427,6 +435,7 @@ func (r *Recorder) Snapshot() Stats {
 		ReadFailures:   r.readFailures.Load(),
 		Throttled:      r.throttled.Load(),
 		Filtered:       r.filtered.Load(),
+		CallersLeft:    r.callersLeft.Load(),
 		Breaker:        driver.BreakerState(r.breaker.Load()),
 		BreakerTransitions: BreakerTransitions{
 			ToClosed:   r.breakerChanges[driver.BreakerClosed].Load(),

@@ -605,3 +605,17 @@ func TestBusChangesSetTheGaugeAndCountDisconnects(t *testing.T) {
 		}
 	}
 }
+
+// A Get whose caller left is counted under its own outcome, never as a
+// failed load.
+func TestCallerLeftIsItsOwnOutcome(t *testing.T) {
+	m, reader := newMetrics(t)
+	m.ObserveCache(driver.Event{Kind: driver.EventGet, Outcome: flightcache.OutcomeCallerLeft, Duration: time.Microsecond, Err: context.Canceled})
+	got := collect(t, reader)
+	if v := got.value(t, "flightcache.gets", otelflight.AttrOutcome.String("caller_left")); v != 1 {
+		t.Errorf("flightcache.gets{outcome=caller_left} = %v, want 1", v)
+	}
+	if v := got.value(t, "flightcache.gets", otelflight.AttrOutcome.String("load_failed")); v != 0 {
+		t.Errorf("flightcache.gets{outcome=load_failed} = %v, want 0", v)
+	}
+}

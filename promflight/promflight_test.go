@@ -949,3 +949,21 @@ func TestInvalidationEventsThroughRealCache(t *testing.T) {
 		}
 	}
 }
+
+// A Get whose caller left is counted under its own outcome, never as a
+// failed load.
+func TestCallerLeftIsItsOwnOutcome(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := promflight.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ObserveCache(driver.Event{Kind: driver.EventGet, Outcome: flightcache.OutcomeCallerLeft, Duration: time.Microsecond, Err: context.Canceled})
+	got := gather(t, reg)
+	if v := got.get(t, "flightcache_gets_total", "default", "outcome=caller_left"); v != 1 {
+		t.Errorf("flightcache_gets_total{outcome=caller_left} = %v, want 1", v)
+	}
+	if v := got.get(t, "flightcache_gets_total", "default", "outcome=load_failed"); v != 0 {
+		t.Errorf("flightcache_gets_total{outcome=load_failed} = %v, want 0", v)
+	}
+}
