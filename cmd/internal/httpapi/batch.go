@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"fmt"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -98,12 +97,7 @@ func (a *api) listProducts(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set(OutcomesHeader, h)
 	}
 	if err != nil {
-		e := classify(err, a.RetryAfter)
-		if e.status >= 500 {
-			a.failures.Log(r.Context(), slog.LevelWarn, "product batch lookup failed",
-				slog.Int("status", e.status), slog.String("code", e.code), slog.Any("error", err))
-		}
-		writeError(w, e)
+		a.fail(w, r, "product batch lookup failed", err)
 		return
 	}
 	body := ListBody{Products: out.Products, Missing: out.Missing}

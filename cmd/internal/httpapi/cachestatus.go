@@ -57,6 +57,8 @@ import (
 // an origin still throttled after a failure) carries neither hit nor fwd,
 // only a detail: overloaded, shutting-down, origin-throttled, and in cluster
 // mode leader-failed (the load failed on the instance that led it).
+// A request whose client left before the answer was ready carries only
+// detail=client-left.
 //
 //	flightcache; hit; ttl=42
 //	flightcache; hit; ttl=42; detail=shared
@@ -73,6 +75,7 @@ import (
 //	flightcache; fwd=miss; detail=uncached
 //	flightcache; detail=overloaded
 //	flightcache; detail=leader-failed
+//	flightcache; detail=client-left
 func CacheStatus(cache string, sv product.Served, err error) string {
 	var sb strings.Builder
 	sb.WriteString(cache)
@@ -131,6 +134,10 @@ func CacheStatus(cache string, sv product.Served, err error) string {
 		// one that lands.
 		param("fwd=miss")
 		detail, ttl = "uncached", false
+	case flightcache.OutcomeCallerLeft:
+		// The client left before the answer was ready (productd answers
+		// 499, which nobody reads); a load it started goes on.
+		detail, ttl = "client-left", false
 	case flightcache.OutcomeLoadedWriteFailed:
 		// Only the shared write failed: the memory tier, part of this
 		// cache, holds the value for its TTL (§2.5 stored). The one case

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"mime"
 	"net/http"
 	"net/url"
@@ -56,12 +55,7 @@ func (a *api) createProduct(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := a.Creator.Create(r.Context(), ref, d)
 	if err != nil {
-		e := classify(err, a.RetryAfter)
-		if e.status >= 500 {
-			a.failures.Log(r.Context(), slog.LevelWarn, "product create failed",
-				slog.Int("status", e.status), slog.String("code", e.code), slog.Any("error", err))
-		}
-		writeError(w, e)
+		a.fail(w, r, "product create failed", err)
 		return
 	}
 	q := url.Values{"locale": {ref.Locale}, "currency": {ref.Currency}}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -66,6 +67,45 @@ func classify(err error, retryAfter time.Duration) apiError {
 	default:
 		return apiError{http.StatusBadGateway, "origin_error", "the origin failed", 0}
 	}
+}
+
+// StatusClientClosedRequest is the status of a request whose client left
+// (closed the connection, or reset the stream) before the answer was
+// ready: nginx's 499, which no client reads. It is counted apart from the
+// 5xx answers (a client that leaves is not the server failing) and from
+// the 4xx ones (the request itself was fine).
+const StatusClientClosedRequest = 499
+
+// clientLeft reports whether err, what the service returned for r, is r's
+// client leaving: r's context has ended (net/http cancels it when the
+// client goes; productd's server contexts are never cancelled otherwise)
+// and err matches its error. A deadline productd sets itself, on a context
+// derived from r's, ends that context only: its error
+// (context.DeadlineExceeded) does not match r's context, which is still
+// live or ended with context.Canceled, so it stays a timeout (504).
+func clientLeft(r *http.Request, err error) bool {
+	cerr := r.Context().Err()
+	return cerr != nil && errors.Is(err, cerr)
+}
+
+// fail answers a request that the service's err ended. A client that left
+// gets 499, logged at debug level only: it is no failure of the server's,
+// and a load it started goes on for the others. Any other error gets
+// classify's answer, with a rate-limited warning, what, for a 5xx.
+func (a *api) fail(w http.ResponseWriter, r *http.Request, what string, err error) {
+	if clientLeft(r, err) {
+		a.Logger.LogAttrs(r.Context(), slog.LevelDebug, "client closed the request",
+			slog.String("request", what), slog.Int("status", StatusClientClosedRequest))
+		writeError(w, apiError{status: StatusClientClosedRequest, code: "client_closed_request",
+			message: "the client closed the request before the answer was ready"})
+		return
+	}
+	e := classify(err, a.RetryAfter)
+	if e.status >= 500 {
+		a.failures.Log(r.Context(), slog.LevelWarn, what,
+			slog.Int("status", e.status), slog.String("code", e.code), slog.Any("error", err))
+	}
+	writeError(w, e)
 }
 
 func writeError(w http.ResponseWriter, e apiError) {

@@ -226,12 +226,7 @@ func (a *api) getProduct(w http.ResponseWriter, r *http.Request) {
 	sv, err := a.Service.Get(r.Context(), ref)
 	w.Header().Set("Cache-Status", CacheStatus(a.CacheName, sv, err))
 	if err != nil {
-		e := classify(err, a.RetryAfter)
-		if e.status >= 500 {
-			a.failures.Log(r.Context(), slog.LevelWarn, "product lookup failed",
-				slog.Int("status", e.status), slog.String("code", e.code), slog.Any("error", err))
-		}
-		writeError(w, e)
+		a.fail(w, r, "product lookup failed", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, sv.Product)
@@ -266,12 +261,7 @@ func (a *api) putProduct(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Status", status)
 	if err != nil {
-		e := classify(err, a.RetryAfter)
-		if e.status >= 500 {
-			a.failures.Log(r.Context(), slog.LevelWarn, "product update failed",
-				slog.Int("status", e.status), slog.String("code", e.code), slog.Any("error", err))
-		}
-		writeError(w, e)
+		a.fail(w, r, "product update failed", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
