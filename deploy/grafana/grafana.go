@@ -3,7 +3,8 @@
 // suppression ratio, requests, flights, origin calls, throttled answers and
 // remote waits side by side, in-flight keys, waiter and origin call
 // latency, hit ratio per tier, rejections, stale served, origin calls by
-// result, flight failures, the shared tier's circuit breaker, filtered Gets,
+// result, flight failures, the Get failure ratio (callers that left are
+// no failures), the shared tier's circuit breaker, filtered Gets,
 // cluster coalescing and cross-instance invalidation (invalidations sent,
 // received, applied and ignored, the Bus's state and disconnects, and the
 // time since the last invalidation received). Import flightcache.json in Grafana, or serve

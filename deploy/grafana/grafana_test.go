@@ -264,6 +264,7 @@ func TestDashboardHasAPanelForEveryOperatorSignalOnItsMetric(t *testing.T) {
 		{"Origin calls by result", "flightcache_origin_calls_total"},
 		{"Flight failures", "single_flight_flights_failed_total"},
 		{"Flight failures", "flightcache_throttled_total"},
+		{"Get failure ratio", "flightcache_gets_total"},
 		{"Stale served", "flightcache_stale_served_total"},
 		{"Shared tier breaker state", "flightcache_shared_breaker_state"},
 		{"Shared tier breaker transitions", "flightcache_shared_breaker_transitions_total"},
@@ -293,6 +294,11 @@ func TestDashboardHasAPanelForEveryOperatorSignalOnItsMetric(t *testing.T) {
 		if !found {
 			t.Errorf("panel %q does not query %s", want.title, want.mustUse)
 		}
+	}
+	// A caller that left is no failure: the Get failure ratio leaves it
+	// out of its denominator (and counts only load_failed above it).
+	if gf := titles["Get failure ratio"].Targets; len(gf) != 1 || !strings.Contains(gf[0].Expr, `outcome="load_failed"`) || !strings.Contains(gf[0].Expr, `outcome!="caller_left"`) {
+		t.Errorf("the Get failure ratio is not load_failed / Gets other than caller_left: %v", gf)
 	}
 	// The two ratios are the documented formulas, not their inverses.
 	rpl := titles["Requests per origin call"].Targets[0].Expr
