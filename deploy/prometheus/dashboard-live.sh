@@ -6,8 +6,10 @@
 # data (or only NaN) are listed.
 #
 # Usage, from anywhere in the checkout: deploy/prometheus/dashboard-live.sh
-# Needs the go command, prometheus and promtool (apt-get install prometheus),
-# curl and jq. Takes about a minute. Exits 1 when a query is refused
+# Needs the go command, prometheus (apt-get install prometheus), curl and
+# jq. Takes about a minute: DASHBOARD_LIVE_SECONDS (default 40) is how long
+# the traffic runs. productd runs read-only (-writes disabled): the traffic
+# only reads, so it needs no write token. Exits 1 when a query is refused
 # (a PromQL error); queries with no data are reported, not failures: a
 # panel about the cluster, the Bus or the breaker has nothing to show on a
 # single productd without Redis, and a ratio has no sample while its
@@ -35,7 +37,7 @@ prom=$(free_port)
 
 echo "dashboard-live: building productd"
 go build -o "$tmp/productd" ./cmd/productd
-"$tmp/productd" -addr "127.0.0.1:$app" -db "$tmp/products.db" -cache-ttl 2s -stale-for 1m -failure-throttle 2s >"$tmp/productd.log" 2>&1 &
+"$tmp/productd" -addr "127.0.0.1:$app" -db "$tmp/products.db" -writes disabled -cache-ttl 2s -stale-for 1m -failure-throttle 2s >"$tmp/productd.log" 2>&1 &
 pids+=($!)
 
 cp deploy/prometheus/rules.yml "$tmp/rules.yml"
@@ -61,8 +63,9 @@ done
 curl -fs "http://127.0.0.1:$app/healthz" >/dev/null || { echo "productd did not start:"; cat "$tmp/productd.log"; exit 1; }
 curl -fs "http://127.0.0.1:$prom/-/ready" >/dev/null || { echo "prometheus did not start:"; cat "$tmp/prometheus.log"; exit 1; }
 
-echo "dashboard-live: 40s of traffic (hits, misses, coalesced herds, not-found ids)"
-end=$((SECONDS + 40))
+seconds=${DASHBOARD_LIVE_SECONDS:-40}
+echo "dashboard-live: ${seconds}s of traffic (hits, misses, coalesced herds, not-found ids)"
+end=$((SECONDS + seconds))
 base="http://127.0.0.1:$app/v1/tenants/acme/products"
 while [ $SECONDS -lt $end ]; do
 	{
