@@ -137,6 +137,7 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	temporary := false
 	if *quick {
 		*count = 1
 		if !outSet {
@@ -144,13 +145,44 @@ func main() {
 			if err != nil {
 				fail(err)
 			}
-			defer os.RemoveAll(dir)
-			*out = dir
+			*out, temporary = dir, true
 		}
 	}
-	if err := run(ctx, *out, *count, *quick, os.Stderr); err != nil {
+	start := time.Now()
+	err := run(ctx, *out, *count, *quick, os.Stderr)
+	if temporary {
+		os.RemoveAll(*out)
+	}
+	if err != nil {
 		fail(err)
 	}
+	fmt.Fprintln(os.Stderr, doneLine(*out, temporary, time.Since(start)))
+}
+
+// doneLine is the last line of a successful run: where the report is, or,
+// when it went to a temporary directory that is now removed (-quick
+// without -out), that the report ran, without naming a directory that no
+// longer exists.
+func doneLine(out string, removed bool, took time.Duration) string {
+	took = took.Round(time.Second)
+	if removed {
+		return fmt.Sprintf("perfreport: the report ran in %v (a check: its output was not kept; set -out to keep it)", took)
+	}
+	return fmt.Sprintf("perfreport: wrote %s in %v", out, took)
+}
+
+// header is the report page's first lines up to the machine: the command
+// that wrote it, as it was run.
+func header(count int, quick bool) string {
+	cmdline, target := "go run ./bench/perfreport", "make perf-report"
+	switch {
+	case quick:
+		cmdline, target = cmdline+" -quick", "make perf-report-quick"
+	case count != 3:
+		cmdline += " -count " + strconv.Itoa(count)
+	}
+	return fmt.Sprintf("# Scaling curves\n\nWritten by `%s` (`%s`) on %s, from real runs on that machine",
+		cmdline, target, time.Now().UTC().Format("2006-01-02"))
 }
 
 func fail(err error) {
@@ -165,13 +197,9 @@ func run(ctx context.Context, out string, count int, quick bool, progress io.Wri
 	}
 	start := time.Now()
 	var page bytes.Buffer
-	cmdline := "go run ./bench/perfreport"
-	if count != 3 {
-		cmdline += " -count " + strconv.Itoa(count)
-	}
-	fmt.Fprintf(&page, "# Scaling curves\n\nWritten by `%s` (`make perf-report`) on %s, from real runs on that machine: %s.\n"+
+	fmt.Fprintf(&page, "%s: %s.\n"+
 		"Each point is the median of %d runs; every implementation ran in the same run as the others.\n\n",
-		cmdline, time.Now().UTC().Format("2006-01-02"), machine(), count)
+		header(count, quick), machine(), count)
 	for _, s := range suites {
 		benchtime := s.benchtime
 		if quick {
@@ -215,7 +243,6 @@ func run(ctx context.Context, out string, count int, quick bool, progress io.Wri
 	if err := os.WriteFile(filepath.Join(out, "README.md"), page.Bytes(), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(progress, "wrote %s in %v\n", out, time.Since(start).Round(time.Second))
 	return nil
 }
 

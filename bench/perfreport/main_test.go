@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 const sample = `goos: linux
@@ -197,5 +198,35 @@ func TestTickLabelsShareTheirDecimalsOnALinearAxis(t *testing.T) {
 		if !slices.Equal(got, c.want) {
 			t.Errorf("ticks %v (log %v) = %q, want %q", c.ticks, c.logY, got, c.want)
 		}
+	}
+}
+
+// The page names the command that wrote it: a quick run is not the full
+// report, and -count is stated when it is not the default.
+func TestHeaderNamesTheCommandThatRan(t *testing.T) {
+	for _, c := range []struct {
+		count int
+		quick bool
+		want  string
+	}{
+		{3, false, "Written by `go run ./bench/perfreport` (`make perf-report`)"},
+		{5, false, "Written by `go run ./bench/perfreport -count 5` (`make perf-report`)"},
+		{1, true, "Written by `go run ./bench/perfreport -quick` (`make perf-report-quick`)"},
+	} {
+		if got := header(c.count, c.quick); !strings.Contains(got, c.want) {
+			t.Errorf("header(%d, %v) = %q, want it to contain %q", c.count, c.quick, got, c.want)
+		}
+	}
+}
+
+// A quick run's temporary directory is removed: the last line does not
+// name it; a kept report's line does.
+func TestDoneLineNamesOnlyADirectoryThatStays(t *testing.T) {
+	dir := "/tmp/perfreport-123"
+	if got := doneLine(dir, true, time.Minute); strings.Contains(got, dir) {
+		t.Errorf("doneLine(removed) = %q names the removed directory", got)
+	}
+	if got := doneLine(dir, false, time.Minute); !strings.Contains(got, dir) {
+		t.Errorf("doneLine(kept) = %q does not say where the report is", got)
 	}
 }
