@@ -196,7 +196,18 @@ type Options[V any] struct {
 	Observer driver.Observer
 	// Tracer wraps Gets and loads in spans. Default none.
 	Tracer driver.Tracer
-	// Logger logs store failures (rate-limited). Default slog.Default().
+	// Logger logs what an operator should know, each line prefixed
+	// "flightcache: ": store read and write failures (rate-limited) and
+	// the shared breaker's state changes; with a Bus, the bus going down
+	// (WARN: local values are served for at most BusDownTTL) and coming
+	// back up (INFO: the local tier was resynchronised), invalidations
+	// that could not be published, fences or pending writes dropped
+	// because their tables were full, and invalidations whose version is
+	// ahead of this host's clock; with a Coordinator, the coordinator
+	// becoming unreachable and reachable again, and loads it failed; a
+	// batch loader's keys it was not asked for; an Observer's panic
+	// (ERROR); early refreshes that failed (DEBUG). Default
+	// slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. It decides freshness and, when set, measures load
 	// durations (XFetch's Δ); timers (SoftTimeout, LoaderTimeout,
