@@ -36,15 +36,16 @@ func productdFlags(t *testing.T) []string {
 
 // flagTable returns the flags named in the first column of file's table of
 // productd's flags: the table (lines starting with "|") that has a row for
-// -addr, whose rows start "| `-name` |". Other tables (the demo's flags)
-// are not it.
+// -addr, whose rows start "| `-name` | `PRODUCTD_NAME` |". Other tables
+// (the demo's flags) are not it. A row whose variable is not the flag's
+// fails t.
 func flagTable(t *testing.T, file string) []string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot, file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := regexp.MustCompile("^\\| `-([a-z0-9-]+)` \\|")
+	row := regexp.MustCompile("^\\| `-([a-z0-9-]+)` \\| `?([A-Z0-9_]*)`? \\|")
 	var table []string
 	for _, block := range strings.Split(string(b), "\n\n") {
 		if !strings.Contains(block, "\n| `-addr` |") {
@@ -57,6 +58,9 @@ func flagTable(t *testing.T, file string) []string {
 		for _, line := range strings.Split(block, "\n") {
 			if m := row.FindStringSubmatch(line); m != nil {
 				table = append(table, m[1])
+				if env := envPrefix + strings.ToUpper(strings.ReplaceAll(m[1], "-", "_")); m[2] != env {
+					t.Errorf("%s: -%s's variable is %q, want %s", file, m[1], m[2], env)
+				}
 			}
 		}
 	}
