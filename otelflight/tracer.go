@@ -72,7 +72,13 @@ func (t *Tracer) StartGet(ctx context.Context, cache string) (context.Context, f
 			AttrLed.Bool(info.Led),
 			AttrShared.Bool(shared),
 		)
-		endWith(span, info.Err)
+		err := info.Err
+		if info.Outcome == flightcache.OutcomeCallerLeft {
+			// The caller left before its answer: no failure of the
+			// Get's, which its outcome attribute says.
+			err = nil
+		}
+		endWith(span, err)
 	}
 }
 

@@ -175,3 +175,23 @@ func TestHitSpanIsNeitherLedNorShared(t *testing.T) {
 		t.Errorf("hit span: led=%v shared=%v outcome=%q", led.AsBool(), shared.AsBool(), outcome.AsString())
 	}
 }
+
+// A Get whose caller left is no failed span: its outcome says caller_left
+// and its status stays unset.
+func TestCallerLeftIsNotAFailedSpan(t *testing.T) {
+	tracer, rec := newTracer(t)
+	c := newCache(t, nil, tracer)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Get(ctx, "k", func(context.Context) (int, error) { return 1, nil }); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Get = %v, want context.Canceled", err)
+	}
+	spans := rec.Ended()
+	if len(spans) != 1 || spans[0].Name() != otelflight.SpanGet {
+		t.Fatalf("spans = %v, want one get span", spans)
+	}
+	outcome, _ := attr(spans[0], otelflight.AttrOutcome)
+	if outcome.AsString() != "caller_left" || spans[0].Status().Code != codes.Unset {
+		t.Errorf("get span: outcome %q, status %v; want caller_left, Unset", outcome.AsString(), spans[0].Status().Code)
+	}
+}
