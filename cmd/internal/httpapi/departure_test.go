@@ -95,21 +95,28 @@ func TestOnlyTheClientsOwnLeavingIs499(t *testing.T) {
 		name       string
 		do         func(ctx context.Context, leave func()) error
 		clientGone bool // the client left before the request reached the service
+		timedOut   bool // the request's own context ends with a deadline first (a timeout middleware's)
 		status     int
 		code       string
 		warn       bool
 	}{
-		{"client left", func(ctx context.Context, _ func()) error { <-ctx.Done(); return ctx.Err() }, true, StatusClientClosedRequest, "client_closed_request", false},
-		{"client left, error wrapped", func(ctx context.Context, _ func()) error { return fmt.Errorf("commit: %w", ctx.Err()) }, true, StatusClientClosedRequest, "client_closed_request", false},
-		{"server deadline", func(ctx context.Context, _ func()) error { return serverDeadline(ctx, func() {}) }, false, http.StatusGatewayTimeout, "origin_timeout", true},
-		{"server deadline, then the client left", serverDeadline, false, http.StatusGatewayTimeout, "origin_timeout", true},
-		{"a canceled of the origin's own", func(context.Context, func()) error { return context.Canceled }, false, http.StatusServiceUnavailable, "canceled", true},
+		{"client left", func(ctx context.Context, _ func()) error { <-ctx.Done(); return ctx.Err() }, true, false, StatusClientClosedRequest, "client_closed_request", false},
+		{"client left, error wrapped", func(ctx context.Context, _ func()) error { return fmt.Errorf("commit: %w", ctx.Err()) }, true, false, StatusClientClosedRequest, "client_closed_request", false},
+		{"server deadline", func(ctx context.Context, _ func()) error { return serverDeadline(ctx, func() {}) }, false, false, http.StatusGatewayTimeout, "origin_timeout", true},
+		{"server deadline, then the client left", serverDeadline, false, false, http.StatusGatewayTimeout, "origin_timeout", true},
+		{"a canceled of the origin's own", func(context.Context, func()) error { return context.Canceled }, false, false, http.StatusServiceUnavailable, "canceled", true},
+		{"server deadline on the request's own context", func(ctx context.Context, _ func()) error { <-ctx.Done(); return ctx.Err() }, false, true, http.StatusGatewayTimeout, "origin_timeout", true},
 	} {
 		for _, rt := range routes {
 			t.Run(tc.name+" "+rt.method+" "+rt.target, func(t *testing.T) {
 				var logs bytes.Buffer
 				ctx, leave := context.WithCancel(context.Background())
 				defer leave()
+				if tc.timedOut {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, 0)
+					defer cancel()
+				}
 				svc := stubService{do: func(ctx context.Context) error { return tc.do(ctx, leave) }}
 				h := New(Options{Service: svc, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 				if tc.clientGone {

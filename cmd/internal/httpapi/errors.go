@@ -77,15 +77,17 @@ func classify(err error, retryAfter time.Duration) apiError {
 const StatusClientClosedRequest = 499
 
 // clientLeft reports whether err, what the service returned for r, is r's
-// client leaving: r's context has ended (net/http cancels it when the
-// client goes; productd's server contexts are never cancelled otherwise)
-// and err matches its error. A deadline productd sets itself, on a context
-// derived from r's, ends that context only: its error
-// (context.DeadlineExceeded) does not match r's context, which is still
-// live or ended with context.Canceled, so it stays a timeout (504).
+// client leaving: r's context was cancelled (net/http cancels it when the
+// client closes the connection or resets the stream; productd's server
+// contexts are never cancelled otherwise) and err matches
+// context.Canceled. A deadline productd sets itself is no departure: on a
+// context derived from r's it ends that context only, whose error
+// (context.DeadlineExceeded) does not match; on r's own context (a timeout
+// middleware) r's context ends with context.DeadlineExceeded, not
+// context.Canceled. Either stays a timeout (504). An HTTP client has no
+// way to send its deadline: when it gives up, it closes the connection.
 func clientLeft(r *http.Request, err error) bool {
-	cerr := r.Context().Err()
-	return cerr != nil && errors.Is(err, cerr)
+	return errors.Is(r.Context().Err(), context.Canceled) && errors.Is(err, context.Canceled)
 }
 
 // fail answers a request that the service's err ended. A client that left
