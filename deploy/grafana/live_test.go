@@ -16,9 +16,6 @@ import (
 // which have nothing to show on one productd without Redis. Without
 // prometheus, curl or jq the test is skipped, except under CI=true.
 func TestDashboardLiveScript(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs productd and Prometheus for about 30 s")
-	}
 	for _, tool := range []string{"prometheus", "curl", "jq", "go"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv("CI") == "true" {
