@@ -2,15 +2,20 @@ package productd
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/flightcache/flightcache/internal/testenv"
 )
 
 // repoRoot is the repository's root, from this package's directory.
@@ -141,5 +146,67 @@ func TestEveryTestNamedInReliabilityExists(t *testing.T) {
 		if !found {
 			t.Errorf("docs/RELIABILITY.md names %s, which no _test.go file defines", name)
 		}
+	}
+}
+
+// logKeys returns the keys of a log line in slog's text format, in order,
+// without time, level and msg.
+func logKeys(line string) []string {
+	var keys []string
+	for _, m := range regexp.MustCompile(`(?:^| )([a-z_]+)=`).FindAllStringSubmatch(line, -1) {
+		if k := m[1]; k != "time" && k != "level" && k != "msg" {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// The start-up line docs/productd.md shows (productd with -redis) has the
+// fields productd logs at start-up with -redis, no more and no fewer.
+func TestStartupLineInTheDocsHasEveryField(t *testing.T) {
+	t.Parallel()
+	addr := testenv.RequireRedis(t)
+	doc, err := os.ReadFile(filepath.Join(repoRoot, "docs/productd.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := regexp.MustCompile(`(?m)^level=INFO msg="productd listening" .*$`).Find(doc)
+	if documented == nil {
+		t.Fatal(`docs/productd.md shows no "productd listening" line`)
+	}
+
+	cfg := Default()
+	cfg.WriteToken = testWriteToken
+	cfg.DB = filepath.Join(t.TempDir(), "products.db")
+	cfg.Catalog = &testCatalog
+	cfg.Redis = "redis://" + addr + "/0"
+	cfg.RedisPrefix = testenv.UniqueName("productd-test-") + ":"
+	cfg.RedisTimeout = sharedTimeoutUnderLoad
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cleanRedisPrefix(ctx, t, addr, cfg.RedisPrefix)
+	})
+	var logs syncBuffer
+	s, err := New(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := serveInProcess(t, s)
+	// Serve logs the line before it serves: once /healthz answers, the
+	// line is written.
+	c := herdClient(1)
+	defer c.CloseIdleConnections()
+	resp, err := c.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	logged := regexp.MustCompile(`(?m)^.* msg="productd listening" .*$`).FindString(logs.String())
+	if logged == "" {
+		t.Fatalf("no \"productd listening\" line:\n%s", logs.String())
+	}
+	if got, want := logKeys(string(documented)), logKeys(logged); !slices.Equal(got, want) {
+		t.Errorf("docs/productd.md's start-up line has the fields\n%v\nproductd logs\n%v\n(%s)", got, want, logged)
 	}
 }
