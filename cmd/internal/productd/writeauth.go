@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
@@ -100,7 +101,7 @@ const maxTokenFile = 64 << 10
 func readWriteTokenFile(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", fmt.Errorf("productd: -write-token-file: %w", err)
+		return "", fmt.Errorf("productd: -write-token-file: cannot open the file it names: %w", pathless(err))
 	}
 	defer f.Close()
 	line, err := bufio.NewReaderSize(io.LimitReader(f, maxTokenFile), maxTokenFile).ReadString('\n')
@@ -176,4 +177,15 @@ func (a *writeAuth) authorize(r *http.Request) error {
 		return httpapi.ErrUnauthorized
 	}
 	return nil
+}
+
+// pathless is err without the path a *fs.PathError names: an error about
+// a file that could not be opened, when the name given may be the secret
+// itself (a token or key given to the flag of its file).
+func pathless(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w (its name is not shown, in case a credential was given in place of a file name)", pe.Op, pe.Err)
+	}
+	return err
 }
