@@ -273,6 +273,12 @@ func (s *Server) connectRedis(ctx context.Context) (driver.SharedStore, error) {
 		return nil, err
 	}
 	installRedisLogger()
+	if t.insecure {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "TLS certificate verification of Redis is OFF (skip_verify=true in -redis): "+
+			"anyone on the network path can pose as Redis and read or forge every cached value; "+
+			"remove skip_verify and give -redis-ca the CA that signed Redis' certificate",
+			slog.String("redis", t.String()), slog.Bool("redis_tls_verify", false))
+	}
 	s.rdb, s.redisAt, err = dialRedis(ctx, t, s.cfg, s.log)
 	if err != nil {
 		return nil, err
@@ -492,18 +498,38 @@ func (s *Server) ready(ctx context.Context) httpapi.Readiness {
 			rd.BusLastMessageAge, rd.BusHeard = time.Since(last), true
 		}
 	}
-	if err := s.repo.CanServe(ctx); err != nil {
+	// The checks run side by side, each within its own deadline: a slow
+	// database (a lock, a long migration) must not use up the time of the
+	// Redis PING and get a healthy Redis reported down.
+	var wg sync.WaitGroup
+	var dbErr, redisErr error
+	wg.Go(func() { dbErr = s.repo.CanServe(ctx) })
+	if s.rdb != nil {
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
+			defer cancel()
+			redisErr = s.rdb.Ping(pctx).Err()
+		})
+	}
+	wg.Wait()
+	if dbErr != nil {
 		rd.Ready, rd.Dependencies["db"] = s.servesStale(), "down"
 	}
 	if s.rdb != nil {
-		pctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
-		defer cancel()
 		rd.Dependencies["redis"] = "up"
-		if err := s.rdb.Ping(pctx).Err(); err != nil {
+		if redisErr != nil {
 			rd.Dependencies["redis"] = "down"
 		}
 		if s.breaker != nil {
 			rd.Dependencies["redis_breaker"] = s.breaker.State().String()
+		}
+		if s.redisAt.tls {
+			// An unverified TLS Redis (skip_verify=true) stays visible
+			// after the start-up warning has scrolled away.
+			rd.Dependencies["redis_tls"] = "verified"
+			if s.redisAt.insecure {
+				rd.Dependencies["redis_tls"] = "unverified"
+			}
 		}
 	}
 	return rd
