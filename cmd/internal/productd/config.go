@@ -1,6 +1,6 @@
 // Package productd is the reference service: a product-detail HTTP API over
 // an SQL origin with a flightcache in front. cmd/productd runs it;
-// cmd/stampede starts it in-process. Run(ctx, cfg, log) is the whole
+// cmd/stampede starts it in-process. Run(ctx, cfg, log, reload) is the whole
 // server; New and Serve split it for callers that bring their own listener.
 package productd
 
@@ -139,7 +139,9 @@ type Config struct {
 	// and logs never show it. Exclusive with WriteTokenFile.
 	WriteToken string
 	// WriteTokenFile names a file whose first line (trimmed) is the write
-	// token; New reads it. An empty first line is refused.
+	// token, and a later line a second one accepted too (a rotation); New
+	// reads it, and Server.Reload again. An empty first line, a third
+	// token, or a file open to users other than its owner is refused.
 	WriteTokenFile string
 	// MaxTenants bounds the tenants that creates may bring into the
 	// catalog (a tenant with no product when its first create came); past
@@ -525,7 +527,7 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	// Writes: who may PUT and POST, and how much creates may add.
 	str(&c.Writes, "writes", "who may write (PUT, POST): token (requests need -write-token as \"Authorization: Bearer <token>\"), disabled (every write is answered 403), or open (anyone may write; logs a warning at every start)")
 	hidden(&c.WriteToken, "write-token", "bearer `token` that writes need with -writes token (at least 16 printable characters, no spaces; never printed); prefer -write-token-file or the variable, which stay out of the process list")
-	str(&c.WriteTokenFile, "write-token-file", "file whose first line is the write token (instead of -write-token)")
+	str(&c.WriteTokenFile, "write-token-file", "file whose first line is the write token (instead of -write-token); a second token on a later line is accepted too, for a rotation, and SIGHUP reloads the file; it must be readable by its owner only (chmod 600)")
 	num(&c.MaxTenants, "max-tenants", "tenants that creates may add to the catalog, beyond those that have products already; past it a create in a new tenant gets 403 (0: unlimited)")
 	num(&c.MaxCreatesPerTenant, "max-creates-per-tenant", "product rows (one per locale and currency) that creates may add to one tenant; past it a create there gets 403 (0: unlimited)")
 

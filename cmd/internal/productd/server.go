@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -85,6 +86,7 @@ type Server struct {
 	handler  http.Handler
 	// relay is the outbox relay's options (flightcache mode).
 	relay product.RelayOptions
+	auth  *writeAuth // the write gate; Reload reloads its token file
 
 	closeOnce sync.Once
 	closeErr  error
@@ -107,7 +109,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	if err != nil {
 		return nil, err
 	}
-	s = &Server{cfg: cfg, log: log}
+	s = &Server{cfg: cfg, log: log, auth: auth}
 	// The error returns below set s to nil: release what was opened through
 	// a reference of our own.
 	partial := s
@@ -702,9 +704,28 @@ func (s *Server) Close() error {
 	return s.closeErr
 }
 
+// Reload re-reads what productd takes up without a restart, the write
+// tokens of -write-token-file, and logs the outcome: the tokens accepted
+// from now on, or why the file cannot be used (missing, malformed, open to
+// other users), in which case the tokens in use stay. Nothing else changes:
+// every other setting needs a restart. cmd/productd calls it on SIGHUP.
+func (s *Server) Reload(ctx context.Context) error {
+	n, err := s.auth.reload()
+	switch {
+	case err != nil:
+		s.log.LogAttrs(ctx, slog.LevelError, "reload failed: the write tokens in use stay", slog.String("error", err.Error()))
+	case n == 0:
+		s.log.LogAttrs(ctx, slog.LevelInfo, "reload: nothing to reload (no -write-token-file)")
+	default:
+		s.log.LogAttrs(ctx, slog.LevelInfo, "reload: write tokens reloaded from -write-token-file", slog.Int("tokens", n))
+	}
+	return err
+}
+
 // Run is the whole service: New, listen on cfg.Addr, Serve until ctx is
-// done.
-func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+// done. Each value received on reload (cmd/productd sends SIGHUP there)
+// calls Reload; reload may be nil.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, reload <-chan os.Signal) error {
 	s, err := New(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -714,7 +735,23 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		s.Close()
 		return fmt.Errorf("productd: listen: %w", err)
 	}
-	return s.Serve(ctx, ln)
+	served := make(chan struct{})
+	reloaded := make(chan struct{})
+	go func() {
+		defer close(reloaded)
+		for {
+			select {
+			case <-reload:
+				s.Reload(ctx)
+			case <-served:
+				return
+			}
+		}
+	}()
+	err = s.Serve(ctx, ln)
+	close(served)
+	<-reloaded
+	return err
 }
 
 // untilAnswer calls ping, 100ms apart, while it times out and ctx lasts:
