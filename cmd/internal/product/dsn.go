@@ -133,7 +133,7 @@ func checkUserinfo(s string) error {
 		authority, tail = rest[:i], rest[i:]
 	}
 	if strings.Count(authority, "@") > 1 || strings.ContainsRune(tail, '@') {
-		return fmt.Errorf("%w: the URL holds an '@' past its user info: a password holding '@', '/' or '?' must write them %%40, %%2F and %%3F; want %s", ErrUnsupportedDSN, AcceptedDSNForms)
+		return fmt.Errorf("%w: the URL holds a second '@', or one after its host: write an '@', '/' or '?' of a password as %%40, %%2F and %%3F, and an '@' of a parameter as %%40; want %s", ErrUnsupportedDSN, AcceptedDSNForms)
 	}
 	return nil
 }
