@@ -26,6 +26,10 @@ const maxHeaderBytes = 1 << 20
 // a handler has one).
 var plainConnError = regexp.MustCompile(`\AHTTP/1\.1 ([45]\d\d) [^\r\n]*\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n[^\r\n]*\z`)
 
+// maxPlainConnError is longer than any answer plainConnError matches
+// (about 150 bytes): a longer write is passed on without a look.
+const maxPlainConnError = 512
+
 // jsonErrorListener wraps a listener so that its connections write
 // net/http's own error answers as JSON.
 type jsonErrorListener struct{ net.Listener }
@@ -44,6 +48,9 @@ func (l jsonErrorListener) Accept() (net.Conn, error) {
 type jsonErrorConn struct{ net.Conn }
 
 func (c jsonErrorConn) Write(b []byte) (int, error) {
+	if len(b) > maxPlainConnError {
+		return c.Conn.Write(b)
+	}
 	m := plainConnError.FindSubmatch(b)
 	if m == nil {
 		return c.Conn.Write(b)
