@@ -2,7 +2,7 @@
 // HTTP API over SQLite or PostgreSQL with a stampede-proof cache in front.
 //
 //	go build -o productd ./cmd/productd
-//	head -c 32 /dev/urandom | base64 > write-token   # the bearer token of PUTs and POSTs
+//	(umask 077; head -c 32 /dev/urandom | base64 > write-token)   # the bearer token of PUTs and POSTs, for its owner only
 //	./productd -write-token-file write-token    # SQLite file productd.db, memory cache, on 127.0.0.1:8080
 //	./productd -write-token-file write-token -db 'postgres://postgres@127.0.0.1:5432/productd?sslmode=disable'
 //	./productd -write-token-file write-token -redis redis://127.0.0.1:6379/0
@@ -10,7 +10,9 @@
 //	./productd -h                               # every flag and PRODUCTD_* variable
 //
 // Run the built binary rather than go run: go run does not pass SIGTERM on
-// to the server, so it would not shut down gracefully.
+// to the server, so it would not shut down gracefully. SIGINT and SIGTERM
+// drain and stop it; SIGHUP reloads -write-token-file and keeps it
+// running.
 //
 // See docs/productd.md.
 package main
@@ -29,6 +31,11 @@ import (
 )
 
 func main() {
+	// SIGHUP reloads the write token file (productd.Server.Reload) and
+	// never ends the process: caught from the start, so that one arriving
+	// while productd starts waits for it instead of killing it.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
 	cfg, err := productd.FromEnvironment()
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -43,7 +50,7 @@ func main() {
 	slog.SetDefault(log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := productd.Run(ctx, cfg, log); err != nil {
+	if err := productd.Run(ctx, cfg, log, hup); err != nil {
 		log.Error("productd failed", "error", err)
 		os.Exit(1)
 	}

@@ -39,10 +39,17 @@ func (d DSN) String() string {
 
 // redactURL returns the URL s with the password of its user info and the
 // values of the query parameters secret says are secret replaced by "xxxxx".
+// A URL whose user info cannot be told apart for sure shows only its
+// scheme: a '#' anywhere, or an '@' after the host, means a password
+// holding an unescaped '#', '/', '?' or '@' was cut short, its rest taken
+// for the host, path, query or fragment.
 func redactURL(s string, secret func(param string) bool) string {
 	u, err := url.Parse(s)
 	if err != nil {
 		return "<unparsable URL, redacted>"
+	}
+	if strings.ContainsRune(s, '#') || strings.ContainsRune(u.RawPath+u.Path+u.RawQuery, '@') {
+		return u.Scheme + "://<redacted>"
 	}
 	if u.User != nil {
 		if _, has := u.User.Password(); has {
@@ -77,6 +84,9 @@ func ParseDSN(s string) (DSN, error) {
 		if _, err := url.Parse(s); err != nil {
 			return DSN{}, fmt.Errorf("%w: malformed postgres URL; want %s", ErrUnsupportedDSN, AcceptedDSNForms)
 		}
+		if err := checkUserinfo(s); err != nil {
+			return DSN{}, err
+		}
 		return DSN{Dialect: Postgres, raw: s}, nil
 	case strings.HasPrefix(lower, "sqlite:"), strings.HasPrefix(lower, "file:"):
 		path := s[strings.IndexByte(s, ':')+1:]
@@ -107,6 +117,25 @@ func ParseDSN(s string) (DSN, error) {
 		return DSN{Dialect: SQLite, Path: s, raw: s}, nil
 	}
 	return DSN{}, fmt.Errorf("%w; want %s", ErrUnsupportedDSN, AcceptedDSNForms)
+}
+
+// checkUserinfo refuses a URL whose user info cannot be told apart for
+// sure: a '#' anywhere, or an '@' past the first one or after the host. A
+// password holding '#', '@', '/' or '?' unescaped is cut there, and the
+// driver's errors would then quote its rest as a host name.
+func checkUserinfo(s string) error {
+	_, rest, _ := strings.Cut(s, "://")
+	if strings.ContainsRune(rest, '#') {
+		return fmt.Errorf("%w: the URL holds a '#': a password holding one must write it %%23; want %s", ErrUnsupportedDSN, AcceptedDSNForms)
+	}
+	authority, tail := rest, ""
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		authority, tail = rest[:i], rest[i:]
+	}
+	if strings.Count(authority, "@") > 1 || strings.ContainsRune(tail, '@') {
+		return fmt.Errorf("%w: the URL holds a second '@', or one after its host: write an '@', '/' or '?' of a password as %%40, %%2F and %%3F, and an '@' of a parameter as %%40; want %s", ErrUnsupportedDSN, AcceptedDSNForms)
+	}
+	return nil
 }
 
 // sqlitePath reports whether path names a SQLite file unambiguously: it

@@ -50,6 +50,12 @@ func TestParseDSNRefusesAmbiguousNamesWithoutEchoingThem(t *testing.T) {
 		"postgres:x.db",
 		"postgresql:hunter2@db/p.db",
 		"redis:hunter2.sqlite",
+		// Passwords with an unescaped '#', '@', '/' or '?': the driver
+		// would take their rest for the host and quote it.
+		"postgres://app:hun@ter2@db/p",
+		"postgres://app:12#hunter2@db/p",
+		"postgres://app:12/hunter2@db/p",
+		"postgres://app:12?hunter2@db/p",
 	} {
 		_, err := ParseDSN(in)
 		if !errors.Is(err, ErrUnsupportedDSN) {
@@ -76,6 +82,12 @@ func TestRedactHidesEveryCredential(t *testing.T) {
 		{`host=db password=hun\ ter2 dbname=p`, "host=db password=xxxxx dbname=p"},
 		{`host=db password='hun\'ter2' dbname=p`, "host=db password=xxxxx dbname=p"},
 		{"postgres://app:hun#ter2@db/p", "<unparsable URL, redacted>"},
+		// A password with an unescaped '#', '/' or '?' after digits parses
+		// as a port followed by a fragment, path or query.
+		{"postgres://app:12#hunter2@db:5432/p", "postgres://<redacted>"},
+		{"postgres://app:12/hunter2@db:5432/p", "postgres://<redacted>"},
+		{"postgres://app:12?hunter2@db:5432/p", "postgres://<redacted>"},
+		{"postgres://app@db/p#hunter2", "postgres://<redacted>"},
 		{"products.db", "products.db"},
 		{"", ""},
 	}

@@ -1,6 +1,6 @@
 // Package productd is the reference service: a product-detail HTTP API over
 // an SQL origin with a flightcache in front. cmd/productd runs it;
-// cmd/stampede starts it in-process. Run(ctx, cfg, log) is the whole
+// cmd/stampede starts it in-process. Run(ctx, cfg, log, reload) is the whole
 // server; New and Serve split it for callers that bring their own listener.
 package productd
 
@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -137,7 +139,9 @@ type Config struct {
 	// and logs never show it. Exclusive with WriteTokenFile.
 	WriteToken string
 	// WriteTokenFile names a file whose first line (trimmed) is the write
-	// token; New reads it. An empty first line is refused.
+	// token, and a later line a second one accepted too (a rotation); New
+	// reads it, and Server.Reload again. An empty first line, a third
+	// token, or a file open to users other than its owner is refused.
 	WriteTokenFile string
 	// MaxTenants bounds the tenants that creates may bring into the
 	// catalog (a tenant with no product when its first create came); past
@@ -211,6 +215,10 @@ func Default() Config {
 // Validate reports the first setting out of range.
 func (c Config) Validate() error {
 	bad := func(format string, a ...any) error { return fmt.Errorf("productd: "+format, a...) }
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		// Not quoted: a password set in the wrong variable must not show.
+		return bad("-addr must be host:port or :port, e.g. 127.0.0.1:8080 or :8080")
+	}
 	switch {
 	case c.DB == "":
 		return bad("-db must not be empty")
@@ -296,7 +304,8 @@ func (c Config) Validate() error {
 		return err
 	}
 	if _, err := product.ParseMode(string(c.Mode)); err != nil {
-		return err
+		// Not ParseMode's error, which quotes the value.
+		return fmt.Errorf("productd: -mode must be %s or %s", product.ModeFlightcache, product.ModeNaive)
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err
@@ -396,7 +405,6 @@ const envPrefix = "PRODUCTD_"
 func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Config, error) {
 	c := Default()
 	fs := flag.NewFlagSet("productd", flag.ContinueOnError)
-	fs.SetOutput(out)
 	var envErrs []error
 	// bind registers a flag whose default comes from its variable, and
 	// names the variable in the usage text.
@@ -404,61 +412,43 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 		env := envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 		set(fs, env, usage+" (env "+env+")")
 	}
+	// Every value, from a flag or a variable, is parsed by functions whose
+	// errors name the flag or the variable but never quote the value: a
+	// value given to the wrong flag or variable may be a password.
 	str := func(p *string, name, usage string) {
 		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
 			if v := getenv(env); v != "" {
 				*p = v
 			}
-			fs.StringVar(p, name, *p, usage)
+			fs.Var((*stringValue)(p), name, usage)
+		})
+	}
+	var flagErrs []error
+	// parsed registers a number, duration or boolean flag.
+	parsed := func(name, usage string, v interface {
+		flag.Value
+		parseEnv(string) error
+	}) {
+		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
+			if s := getenv(env); s != "" {
+				if err := v.parseEnv(s); err != nil {
+					envErrs = append(envErrs, fmt.Errorf("productd: %s: %w", env, err))
+				}
+			}
+			fs.Var(v, name, usage)
 		})
 	}
 	dur := func(p *time.Duration, name, usage string) {
-		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
-			if v := getenv(env); v != "" {
-				d, err := time.ParseDuration(v)
-				if err != nil {
-					envErrs = append(envErrs, fmt.Errorf("productd: %s: %w", env, err))
-				}
-				*p = d
-			}
-			fs.DurationVar(p, name, *p, usage)
-		})
+		parsed(name, usage, &parsedValue[time.Duration]{p: p, name: name, kind: "duration", parse: parseDuration, errs: &flagErrs})
 	}
 	num := func(p *int, name, usage string) {
-		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
-			if v := getenv(env); v != "" {
-				n, err := strconv.Atoi(v)
-				if err != nil {
-					envErrs = append(envErrs, fmt.Errorf("productd: %s: %w", env, err))
-				}
-				*p = n
-			}
-			fs.IntVar(p, name, *p, usage)
-		})
+		parsed(name, usage, &parsedValue[int]{p: p, name: name, kind: "int", parse: parseInt, errs: &flagErrs})
 	}
 	boolean := func(p *bool, name, usage string) {
-		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
-			if v := getenv(env); v != "" {
-				b, err := strconv.ParseBool(v)
-				if err != nil {
-					envErrs = append(envErrs, fmt.Errorf("productd: %s: %w", env, err))
-				}
-				*p = b
-			}
-			fs.BoolVar(p, name, *p, usage)
-		})
+		parsed(name, usage, &parsedValue[bool]{p: p, name: name, parse: parseBool, errs: &flagErrs})
 	}
 	float := func(p *float64, name, usage string) {
-		bind(name, usage, func(fs *flag.FlagSet, env, usage string) {
-			if v := getenv(env); v != "" {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					envErrs = append(envErrs, fmt.Errorf("productd: %s: %w", env, err))
-				}
-				*p = f
-			}
-			fs.Float64Var(p, name, *p, usage)
-		})
+		parsed(name, usage, &parsedValue[float64]{p: p, name: name, kind: "float", parse: parseFloat, errs: &flagErrs})
 	}
 	// secret registers a string flag whose value may hold a password:
 	// the usage text (and so -h and every flag error) shows its default
@@ -537,19 +527,25 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	// Writes: who may PUT and POST, and how much creates may add.
 	str(&c.Writes, "writes", "who may write (PUT, POST): token (requests need -write-token as \"Authorization: Bearer <token>\"), disabled (every write is answered 403), or open (anyone may write; logs a warning at every start)")
 	hidden(&c.WriteToken, "write-token", "bearer `token` that writes need with -writes token (at least 16 printable characters, no spaces; never printed); prefer -write-token-file or the variable, which stay out of the process list")
-	str(&c.WriteTokenFile, "write-token-file", "file whose first line is the write token (instead of -write-token)")
+	str(&c.WriteTokenFile, "write-token-file", "file whose first line is the write token (instead of -write-token); a second token on a later line is accepted too, for a rotation, and SIGHUP reloads the file; it must be readable by its owner only (chmod 600)")
 	num(&c.MaxTenants, "max-tenants", "tenants that creates may add to the catalog, beyond those that have products already; past it a create in a new tenant gets 403 (0: unlimited)")
 	num(&c.MaxCreatesPerTenant, "max-creates-per-tenant", "product rows (one per locale and currency) that creates may add to one tenant; past it a create there gets 403 (0: unlimited)")
 
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "productd: the flightcache reference product-detail service.\n\n"+
-			"Usage: productd [flags]\n\nEvery flag can also be set by the environment variable shown; a flag wins.\n\n")
-		fs.PrintDefaults()
-	}
 	if err := errors.Join(envErrs...); err != nil {
 		return c, err
 	}
-	if err := fs.Parse(args); err != nil {
+	// flag prints nothing itself: its messages quote what they could not
+	// parse, which may be a secret. ParseFlags prints -h and says what is
+	// wrong in its own words.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		printUsage(fs, out)
+		return c, err
+	} else if err != nil {
+		return c, flagError(err)
+	}
+	if err := errors.Join(flagErrs...); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 && emptyHidden(fs) {
@@ -558,13 +554,157 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 		return c, errors.New("productd: unexpected argument after an empty -write-token= (is its value separated from its = by a space?)")
 	}
 	if fs.NArg() > 0 {
-		// Redacted: a stray argument is often a flag's value cut off by a
-		// space (-db= 'postgres://user:password@…'), and may hold a secret.
-		return c, fmt.Errorf("productd: unexpected argument %q (is a flag's value separated from its = by a space?)", redactArg(fs.Arg(0)))
+		// A stray argument is often a flag's value cut off by a space
+		// (-db= 'postgres://user:password@…', or a password with a space
+		// left unquoted), and may hold a secret: a URL is shown redacted,
+		// anything else only by its position.
+		pos := len(args) - fs.NArg() + 1
+		if strings.Contains(fs.Arg(0), "://") {
+			return c, fmt.Errorf("productd: unexpected argument %d, %q (is a flag's value separated from its = by a space?)", pos, redactArg(fs.Arg(0)))
+		}
+		return c, fmt.Errorf("productd: unexpected argument %d (not shown, in case it is a credential; is a flag's value separated from its = by a space, or a value with a space not quoted?)", pos)
 	}
 	c.Mode = product.Mode(mode)
 	return c, c.Validate()
 }
+
+// printUsage writes -h: the flags with their variables and defaults, as
+// flag.PrintDefaults would, with the type names of productd's own values.
+func printUsage(fs *flag.FlagSet, out io.Writer) {
+	fmt.Fprintf(out, "productd: the flightcache reference product-detail service.\n\n"+
+		"Usage: productd [flags]\n\nEvery flag can also be set by the environment variable shown; a flag wins.\n\n")
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		_, isParsed := f.Value.(interface{ parseEnv(string) error })
+		if k, ok := f.Value.(interface{ kindName() string }); ok && name == "value" {
+			name = k.kindName()
+		} else if name == "value" {
+			name = "string"
+		}
+		line := "  -" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
+		switch {
+		case isParsed && f.DefValue != "0" && f.DefValue != "false" && f.DefValue != "0s":
+			line += fmt.Sprintf(" (default %v)", f.DefValue)
+		case !isParsed && f.DefValue != "":
+			line += fmt.Sprintf(" (default %q)", f.DefValue)
+		}
+		fmt.Fprintln(out, line)
+	})
+}
+
+// flagNameRE matches what may be shown of an unknown flag's name: a
+// mistyped flag, not a value that lost its flag.
+var flagNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,39}$`)
+
+// flagError says in productd's words what flag.Parse refused, quoting no
+// value: an unknown flag's name only when it looks like one.
+func flagError(err error) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		if !flagNameRE.MatchString(strings.TrimPrefix(name, "-")) {
+			return errors.New("productd: an argument begins with '-' but is no flag productd has (not shown, in case it is a credential); productd -h lists every flag")
+		}
+		return fmt.Errorf("productd: unknown flag -%s; productd -h lists every flag", name)
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok && flagNameRE.MatchString(name) {
+		return fmt.Errorf("productd: flag -%s needs a value", name)
+	}
+	return errors.New("productd: a malformed flag (not shown, in case it is a credential); write -name value or -name=value; productd -h lists every flag")
+}
+
+// parsedValue is the flag.Value of a number, duration or boolean flag.
+// flag quotes the value in its error when a Set fails, and a value given
+// to the wrong flag may be a password: so Set never fails, but keeps an
+// error that names the flag, never the value, which ParseFlags returns
+// after flag.Parse.
+type parsedValue[T any] struct {
+	p     *T
+	name  string
+	kind  string // the type shown by -h; "" for a boolean
+	parse func(string) (T, error)
+	errs  *[]error
+}
+
+func (v *parsedValue[T]) String() string {
+	if v == nil || v.p == nil {
+		return ""
+	}
+	return fmt.Sprint(*v.p)
+}
+
+func (v *parsedValue[T]) Set(s string) error {
+	if err := v.parseEnv(s); err != nil {
+		*v.errs = append(*v.errs, fmt.Errorf("productd: -%s: %w", v.name, err))
+	}
+	return nil
+}
+
+// parseEnv sets the value from s, a variable's value; its error does not
+// quote s.
+func (v *parsedValue[T]) parseEnv(s string) error {
+	x, err := v.parse(s)
+	if err != nil {
+		return err
+	}
+	*v.p = x
+	return nil
+}
+
+func (v *parsedValue[T]) IsBoolFlag() bool { return v.kind == "" }
+
+func (v *parsedValue[T]) kindName() string { return v.kind }
+
+// The parsers of parsedValue: their errors say what was expected, never
+// what was given.
+func parseInt(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, errors.New("not a whole number (e.g. 20; the value is not shown, in case it is a credential)")
+	}
+	return n, nil
+}
+
+func parseDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, errors.New("not a duration (e.g. 500ms, 30s or 5m; the value is not shown, in case it is a credential)")
+	}
+	return d, nil
+}
+
+func parseBool(s string) (bool, error) {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, errors.New("not true or false (the value is not shown, in case it is a credential)")
+	}
+	return b, nil
+}
+
+func parseFloat(s string) (float64, error) {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, errors.New("not a number (e.g. 0.1; the value is not shown, in case it is a credential)")
+	}
+	return f, nil
+}
+
+// stringValue is a string flag.Value that prints through redactArg: -h
+// shows a default that came from the environment, and a password set in
+// the wrong variable must not show there.
+type stringValue string
+
+func (v *stringValue) String() string {
+	if v == nil {
+		return ""
+	}
+	return redactArg(string(*v))
+}
+
+func (v *stringValue) Set(s string) error { *v = stringValue(s); return nil }
 
 // secretValue is a string flag.Value that prints redacted: flag's usage
 // text shows a flag's default through String.

@@ -411,3 +411,44 @@ func TestListeningLineRedactsTheDatabasePassword(t *testing.T) {
 		t.Fatalf("listening line db=%q (all logs:\n%s); want the URL with its password redacted", db, logs.String())
 	}
 }
+
+// A value that does not parse is refused with an error that names the
+// flag or the variable and what was expected, never the value.
+func TestRefusedValuesAreNamedNotQuoted(t *testing.T) {
+	const value = "notanumberxyz"
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{[]string{"-db-max-conns", value}, nil, []string{"-db-max-conns", "whole number"}},
+		{[]string{"-cache-ttl=" + value}, nil, []string{"-cache-ttl", "duration"}},
+		{[]string{"-seed=" + value}, nil, []string{"-seed", "true or false"}},
+		{[]string{"-cache-jitter", value}, nil, []string{"-cache-jitter", "number"}},
+		{nil, map[string]string{"PRODUCTD_DB_MAX_CONNS": value}, []string{"PRODUCTD_DB_MAX_CONNS", "whole number"}},
+		{nil, map[string]string{"PRODUCTD_LOADER_TIMEOUT": value}, []string{"PRODUCTD_LOADER_TIMEOUT", "duration"}},
+		{[]string{"-dbmaxconns", "5"}, nil, []string{"unknown flag -dbmaxconns", "-h"}},
+		{[]string{"-" + value + "=X"}, nil, []string{"unknown flag -" + value}},
+		{[]string{"-Postgres://u:" + value + "@h"}, nil, []string{"no flag productd has"}},
+		{[]string{"-db"}, nil, []string{"-db needs a value"}},
+		{[]string{"-mode", value}, nil, []string{"-mode must be flightcache or naive"}},
+		{[]string{"-addr", value}, nil, []string{"-addr must be host:port"}},
+		{[]string{"--", value}, nil, []string{"unexpected argument 2"}},
+	} {
+		var out bytes.Buffer
+		_, err := ParseFlags(tc.args, env(tc.env), &out)
+		if err == nil {
+			t.Errorf("ParseFlags(%q, %v) accepted it", tc.args, tc.env)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("ParseFlags(%q, %v): %v; want it to say %q", tc.args, tc.env, err, w)
+			}
+		}
+		// The unknown-flag case names the flag, which is the value here.
+		if !strings.HasPrefix(strings.Join(tc.args, " "), "-"+value) && strings.Contains(err.Error()+out.String(), value) {
+			t.Errorf("ParseFlags(%q, %v) quoted the value: %v\n%s", tc.args, tc.env, err, out.String())
+		}
+	}
+}

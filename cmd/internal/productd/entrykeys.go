@@ -30,8 +30,8 @@ func (c Config) EntryKeys() ([][]byte, error) {
 	case c.RedisEntryKeyFile != "":
 		data, err := os.ReadFile(c.RedisEntryKeyFile)
 		if err != nil {
-			// The path and the reason; the file's content is not read.
-			return nil, fmt.Errorf("productd: -redis-entry-key-file: %w", err)
+			// The reason, not the path (pathless); the content is not read.
+			return nil, fmt.Errorf("productd: -redis-entry-key-file: %w", pathless(err))
 		}
 		var keys [][]byte
 		for n, line := range strings.Split(string(data), "\n") {

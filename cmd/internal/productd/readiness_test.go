@@ -276,3 +276,42 @@ func TestReadyzAndMetricsShowTheBusInBothCoalescingModes(t *testing.T) {
 		}
 	})
 }
+
+// A slow database check does not use up the Redis check's time: with the
+// products table locked (PostgreSQL, ACCESS EXCLUSIVE), /readyz reports
+// db: down after its deadline and a healthy Redis up, as the two checks run
+// side by side, each within its own deadline.
+func TestReadyzReportsAHealthyRedisUpWhileTheDatabaseIsSlow(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.PostgresDB(t)
+	rds := startPrivateRedis(t)
+	cfg := Default()
+	cfg.WriteToken = testWriteToken
+	cfg.DB = dsn
+	cfg.Catalog = &testCatalog
+	cfg.Redis = rds.url()
+	base, _ := startInProcess(t, cfg)
+	if code, b := getReadyz(t, base); code != 200 || b.Dependencies["db"] != "up" || b.Dependencies["redis"] != "up" {
+		t.Fatalf("healthy: /readyz %d %+v", code, b)
+	}
+
+	db := openPostgres(t, dsn)
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`LOCK TABLE products IN ACCESS EXCLUSIVE MODE`); err != nil {
+		tx.Rollback()
+		t.Fatal(err)
+	}
+	code, b := getReadyz(t, base)
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if b.Dependencies["db"] != "down" || b.Dependencies["redis"] != "up" {
+		t.Fatalf("products table locked: /readyz %d %+v; want db down and redis up", code, b)
+	}
+	if code, b := getReadyz(t, base); code != 200 || b.Dependencies["db"] != "up" || b.Dependencies["redis"] != "up" {
+		t.Fatalf("lock released: /readyz %d %+v", code, b)
+	}
+}

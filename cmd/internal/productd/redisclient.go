@@ -29,7 +29,7 @@ func (t *redisTarget) newClient() redis.UniversalClient {
 func (t *redisTarget) asCluster() *redisTarget {
 	o := t.single
 	return &redisTarget{
-		form: redisCluster, addrs: t.addrs, tls: t.tls, query: t.query,
+		form: redisCluster, addrs: t.addrs, tls: t.tls, insecure: t.insecure, query: t.query,
 		cluster: &redis.ClusterOptions{
 			Addrs:    []string{o.Addr},
 			Username: o.Username, Password: o.Password, TLSConfig: o.TLSConfig,

@@ -63,6 +63,7 @@ type redisTarget struct {
 	form     redisForm
 	addrs    []string // the addresses the URL names (host:port, or a socket path); never credentials
 	tls      bool     // rediss: every connection is TLS
+	insecure bool     // tls with go-redis' skip_verify=true: certificates are not verified
 	unix     bool     // unix://: a socket path, single only
 	master   string   // redisSentinel: the master's name
 	query    url.Values
@@ -448,10 +449,13 @@ func (c Config) redisTarget() (*redisTarget, error) {
 		switch t.form {
 		case redisSingle:
 			t.single.TLSConfig = withTLS(t.single.TLSConfig)
+			t.insecure = t.single.TLSConfig.InsecureSkipVerify
 		case redisCluster:
 			t.cluster.TLSConfig = withTLS(t.cluster.TLSConfig)
+			t.insecure = t.cluster.TLSConfig.InsecureSkipVerify
 		case redisSentinel:
 			t.failover.TLSConfig = withTLS(t.failover.TLSConfig)
+			t.insecure = t.failover.TLSConfig.InsecureSkipVerify
 		}
 	}
 	t.applyDefaults(c.RedisTimeout)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -85,6 +86,7 @@ type Server struct {
 	handler  http.Handler
 	// relay is the outbox relay's options (flightcache mode).
 	relay product.RelayOptions
+	auth  *writeAuth // the write gate; Reload reloads its token file
 
 	closeOnce sync.Once
 	closeErr  error
@@ -107,7 +109,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	if err != nil {
 		return nil, err
 	}
-	s = &Server{cfg: cfg, log: log}
+	s = &Server{cfg: cfg, log: log, auth: auth}
 	// The error returns below set s to nil: release what was opened through
 	// a reference of our own.
 	partial := s
@@ -273,6 +275,12 @@ func (s *Server) connectRedis(ctx context.Context) (driver.SharedStore, error) {
 		return nil, err
 	}
 	installRedisLogger()
+	if t.insecure {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "TLS certificate verification of Redis is OFF (skip_verify=true in -redis): "+
+			"anyone on the network path can pose as Redis and read or forge every cached value; "+
+			"remove skip_verify and give -redis-ca the CA that signed Redis' certificate",
+			slog.String("redis", t.String()), slog.Bool("redis_tls_verify", false))
+	}
 	s.rdb, s.redisAt, err = dialRedis(ctx, t, s.cfg, s.log)
 	if err != nil {
 		return nil, err
@@ -492,18 +500,38 @@ func (s *Server) ready(ctx context.Context) httpapi.Readiness {
 			rd.BusLastMessageAge, rd.BusHeard = time.Since(last), true
 		}
 	}
-	if err := s.repo.CanServe(ctx); err != nil {
+	// The checks run side by side, each within its own deadline: a slow
+	// database (a lock, a long migration) must not use up the time of the
+	// Redis PING and get a healthy Redis reported down.
+	var wg sync.WaitGroup
+	var dbErr, redisErr error
+	wg.Go(func() { dbErr = s.repo.CanServe(ctx) })
+	if s.rdb != nil {
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
+			defer cancel()
+			redisErr = s.rdb.Ping(pctx).Err()
+		})
+	}
+	wg.Wait()
+	if dbErr != nil {
 		rd.Ready, rd.Dependencies["db"] = s.servesStale(), "down"
 	}
 	if s.rdb != nil {
-		pctx, cancel := context.WithTimeout(ctx, s.cfg.RedisTimeout)
-		defer cancel()
 		rd.Dependencies["redis"] = "up"
-		if err := s.rdb.Ping(pctx).Err(); err != nil {
+		if redisErr != nil {
 			rd.Dependencies["redis"] = "down"
 		}
 		if s.breaker != nil {
 			rd.Dependencies["redis_breaker"] = s.breaker.State().String()
+		}
+		if s.redisAt.tls {
+			// An unverified TLS Redis (skip_verify=true) stays visible
+			// after the start-up warning has scrolled away.
+			rd.Dependencies["redis_tls"] = "verified"
+			if s.redisAt.insecure {
+				rd.Dependencies["redis_tls"] = "unverified"
+			}
 		}
 	}
 	return rd
@@ -578,6 +606,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      longestRequest + 10*time.Second,
 		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
@@ -622,7 +651,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}()
 
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(jsonErrorListener{ln}) }()
 	var serveErr error
 	select {
 	case <-ctx.Done():
@@ -675,9 +704,28 @@ func (s *Server) Close() error {
 	return s.closeErr
 }
 
+// Reload re-reads what productd takes up without a restart, the write
+// tokens of -write-token-file, and logs the outcome: the tokens accepted
+// from now on, or why the file cannot be used (missing, malformed, open to
+// other users), in which case the tokens in use stay. Nothing else changes:
+// every other setting needs a restart. cmd/productd calls it on SIGHUP.
+func (s *Server) Reload(ctx context.Context) error {
+	n, err := s.auth.reload()
+	switch {
+	case err != nil:
+		s.log.LogAttrs(ctx, slog.LevelError, "reload failed: the write tokens in use stay", slog.String("error", err.Error()))
+	case n == 0:
+		s.log.LogAttrs(ctx, slog.LevelInfo, "reload: nothing to reload (no -write-token-file)")
+	default:
+		s.log.LogAttrs(ctx, slog.LevelInfo, "reload: write tokens reloaded from -write-token-file", slog.Int("tokens", n))
+	}
+	return err
+}
+
 // Run is the whole service: New, listen on cfg.Addr, Serve until ctx is
-// done.
-func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+// done. Each value received on reload (cmd/productd sends SIGHUP there)
+// calls Reload; reload may be nil.
+func Run(ctx context.Context, cfg Config, log *slog.Logger, reload <-chan os.Signal) error {
 	s, err := New(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -687,7 +735,23 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		s.Close()
 		return fmt.Errorf("productd: listen: %w", err)
 	}
-	return s.Serve(ctx, ln)
+	served := make(chan struct{})
+	reloaded := make(chan struct{})
+	go func() {
+		defer close(reloaded)
+		for {
+			select {
+			case <-reload:
+				s.Reload(ctx)
+			case <-served:
+				return
+			}
+		}
+	}()
+	err = s.Serve(ctx, ln)
+	close(served)
+	<-reloaded
+	return err
 }
 
 // untilAnswer calls ping, 100ms apart, while it times out and ctx lasts:

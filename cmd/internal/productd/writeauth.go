@@ -1,17 +1,18 @@
 package productd
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"github.com/flightcache/flightcache/cmd/internal/httpapi"
 )
@@ -94,42 +95,73 @@ func checkWriteToken(tok string) error {
 // maxTokenFile bounds how much of -write-token-file is read.
 const maxTokenFile = 64 << 10
 
-// readWriteTokenFile returns the first line of path, trimmed: a token
-// file written by hand or by a secret store ends with a newline or not,
-// and may be followed by comments. An empty first line is refused.
-func readWriteTokenFile(path string) (string, error) {
+// maxWriteTokens is how many tokens -write-token-file may hold: the one in
+// use and the next, while clients switch to it (see docs/productd.md,
+// "Rotating the write token").
+const maxWriteTokens = 2
+
+// readWriteTokens returns the tokens of the file path: its first line,
+// trimmed, and any later line that is neither blank nor a comment ('#'),
+// at most maxWriteTokens in all. A token file written by hand or by a
+// secret store ends with a newline or not. An empty first line is
+// refused, and so is a file that users other than its owner may read or
+// write (as ssh refuses such a private key).
+func readWriteTokens(path string) ([]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", fmt.Errorf("productd: -write-token-file: %w", err)
+		return nil, fmt.Errorf("productd: -write-token-file: cannot open the file it names: %w", pathless(err))
 	}
 	defer f.Close()
-	line, err := bufio.NewReaderSize(io.LimitReader(f, maxTokenFile), maxTokenFile).ReadString('\n')
-	if err != nil && !errors.Is(err, io.EOF) {
-		return "", fmt.Errorf("productd: -write-token-file %s: %w", path, err)
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("productd: -write-token-file %s: %w", path, pathless(err))
 	}
-	tok := strings.TrimSpace(line)
-	if tok == "" {
-		return "", fmt.Errorf("productd: -write-token-file %s: the first line is empty; write the token there", path)
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("productd: -write-token-file %s may be read or written by users other than its owner (mode %04o): "+
+			"anyone on the host who can read it can write products; run chmod 600 on it (or give the secret mount mode 0400)", path, perm)
 	}
-	if err := checkWriteToken(tok); err != nil {
-		return "", fmt.Errorf("productd: -write-token-file %s: %w", path, err)
+	data, err := io.ReadAll(io.LimitReader(f, maxTokenFile))
+	if err != nil {
+		return nil, fmt.Errorf("productd: -write-token-file %s: %w", path, err)
 	}
-	return tok, nil
+	lines := strings.Split(string(data), "\n")
+	if strings.TrimSpace(lines[0]) == "" {
+		return nil, fmt.Errorf("productd: -write-token-file %s: the first line is empty; write the token there", path)
+	}
+	var toks []string
+	for n, line := range lines {
+		tok := strings.TrimSpace(line)
+		if n > 0 && (tok == "" || strings.HasPrefix(tok, "#")) {
+			continue
+		}
+		if err := checkWriteToken(tok); err != nil {
+			return nil, fmt.Errorf("productd: -write-token-file %s: line %d: %w", path, n+1, err)
+		}
+		toks = append(toks, tok)
+	}
+	if len(toks) > maxWriteTokens {
+		return nil, fmt.Errorf("productd: -write-token-file %s holds %d tokens; at most %d: the token in use and, while clients switch, the next", path, len(toks), maxWriteTokens)
+	}
+	return toks, nil
 }
 
 // writeAuth decides whether a write may go on: httpapi.Options.AuthorizeWrite.
 type writeAuth struct {
 	mode string
-	// digest is the SHA-256 of the write token (WritesToken only): the
-	// presented token is hashed too, so that the comparison takes the
-	// same time whatever the presented token's length and content.
-	digest [sha256.Size]byte
+	// file is -write-token-file, which reload reads again; "" when the
+	// token came from -write-token.
+	file string
+	// digests are the SHA-256 of the tokens accepted (WritesToken only):
+	// the presented token is hashed too, so that the comparison takes the
+	// same time whatever the presented token's length and content. reload
+	// replaces them at once.
+	digests atomic.Pointer[[][sha256.Size]byte]
 }
 
 // newWriteAuth builds the write gate cfg asks for, reading the token file
 // if one is set, and logs the write mode: a warning with WritesOpen.
 func newWriteAuth(ctx context.Context, cfg Config, log *slog.Logger) (*writeAuth, error) {
-	a := &writeAuth{mode: cfg.Writes}
+	a := &writeAuth{mode: cfg.Writes, file: cfg.WriteTokenFile}
 	switch cfg.Writes {
 	case WritesOpen:
 		log.LogAttrs(ctx, slog.LevelWarn, "writes are open: anyone who can reach this port can create and change products (-writes open); "+
@@ -139,19 +171,43 @@ func newWriteAuth(ctx context.Context, cfg Config, log *slog.Logger) (*writeAuth
 		log.LogAttrs(ctx, slog.LevelInfo, "writes are disabled: every PUT and POST is answered 403 (-writes disabled)",
 			slog.String("writes", WritesDisabled))
 	default:
-		tok := cfg.WriteToken
-		if cfg.WriteTokenFile != "" {
+		toks := []string{cfg.WriteToken}
+		if a.file != "" {
 			var err error
-			if tok, err = readWriteTokenFile(cfg.WriteTokenFile); err != nil {
+			if toks, err = readWriteTokens(a.file); err != nil {
 				return nil, err
 			}
 		}
-		if tok == "" { // Validate refuses this; a gate without a token must never open
+		if toks[0] == "" { // Validate refuses this; a gate without a token must never open
 			return nil, errors.New("productd: -writes token without a write token")
 		}
-		a.digest = sha256.Sum256([]byte(tok))
+		a.set(toks)
 	}
 	return a, nil
+}
+
+func (a *writeAuth) set(toks []string) {
+	d := make([][sha256.Size]byte, len(toks))
+	for i, t := range toks {
+		d[i] = sha256.Sum256([]byte(t))
+	}
+	a.digests.Store(&d)
+}
+
+// reload reads -write-token-file again and accepts its tokens from now
+// on. It returns how many there are; on an error (the file missing,
+// malformed or open to other users) the tokens accepted so far stay.
+// Without a token file it does nothing and returns 0, nil.
+func (a *writeAuth) reload() (int, error) {
+	if a.mode != WritesToken || a.file == "" {
+		return 0, nil
+	}
+	toks, err := readWriteTokens(a.file)
+	if err != nil {
+		return 0, err
+	}
+	a.set(toks)
+	return len(toks), nil
 }
 
 // authorize is httpapi.Options.AuthorizeWrite. It never logs, and never
@@ -172,8 +228,23 @@ func (a *writeAuth) authorize(r *http.Request) error {
 		return httpapi.ErrUnauthorized
 	}
 	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-	if subtle.ConstantTimeCompare(got[:], a.digest[:]) != 1 {
+	match := 0
+	for _, d := range *a.digests.Load() {
+		match |= subtle.ConstantTimeCompare(got[:], d[:])
+	}
+	if match != 1 {
 		return httpapi.ErrUnauthorized
 	}
 	return nil
+}
+
+// pathless is err without the path a *fs.PathError names: an error about
+// a file that could not be opened, when the name given may be the secret
+// itself (a token or key given to the flag of its file).
+func pathless(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w (its name is not shown, in case a credential was given in place of a file name)", pe.Op, pe.Err)
+	}
+	return err
 }

@@ -464,3 +464,68 @@ func TestCreateCapsBoundTheOriginAndRedis(t *testing.T) {
 	}
 	p.stop(t)
 }
+
+// writeTokenFile writes content to a new token file of mode perm.
+func writeTokenFile(t *testing.T, content string, perm os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "write-token")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, perm); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A token file that users other than its owner may read or write is
+// refused, with an error that says how to fix it and does not show the
+// token (as ssh refuses such a private key); one for its owner only is
+// taken.
+func TestWriteTokenFileOpenToOtherUsersIsRefused(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, perm := range []os.FileMode{0o644, 0o640, 0o604, 0o620, 0o660, 0o666, 0o444} {
+		cfg := Default()
+		cfg.WriteTokenFile = writeTokenFile(t, testWriteToken+"\n", perm)
+		_, err := newWriteAuth(context.Background(), cfg, log)
+		if err == nil {
+			t.Errorf("a token file of mode %04o was accepted", perm)
+			continue
+		}
+		if !strings.Contains(err.Error(), "chmod 600") || !strings.Contains(err.Error(), "other") || strings.Contains(err.Error(), testWriteToken) {
+			t.Errorf("mode %04o: %v; want a refusal that says chmod 600 without the token", perm, err)
+		}
+	}
+	for _, perm := range []os.FileMode{0o600, 0o400} {
+		cfg := Default()
+		cfg.WriteTokenFile = writeTokenFile(t, testWriteToken+"\n", perm)
+		if _, err := newWriteAuth(context.Background(), cfg, log); err != nil {
+			t.Errorf("a token file of mode %04o was refused: %v", perm, err)
+		}
+	}
+}
+
+// A token file may hold two tokens, the one in use and the next, both
+// accepted; blank and comment lines are skipped; a third token is
+// refused.
+func TestWriteTokenFileHoldsTheTokenInUseAndTheNext(t *testing.T) {
+	const next = "next-write-token-fedcba9876543210"
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := Default()
+	cfg.WriteTokenFile = writeTokenFile(t, testWriteToken+"\n\n# the next one, clients switch by Friday\n"+next+"\n", 0o600)
+	a, err := newWriteAuth(context.Background(), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tok, want := range map[string]bool{testWriteToken: true, next: true, wrongToken: false} {
+		req, _ := http.NewRequest("PUT", "/", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		if got := a.authorize(req) == nil; got != want {
+			t.Errorf("token %q accepted: %v, want %v", tok, got, want)
+		}
+	}
+	cfg.WriteTokenFile = writeTokenFile(t, testWriteToken+"\n"+next+"\n"+wrongToken+"\n", 0o600)
+	if _, err := newWriteAuth(context.Background(), cfg, log); err == nil || !strings.Contains(err.Error(), "at most 2") {
+		t.Fatalf("three tokens: %v; want a refusal", err)
+	}
+}
