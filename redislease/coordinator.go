@@ -241,7 +241,7 @@ func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64, read bo
 		readArg = "1"
 	}
 	v, err := acquireScript.Run(ctx, c.client, []string{k.lease, k.token, k.done, k.fail, k.value},
-		ms(c.leaseTTL), strconv.FormatUint(after, 10), readArg).Slice()
+		ms(c.leaseTTL), strconv.FormatUint(after, 10), readArg, c.store.MaxPayload()).Slice()
 	if err != nil {
 		return acquireReply{}, fmt.Errorf("redislease: acquire: %w", err)
 	}
