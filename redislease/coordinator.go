@@ -44,6 +44,13 @@ const (
 // ErrUnreachable is matched by New's error when Redis does not answer.
 var ErrUnreachable = errors.New("redislease: redis unreachable")
 
+// ErrNoPermission is matched by New's error when the Redis user may not do
+// what the Coordinator needs: run scripts on the keys under the store's
+// prefix, and publish and subscribe on the channels under it (an ACL
+// user needs ~<prefix>* and &<prefix>*; Redis 7 grants no channel by
+// default).
+var ErrNoPermission = errors.New("redislease: the redis user lacks a permission the coordinator needs")
+
 // Options configures a Coordinator. The zero value is valid.
 type Options struct {
 	// LeaseTTL is how long a lease lasts without a heartbeat; the holder
@@ -108,7 +115,12 @@ var _ driver.Coordinator = (*Coordinator)(nil)
 // error matching ErrUnreachable if it does not answer within ctx and
 // Options.Timeout: asking for cluster mode against a Redis that is not
 // there is a configuration error, reported at start, never a silent
-// fallback to process-local coalescing.
+// fallback to process-local coalescing. It then checks that the Redis
+// user may do what the Coordinator does (a script on a key under the
+// prefix, PUBLISH and SUBSCRIBE, sharded on a Cluster, on a channel under
+// it) and returns an error matching ErrNoPermission, naming what is
+// missing, if it may not: an ACL user without the prefix's channels would
+// lose cluster coalescing and the bus silently.
 func New(ctx context.Context, client redis.UniversalClient, store *redisstore.Store, opts Options) (*Coordinator, error) {
 	switch {
 	case client == nil:
@@ -167,7 +179,48 @@ func New(ctx context.Context, client redis.UniversalClient, store *redisstore.St
 	if err != nil {
 		return nil, fmt.Errorf("%w: cluster coalescing was asked for, but PING failed (ask for process-local coalescing explicitly if that is what you want): %w", ErrUnreachable, err)
 	}
+	if err := c.checkPermissions(pctx); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// probeScript deletes a key nothing else uses: a script that writes a key
+// under the prefix, as the lease scripts do.
+var probeScript = redis.NewScript(`return redis.call('DEL', KEYS[1])`)
+
+// checkPermissions tries, on names under the store's prefix that nothing
+// else uses, each kind of command the Coordinator sends: a script that
+// writes a key, a publish and a subscribe. A refusal (NOPERM, an unknown
+// or disabled command) is an error matching ErrNoPermission; any other
+// failure is returned as it is.
+func (c *Coordinator) checkPermissions(ctx context.Context) error {
+	probe := c.store.Prefix() + "{bus}|probe"
+	refused := func(what string, err error) error {
+		if err == nil {
+			return nil
+		}
+		if redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "ERR unknown command") {
+			prefix := c.store.Prefix()
+			return fmt.Errorf("%w: %s %q was refused (%w); grant the user the keys and channels under the prefix, e.g. ACL SETUSER <user> ~%s* &%s* +@all", ErrNoPermission, what, probe, err, prefix, prefix)
+		}
+		return fmt.Errorf("redislease: %s %q: %w", what, probe, err)
+	}
+	if err := probeScript.Run(ctx, c.client, []string{probe}).Err(); err != nil {
+		return refused("a script on the key", err)
+	}
+	if err := c.publishTo(ctx, probe, nil); err != nil {
+		return refused("a publish on the channel", err)
+	}
+	var ps *redis.PubSub
+	if c.cluster != nil {
+		ps = c.cluster.SSubscribe(ctx, probe)
+	} else {
+		ps = c.client.Subscribe(ctx, probe)
+	}
+	defer ps.Close()
+	_, err := ps.ReceiveTimeout(ctx, c.timeout)
+	return refused("a subscribe to the channel", err)
 }
 
 // LeaseTTL returns the lease TTL in use.
@@ -241,7 +294,7 @@ func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64, read bo
 		readArg = "1"
 	}
 	v, err := acquireScript.Run(ctx, c.client, []string{k.lease, k.token, k.done, k.fail, k.value},
-		ms(c.leaseTTL), strconv.FormatUint(after, 10), readArg).Slice()
+		ms(c.leaseTTL), strconv.FormatUint(after, 10), readArg, c.store.MaxPayload()).Slice()
 	if err != nil {
 		return acquireReply{}, fmt.Errorf("redislease: acquire: %w", err)
 	}

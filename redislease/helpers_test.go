@@ -269,7 +269,7 @@ func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			cmd.SetErr(errCrashed)
 			return errCrashed
 		}
-		if h.failGets.Load() && cmd.Name() == "get" {
+		if h.failGets.Load() && (cmd.Name() == "getrange" || cmd.Name() == "get") {
 			cmd.SetErr(errReadFailed)
 			return errReadFailed
 		}

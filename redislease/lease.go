@@ -101,7 +101,7 @@ func (l *lease) Complete(ctx context.Context, e *driver.Entry) (driver.Completio
 func (l *lease) complete(ctx context.Context, store string, payload []byte, px int64) (driver.Completion, error) {
 	sctx, cancel := l.c.opCtx(ctx)
 	reply, err := completeScript.Run(sctx, l.c.client, []string{l.k.lease, l.k.token, l.k.value, l.k.done},
-		l.tok, store, payload, px, ms(l.c.leaseTTL), l.k.channel, "done "+l.tok, l.c.sharded()).Slice()
+		l.tok, store, payload, px, ms(l.c.leaseTTL), l.k.channel, "done "+l.tok, l.c.sharded(), l.c.store.MaxPayload()).Slice()
 	cancel()
 	if err != nil {
 		return driver.Completion{}, fmt.Errorf("redislease: complete: %w", err)

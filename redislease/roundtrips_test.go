@@ -92,7 +92,7 @@ func TestColdMissInClusterModeCostsThreeRoundTrips(t *testing.T) {
 		t.Fatalf("cold Fetch: %v %v %v", res.Value, res.Outcome, err)
 	}
 	trips := hook.seen()
-	want := []string{"get", "evalsha", "evalsha"}
+	want := []string{"getrange", "evalsha", "evalsha"}
 	if fmt.Sprint(trips) != fmt.Sprint(want) {
 		t.Fatalf("a cold miss made %d round trips %q, want %d %q", len(trips), trips, len(want), want)
 	}
@@ -150,7 +150,7 @@ func TestClusterFollowerReadsTheValueInItsWakeUpScript(t *testing.T) {
 	var gets int
 	trips := hook.seen()
 	for _, c := range trips {
-		if c == "get" {
+		if c == "getrange" {
 			gets++
 		}
 	}

@@ -28,11 +28,49 @@ import (
 // fast enough to do. An Invalidate's token, which no lease holds, fences
 // the loads in flight while it lives and, once expired, by being absent.
 
+// readLua defines the scripts' readers of keys that anyone with write
+// access to Redis may have filled with something else. readValue(k, max)
+// is the one way the scripts read a value key: its payload, false when the key is missing, or unreadable
+// (a string no envelope can be) without reading it when the key holds
+// more than max bytes (the store's MaxPayload) or another type than a
+// string. A planted 64 MiB value or a list then costs the script a
+// STRLEN, not a copy into the reply, and cannot fail it (WRONGTYPE): the
+// store refuses unreadable as it refuses any corrupt payload, and the
+// Cache reads the key itself, through redisstore.Store.Get, which deletes
+// it and reports it.
+const readLua = `
+local function readValue(k, max)
+	local n = redis.pcall('STRLEN', k)
+	if type(n) ~= 'number' or n > tonumber(max) then return '` + unreadable + `' end
+	return redis.call('GET', k)
+end
+-- readMarker(k, numeric): a lease, token or marker key's string, false
+-- when it is missing; a key of another type, or one that must be a
+-- number and is not, is deleted and read as missing.
+local function readMarker(k, numeric)
+	local v = redis.pcall('GET', k)
+	if type(v) == 'table' or (v and numeric and not tonumber(v)) then
+		redis.call('DEL', k)
+		return false
+	end
+	return v
+end
+`
+
+// unreadable is readValue's answer for a value key it refused to read.
+const unreadable = "unreadable"
+
 // nextToken is the Lua that issues a key's next token (the invariant above)
 // into the local ts, stored under tokenKey for ttlMS milliseconds: the one
-// piece of the acquire and invalidate scripts that must never differ.
+// piece of the acquire and invalidate scripts that must never differ. A
+// token key that is not an integer (another type, garbage) is deleted
+// first: the token is then seeded from the clock, as after its expiry.
 func nextToken(tokenKey, ttlMS string) string {
-	return `local t = redis.call('INCR', ` + tokenKey + `)
+	return `local t = redis.pcall('INCR', ` + tokenKey + `)
+if type(t) ~= 'number' then
+	redis.call('DEL', ` + tokenKey + `)
+	t = redis.call('INCR', ` + tokenKey + `)
+end
 local now = redis.call('TIME')
 local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
 if t < floor then t = floor end
@@ -43,7 +81,8 @@ redis.call('SET', ` + tokenKey + `, ts, 'PX', ` + ttlMS + `)
 
 // acquireScript: KEYS lease, token, done, fail, value; ARGV lease TTL ms
 // (the token key's too), after (a completion token already seen), read
-// ("1": read-or-claim, see driver.ClaimRequest.Read). Replies:
+// ("1": read-or-claim, see driver.ClaimRequest.Read), the store's
+// MaxPayload (see readLua). Replies:
 //
 //	{0, token}           this caller now holds the lease
 //	{1, token, pttl}     another holder; its token and the lease's ms left
@@ -57,22 +96,22 @@ redis.call('SET', ` + tokenKey + `, ts, 'PX', ` + ttlMS + `)
 // With read, the reads the Cache would make around the acquire (its
 // double-check before, a follower's GET after a completion) happen in the
 // same atomic step: a cold miss and each wake-up cost one round trip less.
-var acquireScript = redis.NewScript(`
-local f = redis.call('GET', KEYS[4])
+var acquireScript = redis.NewScript(readLua + `
+local f = readMarker(KEYS[4], false)
 if f then return {3, f} end
-local d = redis.call('GET', KEYS[3])
+local d = readMarker(KEYS[3], true)
 if d and tonumber(d) > tonumber(ARGV[2]) then
 	if ARGV[3] == '1' then
-		local v = redis.call('GET', KEYS[5])
+		local v = readValue(KEYS[5], ARGV[4])
 		if v then return {2, d, v} end
 	end
 	return {2, d}
 end
 if ARGV[3] == '1' then
-	local v = redis.call('GET', KEYS[5])
+	local v = readValue(KEYS[5], ARGV[4])
 	if v then return {4, '', v} end
 end
-local l = redis.call('GET', KEYS[1])
+local l = readMarker(KEYS[1], true)
 if l then return {1, l, redis.call('PTTL', KEYS[1])} end
 ` + nextToken("KEYS[2]", "ARGV[1]") + `
 redis.call('SET', KEYS[1], ts, 'PX', ARGV[1])
@@ -104,7 +143,8 @@ func publishLua(n int) string {
 
 // completeScript: KEYS lease, token, value, done; ARGV token, store ("1"
 // to write the value), envelope, value PX ms, done marker PX ms, then the
-// channel, the message and the SPUBLISH flag (publishLua). The fenced
+// channel, the message and the SPUBLISH flag (publishLua), then the
+// store's MaxPayload (see readLua). The fenced
 // write: the value is stored only while ARGV token is the key's newest
 // token. Then the done marker (only for a current token), the release
 // (compare-and-delete) and the message. {1} when the token was current;
@@ -112,7 +152,7 @@ func publishLua(n int) string {
 // holds one: the newer writer's entry, read in the same step as the
 // refusal, so that the refused leader's callers get it without a second
 // round trip that could fail or time out.
-var completeScript = redis.NewScript(`
+var completeScript = redis.NewScript(readLua + `
 local current = redis.call('GET', KEYS[2]) == ARGV[1]
 if current then
 	if ARGV[2] == '1' then
@@ -128,7 +168,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 ` + publishLua(6) + `
 if current then return {1} end
 if ARGV[2] == '1' then
-	local winner = redis.call('GET', KEYS[3])
+	local winner = readValue(KEYS[3], ARGV[9])
 	if winner then return {0, winner} end
 end
 return {0}

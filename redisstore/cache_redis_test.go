@@ -64,7 +64,7 @@ func newRedisStore(tb testing.TB, client redis.UniversalClient, prefix string) *
 // faultHook counts commands by name and fails the ones it is told to, around
 // the real client.
 type faultHook struct {
-	counts                [2]atomic.Int64 // GET, SET
+	counts                [2]atomic.Int64 // reads (GETRANGE, GET), SET
 	failReads, failWrites atomic.Bool
 }
 
@@ -77,7 +77,7 @@ func (h *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		switch cmd.Name() {
-		case "get":
+		case "getrange", "get":
 			h.counts[0].Add(1)
 			if h.failReads.Load() {
 				cmd.SetErr(errInjected)

@@ -9,7 +9,9 @@
 // which is also what keeps it valid on Cluster (no multi-key commands, no
 // scripts):
 //
-//	Get:    GET    <prefix><key>
+//	Get:    GETRANGE <prefix><key> 0 <MaxPayload>
+//	        (then DEL <prefix><key> when it held more than MaxPayload
+//	        bytes or another type than a string: see Store.Get)
 //	Set:    SET    <prefix><key> <envelope> PX <ms until StaleUntil>
 //	        (DEL   <prefix><key> instead, when StaleUntil is less than 1ms away)
 //	Delete: DEL    <prefix><key>

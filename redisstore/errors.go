@@ -17,6 +17,12 @@ var ErrCorrupt = errors.New("redisstore: corrupt payload")
 // never returned as a value.
 var ErrKeyMismatch = errors.New("redisstore: entry belongs to another key")
 
+// ErrWrongType is matched (errors.Is) by the *CorruptError of a Redis key
+// that holds another type than a string (a list, a hash, …): written by
+// something else than a Store. Get deletes such a key. It is never
+// returned as a value.
+var ErrWrongType = errors.New("redisstore: key holds another type than a string")
+
 // ErrUnauthenticated is matched (errors.Is) by the *CorruptError of an
 // entry that a Store with Options.EntryKeys cannot authenticate: one
 // without a MAC (written by a Store without keys, by an older version, or
@@ -43,17 +49,20 @@ var ErrInvalidEntry = errors.New("redisstore: invalid entry")
 
 // CorruptError reports a stored payload that is not a valid envelope for its
 // key: truncated, written by something else, from another format version, a
-// well-formed entry of another key (then it also matches ErrKeyMismatch), or,
-// with Options.EntryKeys, an entry whose MAC is missing or does not verify
-// (then it also matches ErrUnauthenticated).
+// well-formed entry of another key (then it also matches ErrKeyMismatch),
+// with Options.EntryKeys an entry whose MAC is missing or does not verify
+// (then it also matches ErrUnauthenticated), a value larger than
+// MaxPayload (then it also matches ErrPayloadTooLarge) or a key of another
+// Redis type (then it also matches ErrWrongType).
 type CorruptError struct {
 	// KeyHandle names the key the payload was read under; see above.
 	KeyHandle string
 	// Reason names the first check that failed.
 	Reason string
 	// Err is ErrKeyMismatch for an entry of another key,
-	// ErrUnauthenticated for an entry that fails authentication, nil
-	// otherwise.
+	// ErrUnauthenticated for an entry that fails authentication,
+	// ErrPayloadTooLarge for a value larger than MaxPayload, ErrWrongType
+	// for a key of another Redis type, nil otherwise.
 	Err error
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -42,7 +41,9 @@ type Options struct {
 	Prefix string
 	// MaxPayload bounds the size in bytes of a stored envelope (value plus
 	// about 40 bytes of metadata, 32 more with EntryKeys). Zero means
-	// DefaultMaxPayload; at most 512 MiB, Redis' own limit.
+	// DefaultMaxPayload; at most 512 MiB, Redis' own limit. Reads are
+	// bounded by it too: Get deletes a larger value (see Store.Get), so
+	// every Store sharing a prefix must use the same MaxPayload.
 	MaxPayload int
 	// Timeout, when positive, bounds each operation on top of the caller's
 	// ctx. Zero leaves the caller's ctx in charge. Needs the client's
@@ -238,13 +239,25 @@ func (s *Store) withTimeout(ctx context.Context) (context.Context, context.Cance
 	return ctx, func() {}
 }
 
-// Get returns the entry stored under key with a single GET. A missing key,
+// Get returns the entry stored under key with a single GETRANGE of at most
+// MaxPayload+1 bytes, so that a value no Store could have written (larger
+// than MaxPayload, planted by someone or something else) costs no more to
+// read than the largest entry. A missing key (or an empty string, which
+// GETRANGE cannot tell from one),
 // an entry already past its StaleUntil, or (without Options.EntryKeys) an
 // entry written by a version of this package whose envelopes carry no key
 // hash (so cannot be verified), is (Entry{}, false, nil). A payload that is
 // not a valid envelope for key, including a valid entry of another key and,
 // with Options.EntryKeys, any entry that fails authentication, is a
 // *CorruptError; a Redis failure is returned wrapped.
+//
+// A value larger than MaxPayload (a *CorruptError matching
+// ErrPayloadTooLarge) or of another Redis type than a string (a
+// *CorruptError matching ErrWrongType) is deleted before Get returns, so
+// the next read is a plain miss and the next load writes the key again:
+// every instance sharing a prefix must therefore use the same MaxPayload.
+// Both are entry-level errors (driver.ErrEntryRejected): a miss for the
+// Cache, never a failure of the tier for its breaker.
 func (s *Store) Get(ctx context.Context, key string) (driver.Entry, bool, error) {
 	rk, err := s.redisKey(key)
 	if err != nil {
@@ -253,15 +266,37 @@ func (s *Store) Get(ctx context.Context, key string) (driver.Entry, bool, error)
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 
-	payload, err := s.client.Get(ctx, rk).Bytes()
-	if errors.Is(err, redis.Nil) {
+	// A missing key reads as "": no envelope is empty, so "" is a miss.
+	payload, err := s.client.GetRange(ctx, rk, 0, int64(s.maxPayload)).Bytes()
+	switch {
+	case redis.HasErrorPrefix(err, "WRONGTYPE"):
+		return driver.Entry{}, false, s.repair(ctx, rk, "not a string", ErrWrongType)
+	case err != nil:
+		return driver.Entry{}, false, fmt.Errorf("redisstore: GETRANGE: %w", err)
+	case len(payload) == 0:
 		return driver.Entry{}, false, nil
-	}
-	if err != nil {
-		return driver.Entry{}, false, fmt.Errorf("redisstore: GET: %w", err)
+	case len(payload) > s.maxPayload:
+		return driver.Entry{}, false, s.repair(ctx, rk, fmt.Sprintf("larger than MaxPayload (%d bytes)", s.maxPayload), ErrPayloadTooLarge)
 	}
 	return s.decode(rk, payload, time.Now())
 }
+
+// repair deletes the Redis key rk, which holds something no Store writes
+// (too large, another type), and returns the *CorruptError that reports
+// it; a failed delete is said in Reason, and the key is tried again on
+// the next read.
+func (s *Store) repair(ctx context.Context, rk, reason string, kind error) error {
+	if err := s.client.Del(ctx, rk).Err(); err != nil {
+		reason += "; not deleted: " + err.Error()
+	} else {
+		reason += "; deleted"
+	}
+	return &CorruptError{KeyHandle: keyHandle(rk), Reason: reason, Err: kind}
+}
+
+// MaxPayload returns the largest envelope, in bytes, the Store writes and
+// reads (Options.MaxPayload after defaults).
+func (s *Store) MaxPayload() int { return s.maxPayload }
 
 // decode turns the payload read under the Redis key rk into Get's answer at
 // now: every read (Get, GetMany) goes through it, so they accept and refuse

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,7 +52,12 @@ const createTimeout = 20 * time.Second
 // a replica that missed writes) loses it: the guard detects that through
 // the set's epoch (see recentCreations), lets every id through until its
 // filter has been rebuilt from the origin, and adds every product it loads
-// to its filter, so an id it has served is never filtered afterwards.
+// to its filter, so an id it has served is never filtered afterwards. A
+// Redis restarted from an older snapshot, or a replica promoted before it
+// received the last writes, keeps the epoch but not the last records: the
+// guard notices that through the server's identity (its INFO run_id,
+// which every start and every promotion changes), checked every
+// identityEvery, and treats it as a loss of the set.
 // While Redis cannot answer at all, creations are refused (their record
 // fails) and the filter decides alone: only creations committed on other
 // instances since its last rebuild may be missed, and the first failure
@@ -72,6 +78,7 @@ type penetrationGuard struct {
 
 	lost, trouble chan struct{} // 1-buffered wake-ups of recover
 	touchEvery    time.Duration // how often recover renews the epoch's TTL
+	identityEvery time.Duration // how often recover checks the server's identity
 	ctx           context.Context
 	cancel        context.CancelFunc
 	done          chan struct{}
@@ -99,7 +106,7 @@ func (g *penetrationGuard) MayExist(ctx context.Context, k string) bool {
 func (g *penetrationGuard) onLoss() {
 	g.lossAt.Store(time.Now().UnixNano())
 	g.log.LogAttrs(context.Background(), slog.LevelWarn,
-		"bloom guard: the recent-creations set in redis was lost (its epoch is gone or changed); ids the filter rules out go to the origin until it is rebuilt")
+		"bloom guard: the recent-creations set in redis was lost (its epoch is gone or changed, or the server restarted or failed over); ids the filter rules out go to the origin until it is rebuilt")
 	select {
 	case g.lost <- struct{}{}:
 	default:
@@ -138,11 +145,14 @@ func (g *penetrationGuard) recover() {
 	// The epoch key lives epochTTL past its last write: every running
 	// instance keeps it alive, so only a Redis that lost it (or 24 hours
 	// without any instance) makes it go.
-	var touch <-chan time.Time
+	var touch, identity <-chan time.Time
 	if g.recent != nil {
 		t := time.NewTicker(g.touchEvery)
 		defer t.Stop()
 		touch = t.C
+		i := time.NewTicker(g.identityEvery)
+		defer i.Stop()
+		identity = i.C
 	}
 	for {
 		select {
@@ -150,6 +160,8 @@ func (g *penetrationGuard) recover() {
 			return
 		case <-touch:
 			g.recent.touch(g.ctx)
+		case <-identity:
+			g.recent.checkIdentity(g.ctx)
 		case <-g.trouble:
 			if err := g.filter.Rebuild(g.ctx, g.src); err != nil && g.ctx.Err() == nil {
 				g.log.LogAttrs(g.ctx, slog.LevelWarn, "bloom guard: early rebuild on redis trouble failed", slog.Any("error", err))
@@ -325,10 +337,16 @@ type recentCreations struct {
 	breaker driver.SharedBreaker // nil: every call goes to Redis
 
 	trusted   atomic.Pointer[string] // the epoch the filter covers; nil: the sets are unknown
+	runID     string                 // the server's INFO run_id last seen by checkIdentity ("" before); recover's goroutine only
 	troubled  atomic.Bool            // the last call failed
 	onLoss    func()                 // called when trusted goes nil (may be nil)
 	onTrouble func()                 // called when troubled goes true (may be nil)
 }
+
+// identityEvery is how often the guard checks that the Redis holding
+// its sets is still the same server (see recentCreations.checkIdentity):
+// the longest a restart from an older snapshot goes unnoticed.
+const identityEvery = time.Second
 
 // epochTTL is the life of the epoch key after its last renewal (a record,
 // a recovery, or every -bloom-rebuild by each running instance).
@@ -390,10 +408,61 @@ func (r *recentCreations) check(epoch string) bool {
 	if epoch != "" && *t == epoch {
 		return true
 	}
-	if r.trusted.CompareAndSwap(t, nil) && r.onLoss != nil {
+	r.lose(t)
+	return false
+}
+
+// lose drops the trust in t, if it is still the trusted epoch, and calls
+// onLoss.
+func (r *recentCreations) lose(t *string) {
+	if t != nil && r.trusted.CompareAndSwap(t, nil) && r.onLoss != nil {
 		r.onLoss()
 	}
-	return false
+}
+
+// checkIdentity reads the INFO run_id of the server that holds the epoch
+// key and drops the trust in the sets when it differs from the one seen
+// before: a Redis restarted (from a snapshot that may predate the last
+// records) or a replica promoted (which may have missed them) keeps the
+// epoch, but perhaps not every creation recorded under it. A server that
+// refuses INFO (an ACL without it) or does not answer leaves the last
+// identity in place.
+func (r *recentCreations) checkIdentity(ctx context.Context) {
+	t := r.trusted.Load()
+	id, err := r.serverID(ctx)
+	if err != nil || id == "" {
+		return
+	}
+	if r.runID != "" && id != r.runID {
+		r.lose(t)
+	}
+	r.runID = id
+}
+
+// serverID returns the INFO run_id of the server holding the epoch key
+// (on a Cluster, the master of its slot).
+func (r *recentCreations) serverID(ctx context.Context) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	var info string
+	var err error
+	if c, ok := r.rdb.(*redis.ClusterClient); ok {
+		var node *redis.Client
+		if node, err = c.MasterForKey(cctx, r.epochKey()); err == nil {
+			info, err = node.Info(cctx, "server").Result()
+		}
+	} else {
+		info, err = r.rdb.Info(cctx, "server").Result()
+	}
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", nil
 }
 
 // answered records whether Redis answered a call: the first failure after
@@ -573,7 +642,7 @@ func newPenetrationGuard(ctx context.Context, cfg Config, repo *product.SQLRepos
 	}
 	g := &penetrationGuard{filter: f, src: repo.EachID, log: log,
 		lost: make(chan struct{}, 1), trouble: make(chan struct{}, 1), done: make(chan struct{}),
-		touchEvery: min(cfg.BloomRebuild, epochTTL/4)}
+		touchEvery: min(cfg.BloomRebuild, epochTTL/4), identityEvery: identityEvery}
 	g.settle.Store(int64(createTimeout))
 	g.ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if rdb != nil {
@@ -616,6 +685,9 @@ func newPenetrationGuard(ctx context.Context, cfg Config, repo *product.SQLRepos
 	// in the origin the build reads.
 	var epoch string
 	if g.recent != nil {
+		// The identity first: a restart after it is noticed by the
+		// first check, one before it is seen by the build below.
+		g.recent.checkIdentity(ctx)
 		var err error
 		if epoch, err = g.recent.adopt(ctx); err != nil {
 			log.LogAttrs(ctx, slog.LevelWarn, "bloom guard: recent-creations epoch not read; ids the filter rules out go to the origin once redis answers, until it is read and the filter rebuilt",

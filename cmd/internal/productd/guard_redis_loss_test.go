@@ -222,3 +222,47 @@ func TestMadeUpIDsDuringRedisTroubleAreStillFiltered(t *testing.T) {
 		})
 	}
 }
+
+// Redis restarted from a snapshot older than a creation keeps the epoch
+// but not the creation's record. B, whose filter predates the product,
+// must notice the restart (the server's identity changed) and let the
+// product through within a few seconds, not at its next -bloom-rebuild
+// (an hour here).
+func TestRecentSetLostWithRedisRestartedFromOlderSnapshotLetsNewProductsThrough(t *testing.T) {
+	t.Parallel()
+	srv := testenv.StartRedis(t, "--dir", t.TempDir(), "--dbfilename", "dump.rdb")
+	rds := &privateRedis{srv: srv, addr: srv.Addr}
+	a, b, sa, sb := guardPair(t, rds, "guard-snapshot:")
+	c := herdClient(2)
+	defer c.CloseIdleConnections()
+	id := func(s string) string { return fmt.Sprintf("%s-%d", s, time.Now().UnixNano()) }
+
+	// The snapshot holds the epoch and an older creation.
+	createProduct(t, c, a, id("older"))
+	if err := sa.rdb.Save(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := id("after-snapshot")
+	createProduct(t, c, a, p)
+	rds.srv.Kill()
+	rds.srv.Start() // loads dump.rdb: the epoch survives, p's record does not
+	waitRedis(t, sb.rdb)
+	if n, err := sb.rdb.ZScore(context.Background(), "guard-snapshot:bloom:created:acme", p).Result(); err != redis.Nil {
+		t.Fatalf("the restarted Redis still has p's record (%v, %v): the test injects nothing", n, err)
+	}
+
+	start := time.Now()
+	deadline := start.Add(15 * time.Second)
+	for {
+		evictLocal(sb)
+		code, cs := getProduct(t, c, b, p)
+		if code == http.StatusOK {
+			t.Logf("B served the product %v after the restart", time.Since(start).Round(time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("15s after Redis restarted from an older snapshot, B still answered %d (%s) for a product A created; want 200", code, cs)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the server under test from outside
+	}
+}
