@@ -628,6 +628,7 @@ func TestBusUpAgainAfterAClusterFailover(t *testing.T) {
 			n.Kill()
 		}
 	}
+	killed := time.Now()
 
 	// The Cluster's own failover, observed on a surviving node: a replica
 	// is the slot's master now.
@@ -646,6 +647,7 @@ func TestBusUpAgainAfterAClusterFailover(t *testing.T) {
 		return false
 	})
 	failedOver := time.Now()
+	t.Logf("a replica took over %v after the kill", failedOver.Sub(killed).Round(time.Millisecond))
 
 	// Each bus went down when the master died, and is up again well before
 	// go-redis's next periodic reload of its slot map.
