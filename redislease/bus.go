@@ -298,7 +298,12 @@ func (c *Coordinator) isClosed() bool {
 // bus channel's subscription is confirmed and a heartbeat sent after that
 // came back; it goes down when a heartbeat cannot be sent, when none came
 // back for Options.DownAfter, or when the subscription is confirmed again
-// (go-redis reconnected: messages may have been lost meanwhile).
+// (go-redis reconnected: messages may have been lost meanwhile). On a
+// Redis Cluster, while the bus is down, the Coordinator asks go-redis to
+// reload its slot map at every heartbeat: when the master of the bus
+// channel's slot dies and a replica takes over, the bus subscribes on the
+// new master about DownAfter after the Cluster's failover, not at
+// go-redis's next periodic reload (every minute by default).
 //
 // Before each BusChanged(BusUp) of a subscription, the first one
 // included, the subscription reads its cache's retained bulk
@@ -489,7 +494,17 @@ func (r *busRun) monitor() {
 			// (Redis paused) ends without a new subscription, whose
 			// confirmation would take the bus down once more.
 			stuck := !(b.busConfirmed && b.hbConfirmed) || (b.state != driver.BusUp && now.Sub(b.downSince) >= b.downAfter)
+			down := b.state != driver.BusUp
 			b.mu.Unlock()
+			if down && b.c.cluster != nil {
+				// The bus channel's master may have died and a replica
+				// taken over: go-redis would only learn the new slot map
+				// at its periodic reload (every minute by default), and
+				// keep sending heartbeats and subscriptions to the dead
+				// master until then. Ask for a reload now, in the
+				// background; the next attach finds the new master.
+				b.c.cluster.ReloadState(r.ctx)
+			}
 			if r.sub == nil || (stuck && now.Sub(r.attachedAt) >= b.downAfter) {
 				r.attach()
 			}

@@ -580,6 +580,107 @@ func TestBusOnRedisCluster(t *testing.T) {
 	}
 }
 
+// The master of the bus channel's slot dies and its replica takes over:
+// the bus goes down, and comes back up on the new master within seconds
+// of the failover, without waiting for go-redis's periodic reload of the
+// slot map (every minute by default), on each Coordinator.
+func TestBusUpAgainAfterAClusterFailover(t *testing.T) {
+	nodes := testenv.StartRedisClusterNodes(t, 3, 1)
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.Addr
+	}
+	newCluster := func() redis.UniversalClient {
+		c := redis.NewUniversalClient(&redis.UniversalOptions{
+			Addrs: addrs, IsClusterMode: true, ContextTimeoutEnabled: true, MaxRetries: -1,
+			DialTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second,
+		})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	a := newBusCoordinator(t, newCluster(), "failover:", Options{})
+	b := newBusCoordinator(t, newCluster(), "failover:", Options{})
+	ra, rb := newBusRecorder(), newBusRecorder()
+	subscribeUp(t, a, "c", ra)
+	subscribeUp(t, b, "c", rb)
+	publishArrives(t, a, b, rb, "before")
+
+	ctx := context.Background()
+	master, err := a.cluster.MasterForKey(ctx, a.bus.channel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := master.Options().Addr
+	var survivor string
+	for _, n := range nodes {
+		if n.Addr != dead {
+			survivor = n.Addr
+			break
+		}
+	}
+	admin := newClient(t, survivor)
+	slot, err := admin.ClusterKeySlot(ctx, a.bus.channel).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if n.Addr == dead {
+			n.Kill()
+		}
+	}
+	killed := time.Now()
+
+	// The Cluster's own failover, observed on a surviving node: a replica
+	// is the slot's master now.
+	var promoted string
+	eventually(t, time.Minute, "a replica takes over the bus channel's slot", func() bool {
+		slots, err := admin.ClusterSlots(ctx).Result()
+		if err != nil {
+			return false
+		}
+		for _, s := range slots {
+			if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 && s.Nodes[0].Addr != dead {
+				promoted = s.Nodes[0].Addr
+				return true
+			}
+		}
+		return false
+	})
+	failedOver := time.Now()
+	t.Logf("a replica took over %v after the kill", failedOver.Sub(killed).Round(time.Millisecond))
+
+	// Each bus went down when the master died, and is up again well before
+	// go-redis's next periodic reload of its slot map.
+	const within = 20 * time.Second
+	for name, r := range map[string]*busRecorder{"a": ra, "b": rb} {
+		down := false
+		for up := false; !up; {
+			c := r.next(t, time.Until(failedOver.Add(within)))
+			switch c.state {
+			case driver.BusDown:
+				down = true
+			case driver.BusUp:
+				if !down {
+					t.Fatalf("%s: BusChanged(up) before BusChanged(down)", name)
+				}
+				up = true
+			}
+		}
+		t.Logf("%s: bus up again %v after the failover was seen", name, time.Since(failedOver).Round(time.Millisecond))
+	}
+	for name, c := range map[string]*Coordinator{"a": a, "b": b} {
+		m, err := c.cluster.MasterForKey(ctx, c.bus.channel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Options().Addr; got != promoted {
+			t.Fatalf("%s: the bus channel's master is %s, want the promoted replica %s", name, got, promoted)
+		}
+	}
+	publishArrives(t, a, b, rb, "after-a")
+	publishArrives(t, b, a, ra, "after-b")
+}
+
 // A handler that falls 4096 invalidations behind loses all that waited
 // for it, is told BusDown next, and BusUp once it caught up; the
 // connection's reader never waits for it, so the bus stays up meanwhile.

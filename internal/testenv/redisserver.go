@@ -169,27 +169,46 @@ func FreePort(t testing.TB) int {
 // masters' addresses. Every server is stopped when the test ends.
 func StartRedisCluster(t testing.TB, n int) []string {
 	t.Helper()
+	nodes := StartRedisClusterNodes(t, n, 0)
+	addrs := make([]string, len(nodes))
+	for i, s := range nodes {
+		addrs[i] = s.Addr
+	}
+	return addrs
+}
+
+// StartRedisClusterNodes starts a real Redis Cluster of masters masters,
+// each with replicas replicas, on free loopback ports, waits until every
+// node reports cluster_state:ok and returns its servers, masters first
+// (as redis-cli --cluster create assigns them), for tests that kill one.
+// A replica may take over from any failed master: its replication lag
+// does not disqualify it (cluster-replica-validity-factor 0). Every
+// server is stopped when the test ends.
+func StartRedisClusterNodes(t testing.TB, masters, replicas int) []*RedisServer {
+	t.Helper()
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		Unavailable(t, "redis-cli not installed", err)
 	}
 	dir := t.TempDir()
-	addrs := make([]string, n)
-	for i := range addrs {
+	nodes := make([]*RedisServer, masters*(1+replicas))
+	addrs := make([]string, len(nodes))
+	for i := range nodes {
 		port := FreePort(t)
 		conf := filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", port))
 		// StartRedis picks its own port; a cluster node needs its config
 		// file named after the port it got, so start it by hand.
 		s := &RedisServer{t: t, Port: port, Addr: "127.0.0.1:" + strconv.Itoa(port)}
 		s.args = []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no",
-			"--cluster-enabled", "yes", "--cluster-config-file", conf, "--cluster-node-timeout", "2000", "--dir", dir}
+			"--cluster-enabled", "yes", "--cluster-config-file", conf, "--cluster-node-timeout", "2000",
+			"--cluster-replica-validity-factor", "0", "--dir", dir}
 		s.Start()
 		t.Cleanup(s.Kill)
-		addrs[i] = s.Addr
+		nodes[i], addrs[i] = s, s.Addr
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v: %s", err, out)
 	}
@@ -206,5 +225,5 @@ func StartRedisCluster(t testing.TB, n int) []string {
 			time.Sleep(50 * time.Millisecond) // polling the cluster's convergence; not test synchronisation
 		}
 	}
-	return addrs
+	return nodes
 }
