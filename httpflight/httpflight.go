@@ -270,6 +270,10 @@ func (l *Layer) lookup(ctx context.Context, r *http.Request, rcc directives, nex
 			return served{status: cachestatus.Entry{Fwd: cachestatus.FwdVaryMiss}}, false
 		}
 	}
+	if ke := (*flightcache.KeyError)(nil); errors.As(err, &ke) {
+		// A key the Cache's tiers cannot hold (longer than their limit).
+		return served{status: cachestatus.Entry{Fwd: cachestatus.FwdBypass, Detail: "key-refused"}}, false
+	}
 	if err != nil {
 		if !led && retryable(err) {
 			// The load this request shared failed. One more load, shared
