@@ -1,8 +1,10 @@
 package httpflight
 
 import (
+	"errors"
 	"math"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -14,9 +16,49 @@ import (
 type directives map[string]string
 
 // parseCacheControl reads every Cache-Control field of h.
-func parseCacheControl(h http.Header) directives {
+func parseCacheControl(h http.Header) directives { return parseDirectives(h.Values("Cache-Control")) }
+
+// responseDirectives are the directives of a response for this cache: its
+// CDN-Cache-Control (RFC 9213), the field targeted at caches like this
+// one, when it has one, else its Cache-Control.
+// A CDN-Cache-Control that is not a valid Structured Field dictionary
+// (RFC 8941), or gives a delta-seconds directive a value that is not an
+// integer, is ignored.
+func responseDirectives(h http.Header) directives {
+	if v := h.Values("CDN-Cache-Control"); len(v) > 0 && validTargeted(v) {
+		return parseDirectives(v)
+	}
+	return parseCacheControl(h)
+}
+
+var (
+	sfMember  = regexp.MustCompile(`^[a-z*][a-z0-9_.*-]*(=([0-9]{1,15}(\.[0-9]{1,3})?|"[^"\\]*"|[A-Za-z*][A-Za-z0-9:/!#$%&'*+.^_` + "`" + `|~-]*|\?[01]))?$`)
+	sfInteger = regexp.MustCompile(`^[a-z-]+=[0-9]{1,15}$`)
+)
+
+func validTargeted(values []string) bool {
+	for _, field := range values {
+		for _, m := range strings.Split(field, ",") {
+			m = strings.TrimSpace(m)
+			if !sfMember.MatchString(m) {
+				return false
+			}
+			name, _, hasValue := strings.Cut(m, "=")
+			switch name {
+			case "max-age", "s-maxage", "stale-while-revalidate", "stale-if-error":
+				if !hasValue || !sfInteger.MatchString(m) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// parseDirectives reads the directives of the fields values.
+func parseDirectives(values []string) directives {
 	d := directives{}
-	for _, field := range h.Values("Cache-Control") {
+	for _, field := range values {
 		for len(field) > 0 {
 			var item string
 			item, field = nextItem(field)
@@ -111,7 +153,7 @@ func freshnessLifetime(status int, h http.Header, cc directives, responseTime ti
 	}
 	date := dateOf(h, responseTime)
 	if ev := h.Values("Expires"); len(ev) > 0 {
-		exp, err := http.ParseTime(ev[0])
+		exp, err := parseHTTPDate(ev[0])
 		if err != nil || len(ev) > 1 {
 			return 0, false // an invalid Expires means "already expired" (§5.3)
 		}
@@ -120,7 +162,7 @@ func freshnessLifetime(status int, h http.Header, cc directives, responseTime ti
 	if !heuristicStatus[status] && !cc.has("public") {
 		return 0, true
 	}
-	lm, err := http.ParseTime(h.Get("Last-Modified"))
+	lm, err := parseHTTPDate(h.Get("Last-Modified"))
 	if err != nil || !lm.Before(date) {
 		return 0, true
 	}
@@ -130,7 +172,7 @@ func freshnessLifetime(status int, h http.Header, cc directives, responseTime ti
 // dateOf is the response's Date, or fallback when it has none or an
 // invalid one.
 func dateOf(h http.Header, fallback time.Time) time.Time {
-	if d, err := http.ParseTime(h.Get("Date")); err == nil {
+	if d, err := parseHTTPDate(h.Get("Date")); err == nil {
 		return d
 	}
 	return fallback
@@ -141,8 +183,25 @@ func (r *Response) currentAge(now time.Time) time.Duration {
 	apparent := max(r.ResponseTime.Sub(dateOf(r.Header, r.ResponseTime)), 0)
 	ageValue := time.Duration(0)
 	if v := r.Header.Get("Age"); v != "" {
-		ageValue = deltaSeconds(strings.TrimSpace(v))
+		// The first of a list: a second value is a mistake (§5.1).
+		first, _, _ := strings.Cut(v, ",")
+		ageValue = deltaSeconds(strings.TrimSpace(first))
 	}
 	corrected := ageValue + max(r.ResponseTime.Sub(r.RequestTime), 0)
 	return max(apparent, corrected) + max(now.Sub(r.ResponseTime), 0)
+}
+
+// httpDateLayouts are the three forms of an HTTP-date (RFC 9110 §5.6.7).
+var httpDateLayouts = []string{http.TimeFormat, "Monday, 02-Jan-06 15:04:05 GMT", time.ANSIC}
+
+// parseHTTPDate parses an HTTP-date strictly: a value that is not exactly
+// one of its three forms (two spaces, a one-digit hour) is invalid, which
+// for Expires means "already expired".
+func parseHTTPDate(v string) (time.Time, error) {
+	for _, layout := range httpDateLayouts {
+		if t, err := time.Parse(layout, v); err == nil && t.Format(layout) == v {
+			return t, nil
+		}
+	}
+	return time.Time{}, errors.New("httpflight: invalid HTTP-date")
 }

@@ -257,7 +257,7 @@ func bypass(r *http.Request, rcc directives) string {
 // on its own (the response cannot be shared with it); s.status says why.
 func (l *Layer) lookup(ctx context.Context, r *http.Request, rcc directives, next http.Handler, b key.Builder, k string) (s served, ok bool) {
 	res, led, err := l.fetch(ctx, r, next, k, nil)
-	if err == nil && !led && res.Value.Variant != variant(mustVary(res.Value), r) {
+	if err == nil && (!led || res.Outcome == flightcache.OutcomeStale) && res.Value.Variant != variant(mustVary(res.Value), r) {
 		// Another variant is stored (or being loaded) under the primary
 		// key: this one has a key of its own, the primary key with the
 		// request's values of the fields the stored Vary names.
@@ -294,6 +294,17 @@ func (l *Layer) lookup(ctx context.Context, r *http.Request, rcc directives, nex
 	if resp.truncated {
 		return served{status: cachestatus.Entry{Fwd: cachestatus.FwdMiss, Detail: "too-large"}}, false
 	}
+	if res.Outcome == flightcache.OutcomeStale {
+		// The Cache kept this response past its retention and the load
+		// (this request's or the one it shared) failed or was slow
+		// (flightcache.Options.StaleFor, SoftTimeout): served only when
+		// its directives allow a stale response.
+		cc := responseDirectives(resp.Header)
+		if mustRevalidate(cc) || cc.has("no-cache") {
+			return served{resp: gatewayTimeout(), status: cachestatus.Entry{Fwd: cachestatus.FwdStale, Detail: "stale-forbidden"}}, true
+		}
+		return l.withTTL(served{resp: resp, fromCache: true, status: cachestatus.Entry{Fwd: cachestatus.FwdStale, Detail: "stale-on-error"}}, resp), true
+	}
 	st := cachestatus.Entry{}
 	if led {
 		st.Fwd = cachestatus.FwdMiss
@@ -315,15 +326,6 @@ func (l *Layer) lookup(ctx context.Context, r *http.Request, rcc directives, nex
 		if res.Scope == flightcache.ScopeCluster {
 			st.Detail = "coalesced-cluster"
 		}
-	case flightcache.OutcomeStale:
-		// The Cache kept this response past its retention and the load
-		// failed (flightcache.Options.StaleFor): served only when its
-		// directives allow a stale response.
-		cc := parseCacheControl(resp.Header)
-		if mustRevalidate(cc) {
-			return served{resp: gatewayTimeout(), status: cachestatus.Entry{Fwd: cachestatus.FwdStale, Detail: "must-revalidate"}}, true
-		}
-		return l.withTTL(served{resp: resp, fromCache: true, status: cachestatus.Entry{Fwd: cachestatus.FwdStale, Detail: "stale-on-error"}}, resp), true
 	default:
 		st.Hit = true
 	}
@@ -336,7 +338,7 @@ func (l *Layer) lookup(ctx context.Context, r *http.Request, rcc directives, nex
 func (l *Layer) reuse(ctx context.Context, r *http.Request, rcc directives, next http.Handler, b key.Builder, k string, s served) (served, bool) {
 	resp := s.resp
 	now := l.opts.Now()
-	cc := parseCacheControl(resp.Header)
+	cc := responseDirectives(resp.Header)
 	lifetime, _ := freshnessLifetime(resp.StatusCode, resp.Header, cc, resp.ResponseTime)
 	age := resp.currentAge(now)
 	fresh := lifetime > age
@@ -420,7 +422,7 @@ func (l *Layer) withTTL(s served, resp *Response) served {
 	if resp.unshared != "" {
 		return s
 	}
-	cc := parseCacheControl(resp.Header)
+	cc := responseDirectives(resp.Header)
 	lifetime, _ := freshnessLifetime(resp.StatusCode, resp.Header, cc, resp.ResponseTime)
 	s.status.TTL, s.status.HasTTL = lifetime-resp.currentAge(l.opts.Now()), true
 	return s

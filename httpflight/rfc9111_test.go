@@ -347,3 +347,72 @@ func TestCodecRoundTripsAndRefusesCorruptOrOversizedData(t *testing.T) {
 		t.Fatalf("an oversized body was decoded: %v", err)
 	}
 }
+
+// The Cache's StaleFor serves a response kept past its retention when the
+// upstream fails, unless the response forbids serving it stale.
+func TestStaleForServesStaleOnFailureUnlessForbidden(t *testing.T) {
+	for _, tc := range []struct {
+		cc        string
+		wantStale bool
+	}{
+		{"max-age=10", true},
+		{"max-age=10, must-revalidate", false},
+		{"max-age=10, proxy-revalidate", false},
+		{"s-maxage=10", false},
+	} {
+		t.Run(tc.cc, func(t *testing.T) {
+			up := &counting{respond: func(c int64, w http.ResponseWriter, r *http.Request) {
+				if c > 1 {
+					http.Error(w, "down", http.StatusBadGateway)
+					return
+				}
+				w.Header().Set("Cache-Control", tc.cc)
+				fmt.Fprint(w, "good")
+			}}
+			h := newHarness(t, up, httpflight.Options{}, func(o *flightcache.Options[*httpflight.Response]) { o.StaleFor = time.Hour })
+			h.get("/sf")
+			h.clk.Advance(20 * time.Second)
+			w := h.get("/sf")
+			stale := w.Code == 200 && w.Body.String() == "good"
+			if stale != tc.wantStale || (!stale && w.Code < 500) {
+				t.Fatalf("served %d %q (%s); want stale: %v", w.Code, w.Body.String(), w.Header().Get("Cache-Status"), tc.wantStale)
+			}
+		})
+	}
+}
+
+// The parsing the suite's age-parse, expires-parse and cdn-cache-control
+// tests check: an Age list counts its first value, an Expires that is not
+// exactly an HTTP-date means "expired", CDN-Cache-Control (RFC 9213)
+// overrides Cache-Control unless it is not a valid dictionary.
+func TestHeaderParsingDecidesWhetherAResponseIsReused(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		header []string
+		reused bool
+	}{
+		{"age list", []string{"Cache-Control", "max-age=3600", "Age", "7200, 0"}, false},
+		{"age list fresh", []string{"Cache-Control", "max-age=3600", "Age", "0, 7200"}, true},
+		{"expires two spaces", []string{"Expires", "Thu, 18  Aug  2050 02:01:18 GMT"}, false},
+		{"expires one-digit hour", []string{"Expires", "Thu, 18 Aug 2050 2:01:18 GMT"}, false},
+		{"expires valid", []string{"Expires", "Thu, 18 Aug 2050 02:01:18 GMT"}, true},
+		{"cdn-cache-control overrides no-store", []string{"CDN-Cache-Control", "max-age=600", "Cache-Control", "no-store"}, true},
+		{"cdn-cache-control private", []string{"CDN-Cache-Control", "private", "Cache-Control", "max-age=600"}, false},
+		{"cdn-cache-control invalid", []string{"CDN-Cache-Control", "max-age=10000, &&&&&", "Cache-Control", "no-store"}, false},
+		{"cdn-cache-control wrong type", []string{"CDN-Cache-Control", `max-age="10000"`, "Cache-Control", "no-store"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := &counting{respond: func(c int64, w http.ResponseWriter, r *http.Request) {
+				for i := 0; i+1 < len(tc.header); i += 2 {
+					w.Header().Add(tc.header[i], tc.header[i+1])
+				}
+				fmt.Fprint(w, c)
+			}}
+			h := newHarness(t, up, httpflight.Options{})
+			h.get("/p")
+			if reused := h.get("/p").Body.String() == "1"; reused != tc.reused {
+				t.Fatalf("reused: %v, want %v", reused, tc.reused)
+			}
+		})
+	}
+}

@@ -61,7 +61,7 @@ func (l *Layer) load(lctx context.Context, r *http.Request, next http.Handler, s
 // r (RFC 9111 §3, §3.5), or "". Beyond the RFC, a response that sets a
 // cookie is never stored: it is someone's session.
 func (l *Layer) notStorable(r *http.Request, resp *Response, varyStar bool) string {
-	cc := parseCacheControl(resp.Header)
+	cc := responseDirectives(resp.Header)
 	hasValidator := resp.Header.Get("ETag") != "" || resp.Header.Get("Last-Modified") != ""
 	lifetime, heuristic := freshnessLifetime(resp.StatusCode, resp.Header, cc, resp.ResponseTime)
 	switch {
@@ -91,7 +91,7 @@ func (l *Layer) notStorable(r *http.Request, resp *Response, varyStar bool) stri
 // then as long as it may be served stale (stale-while-revalidate,
 // stale-if-error) or, with a validator, KeepStale.
 func (l *Layer) retention(resp *Response) time.Duration {
-	cc := parseCacheControl(resp.Header)
+	cc := responseDirectives(resp.Header)
 	lifetime, _ := freshnessLifetime(resp.StatusCode, resp.Header, cc, resp.ResponseTime)
 	keep := time.Duration(0)
 	if resp.Header.Get("ETag") != "" || resp.Header.Get("Last-Modified") != "" {
@@ -213,11 +213,11 @@ func notModified(r *http.Request, h http.Header) bool {
 		}
 		return false
 	}
-	ims, err := http.ParseTime(r.Header.Get("If-Modified-Since"))
+	ims, err := parseHTTPDate(r.Header.Get("If-Modified-Since"))
 	if err != nil {
 		return false
 	}
-	lm, err := http.ParseTime(h.Get("Last-Modified"))
+	lm, err := parseHTTPDate(h.Get("Last-Modified"))
 	if err != nil {
 		return false
 	}
