@@ -57,6 +57,9 @@ func validTargeted(values []string) bool {
 
 // parseDirectives reads the directives of the fields values.
 func parseDirectives(values []string) directives {
+	if len(values) == 0 {
+		return nil
+	}
 	d := directives{}
 	for _, field := range values {
 		for len(field) > 0 {
@@ -178,8 +181,27 @@ func dateOf(h http.Header, fallback time.Time) time.Time {
 	return fallback
 }
 
-// currentAge is the response's age at now (RFC 9111 §4.2.3).
-func (r *Response) currentAge(now time.Time) time.Duration {
+// facts are what the Layer reads of a stored response on every use,
+// computed once from its header and times.
+type facts struct {
+	cc           directives
+	lifetime     time.Duration // freshness lifetime (§4.2.1)
+	heuristic    bool          // lifetime is the heuristic's, or none was given
+	initialAge   time.Duration // corrected_initial_age (§4.2.3)
+	vary         []string
+	varyStar     bool
+	hasValidator bool
+}
+
+// facts returns r's facts, computing them on first use. Responses are not
+// changed once built, so two goroutines that compute them at once compute
+// the same.
+func (r *Response) facts() *facts {
+	if f := r.known.Load(); f != nil {
+		return f
+	}
+	f := &facts{cc: responseDirectives(r.Header)}
+	f.lifetime, f.heuristic = freshnessLifetime(r.StatusCode, r.Header, f.cc, r.ResponseTime)
 	apparent := max(r.ResponseTime.Sub(dateOf(r.Header, r.ResponseTime)), 0)
 	ageValue := time.Duration(0)
 	if v := r.Header.Get("Age"); v != "" {
@@ -187,8 +209,16 @@ func (r *Response) currentAge(now time.Time) time.Duration {
 		first, _, _ := strings.Cut(v, ",")
 		ageValue = deltaSeconds(strings.TrimSpace(first))
 	}
-	corrected := ageValue + max(r.ResponseTime.Sub(r.RequestTime), 0)
-	return max(apparent, corrected) + max(now.Sub(r.ResponseTime), 0)
+	f.initialAge = max(apparent, ageValue+max(r.ResponseTime.Sub(r.RequestTime), 0))
+	f.vary, f.varyStar = varyNames(r.Header)
+	f.hasValidator = r.Header.Get("ETag") != "" || r.Header.Get("Last-Modified") != ""
+	r.known.Store(f)
+	return f
+}
+
+// currentAge is the response's age at now (RFC 9111 §4.2.3).
+func (r *Response) currentAge(now time.Time) time.Duration {
+	return r.facts().initialAge + max(now.Sub(r.ResponseTime), 0)
 }
 
 // httpDateLayouts are the three forms of an HTTP-date (RFC 9110 §5.6.7).

@@ -257,16 +257,16 @@ func bypass(r *http.Request, rcc directives) string {
 // on its own (the response cannot be shared with it); s.status says why.
 func (l *Layer) lookup(ctx context.Context, r *http.Request, rcc directives, next http.Handler, b key.Builder, k string) (s served, ok bool) {
 	res, led, err := l.fetch(ctx, r, next, k, nil)
-	if err == nil && (!led || res.Outcome == flightcache.OutcomeStale) && res.Value.Variant != variant(mustVary(res.Value), r) {
+	if err == nil && (!led || res.Outcome == flightcache.OutcomeStale) && res.Value.Variant != variant(res.Value.facts().vary, r) {
 		// Another variant is stored (or being loaded) under the primary
 		// key: this one has a key of its own, the primary key with the
 		// request's values of the fields the stored Vary names.
-		b = b.Dim("vary", keyValue(variant(mustVary(res.Value), r)))
+		b = b.Dim("vary", keyValue(variant(res.Value.facts().vary, r)))
 		if k, err = b.Build(); err != nil {
 			return served{status: cachestatus.Entry{Fwd: cachestatus.FwdBypass, Detail: "key-refused"}}, false
 		}
 		res, led, err = l.fetch(ctx, r, next, k, nil)
-		if err == nil && !led && res.Value.Variant != variant(mustVary(res.Value), r) {
+		if err == nil && !led && res.Value.Variant != variant(res.Value.facts().vary, r) {
 			return served{status: cachestatus.Entry{Fwd: cachestatus.FwdVaryMiss}}, false
 		}
 	}
@@ -299,7 +299,7 @@ func (l *Layer) lookup(ctx context.Context, r *http.Request, rcc directives, nex
 		// (this request's or the one it shared) failed or was slow
 		// (flightcache.Options.StaleFor, SoftTimeout): served only when
 		// its directives allow a stale response.
-		cc := responseDirectives(resp.Header)
+		cc := resp.facts().cc
 		if mustRevalidate(cc) || cc.has("no-cache") {
 			return served{resp: gatewayTimeout(), status: cachestatus.Entry{Fwd: cachestatus.FwdStale, Detail: "stale-forbidden"}}, true
 		}
@@ -338,8 +338,8 @@ func (l *Layer) lookup(ctx context.Context, r *http.Request, rcc directives, nex
 func (l *Layer) reuse(ctx context.Context, r *http.Request, rcc directives, next http.Handler, b key.Builder, k string, s served) (served, bool) {
 	resp := s.resp
 	now := l.opts.Now()
-	cc := responseDirectives(resp.Header)
-	lifetime, _ := freshnessLifetime(resp.StatusCode, resp.Header, cc, resp.ResponseTime)
+	f := resp.facts()
+	cc, lifetime := f.cc, f.lifetime
 	age := resp.currentAge(now)
 	fresh := lifetime > age
 	if v, ok := rcc.seconds("max-age"); ok && age > v {
@@ -422,9 +422,7 @@ func (l *Layer) withTTL(s served, resp *Response) served {
 	if resp.unshared != "" {
 		return s
 	}
-	cc := responseDirectives(resp.Header)
-	lifetime, _ := freshnessLifetime(resp.StatusCode, resp.Header, cc, resp.ResponseTime)
-	s.status.TTL, s.status.HasTTL = lifetime-resp.currentAge(l.opts.Now()), true
+	s.status.TTL, s.status.HasTTL = resp.facts().lifetime-resp.currentAge(l.opts.Now()), true
 	return s
 }
 
@@ -538,10 +536,4 @@ func (l *Layer) failed(ctx context.Context, err error, led bool) (served, bool) 
 
 func gatewayTimeout() *Response {
 	return &Response{StatusCode: http.StatusGatewayTimeout, Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, Body: []byte("gateway timeout\n")}
-}
-
-// mustVary is the Vary list of resp.
-func mustVary(resp *Response) []string {
-	names, _ := varyNames(resp.Header)
-	return names
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,6 +39,8 @@ type Response struct {
 	unshared string
 	// validated: the response is a stored one that a 304 refreshed.
 	validated bool
+	// known holds the facts, once computed.
+	known atomic.Pointer[facts]
 }
 
 // codecMagic starts every encoded Response, with the format's version.

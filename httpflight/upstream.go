@@ -44,9 +44,8 @@ func (l *Layer) load(lctx context.Context, r *http.Request, next http.Handler, s
 		resp = stale.refreshed(rec.final, requestTime, resp.ResponseTime)
 		resp.validated = true
 	}
-	names, star := varyNames(resp.Header)
-	resp.Variant = variant(names, r)
-	if resp.unshared = l.notStorable(r, resp, star); resp.unshared != "" {
+	resp.Variant = variant(resp.facts().vary, r)
+	if resp.unshared = l.notStorable(r, resp); resp.unshared != "" {
 		flightcache.NoStore(lctx)
 		if resp.StatusCode >= 500 && !resp.truncated {
 			return nil, &upstreamError{resp}
@@ -60,10 +59,9 @@ func (l *Layer) load(lctx context.Context, r *http.Request, next http.Handler, s
 // notStorable says why a shared cache may not store resp, the response to
 // r (RFC 9111 §3, §3.5), or "". Beyond the RFC, a response that sets a
 // cookie is never stored: it is someone's session.
-func (l *Layer) notStorable(r *http.Request, resp *Response, varyStar bool) string {
-	cc := responseDirectives(resp.Header)
-	hasValidator := resp.Header.Get("ETag") != "" || resp.Header.Get("Last-Modified") != ""
-	lifetime, heuristic := freshnessLifetime(resp.StatusCode, resp.Header, cc, resp.ResponseTime)
+func (l *Layer) notStorable(r *http.Request, resp *Response) string {
+	f := resp.facts()
+	cc, lifetime, heuristic := f.cc, f.lifetime, f.heuristic
 	switch {
 	case resp.truncated:
 		return "too-large"
@@ -75,13 +73,13 @@ func (l *Layer) notStorable(r *http.Request, resp *Response, varyStar bool) stri
 		return "private"
 	case len(resp.Header.Values("Set-Cookie")) > 0:
 		return "set-cookie"
-	case varyStar:
+	case f.varyStar:
 		return "vary-star"
 	case r.Header.Get("Authorization") != "" && !cc.has("public") && !cc.has("s-maxage") && !cc.has("must-revalidate"):
 		return "authorization"
 	case heuristic && !heuristicStatus[resp.StatusCode] && !cc.has("public"):
 		return "uncacheable" // no explicit freshness, and a status no heuristic applies to
-	case lifetime <= resp.currentAge(l.opts.Now()) && !hasValidator && !cc.has("stale-while-revalidate") && !cc.has("stale-if-error"):
+	case lifetime <= resp.currentAge(l.opts.Now()) && !f.hasValidator && !cc.has("stale-while-revalidate") && !cc.has("stale-if-error"):
 		return "uncacheable" // stale at once, and nothing to validate it with
 	}
 	return ""
@@ -91,10 +89,10 @@ func (l *Layer) notStorable(r *http.Request, resp *Response, varyStar bool) stri
 // then as long as it may be served stale (stale-while-revalidate,
 // stale-if-error) or, with a validator, KeepStale.
 func (l *Layer) retention(resp *Response) time.Duration {
-	cc := responseDirectives(resp.Header)
-	lifetime, _ := freshnessLifetime(resp.StatusCode, resp.Header, cc, resp.ResponseTime)
+	f := resp.facts()
+	cc, lifetime := f.cc, f.lifetime
 	keep := time.Duration(0)
-	if resp.Header.Get("ETag") != "" || resp.Header.Get("Last-Modified") != "" {
+	if f.hasValidator {
 		keep = l.opts.KeepStale
 	}
 	for _, d := range []string{"stale-while-revalidate", "stale-if-error"} {
