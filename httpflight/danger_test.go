@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/httpflight"
@@ -323,5 +324,90 @@ func TestOneTransientErrorIsNotAmplifiedToEveryWaiter(t *testing.T) {
 	}
 	if got := up.calls.Load(); got != 2 {
 		t.Fatalf("%d upstream calls, want 2: the failed one and one retry shared by the waiters", got)
+	}
+}
+
+// The timeout on waiters: a request that waits longer than WaitTimeout is
+// answered 504, and the load it waited for goes on for the others.
+func TestWaiterTimeoutAnswers504AndTheLoadGoesOn(t *testing.T) {
+	release := make(chan struct{})
+	up := &counting{respond: func(c int64, w http.ResponseWriter, r *http.Request) {
+		<-release
+		w.Header().Set("Cache-Control", "max-age=60")
+		fmt.Fprint(w, "late")
+	}}
+	h := newHarness(t, up, httpflight.Options{WaitTimeout: 20 * time.Millisecond})
+	w := h.get("/slow")
+	if w.Code != http.StatusGatewayTimeout || !strings.Contains(w.Header().Get("Cache-Status"), "detail=wait-timeout") {
+		t.Fatalf("%d %q", w.Code, w.Header().Get("Cache-Status"))
+	}
+	close(release)
+	waitFor(t, "the load to be stored", func() bool { return h.get("/slow").Body.String() == "late" })
+	if got := up.calls.Load(); got != 1 {
+		t.Fatalf("%d upstream calls, want the one load", got)
+	}
+}
+
+// A failed validation is shared: the requests that waited for it get its
+// answer, not one upstream request each.
+func TestFailedValidationIsNotAmplifiedToEveryWaiter(t *testing.T) {
+	gate := make(chan struct{})
+	up := &counting{respond: func(c int64, w http.ResponseWriter, r *http.Request) {
+		if c == 1 {
+			w.Header().Set("Cache-Control", "max-age=10")
+			w.Header().Set("ETag", `"1"`)
+			fmt.Fprint(w, "v1")
+			return
+		}
+		if c == 2 {
+			<-gate
+		}
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}}
+	h := newHarness(t, up, httpflight.Options{})
+	h.get("/v")
+	h.clk.Advance(time.Minute)
+	out := h.herd(6, gate, up, func(int) *http.Request { return httptest.NewRequest(http.MethodGet, "/v", nil) })
+	for i, w := range out {
+		if w.Code != http.StatusServiceUnavailable {
+			t.Errorf("request %d: %d", i, w.Code)
+		}
+	}
+	if got := up.calls.Load(); got != 2 {
+		t.Fatalf("%d upstream calls, want 2: the load and one shared validation", got)
+	}
+}
+
+// A validation whose new response turns out private is not handed to the
+// requests that waited for it: each goes upstream itself, at once.
+func TestPrivateResponseToAValidationIsNotShared(t *testing.T) {
+	gate := make(chan struct{})
+	rest := newBarrier(4)
+	up := &counting{respond: func(c int64, w http.ResponseWriter, r *http.Request) {
+		switch {
+		case c == 1:
+			w.Header().Set("Cache-Control", "max-age=10")
+			fmt.Fprint(w, "public")
+			return
+		case c == 2:
+			<-gate
+		case !rest.wait():
+			t.Errorf("the waiters did not go upstream together")
+		}
+		w.Header().Set("Cache-Control", "private, max-age=60")
+		fmt.Fprint(w, "for "+r.Header.Get("X-User"))
+	}}
+	h := newHarness(t, up, httpflight.Options{})
+	h.get("/acct")
+	h.clk.Advance(time.Minute)
+	out := h.herd(5, gate, up, func(i int) *http.Request {
+		req := httptest.NewRequest(http.MethodGet, "/acct", nil)
+		req.Header.Set("X-User", fmt.Sprint(i))
+		return req
+	})
+	for i, w := range out {
+		if got, want := w.Body.String(), fmt.Sprintf("for %d", i); got != want {
+			t.Errorf("request %d was served %q, want %q", i, got, want)
+		}
 	}
 }

@@ -366,7 +366,7 @@ func (l *Layer) reuse(ctx context.Context, r *http.Request, rcc directives, next
 	}
 	fresher, led, err := l.revalidate(ctx, r, next, b, k, resp)
 	if err != nil || fresher.StatusCode >= 500 {
-		if stale, ok := l.staleIfError(rcc, cc, staleness); ok && stale {
+		if !mustRevalidate(cc) && staleIfError(rcc, cc, staleness) {
 			st := cachestatus.Entry{Fwd: cachestatus.FwdStale, Detail: "stale-if-error"}
 			if fresher != nil {
 				st.FwdStatus = fresher.StatusCode
@@ -376,8 +376,14 @@ func (l *Layer) reuse(ctx context.Context, r *http.Request, rcc directives, next
 		if err != nil {
 			return l.failed(ctx, err, led)
 		}
+		// The validation failed and the stale response may not stand in:
+		// every request that shared the validation gets its answer (not
+		// one upstream request each).
+		return served{resp: fresher, status: cachestatus.Entry{Fwd: cachestatus.FwdStale, Collapsed: !led, Detail: "validation-failed"}}, true
 	}
 	if !led && fresher.unshared != "" {
+		// The new response may not be shared (it became private, ...):
+		// each waiter goes upstream itself, at once.
 		return served{status: cachestatus.Entry{Fwd: cachestatus.FwdStale, Detail: "unshareable-" + fresher.unshared}}, false
 	}
 	st := cachestatus.Entry{Fwd: cachestatus.FwdStale, Collapsed: !led, Stored: fresher.unshared == ""}
@@ -387,19 +393,15 @@ func (l *Layer) reuse(ctx context.Context, r *http.Request, rcc directives, next
 	return l.withTTL(served{resp: fresher, status: st, fromCache: !led || fresher.validated}, fresher), true
 }
 
-// staleIfError reports whether a stale response may stand in for an error
-// (RFC 5861 §4): the response's or the request's stale-if-error covers its
-// staleness, and no directive forbids serving it stale.
-func (l *Layer) staleIfError(rcc, cc directives, staleness time.Duration) (stale, ok bool) {
-	if mustRevalidate(cc) {
-		return false, true
-	}
+// staleIfError reports whether the response's or the request's
+// stale-if-error covers a stale response's staleness (RFC 5861 §4).
+func staleIfError(rcc, cc directives, staleness time.Duration) bool {
 	for _, d := range []directives{rcc, cc} {
 		if v, ok := d.seconds("stale-if-error"); ok && staleness <= v {
-			return true, true
+			return true
 		}
 	}
-	return false, true
+	return false
 }
 
 // mustRevalidate: a stale response may never be served without validation
