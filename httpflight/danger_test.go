@@ -387,6 +387,7 @@ func TestPrivateResponseToAValidationIsNotShared(t *testing.T) {
 		switch {
 		case c == 1:
 			w.Header().Set("Cache-Control", "max-age=10")
+			w.Header().Set("ETag", `"1"`) // kept past its freshness, for validation
 			fmt.Fprint(w, "public")
 			return
 		case c == 2:
