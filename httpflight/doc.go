@@ -30,8 +30,8 @@
 //     a 304 refreshes the stored response. A client's own If-None-Match or
 //     If-Modified-Since that matches the response it is served gets a 304;
 //   - the request's no-cache (and Pragma: no-cache), max-age, min-fresh
-//     and max-stale; its no-store, Range, If-Match, If-Unmodified-Since or
-//     a body send it upstream untouched;
+//     and max-stale; its no-store, Range, If-Match, If-Unmodified-Since,
+//     Upgrade (WebSocket) or a body send it upstream untouched;
 //   - stale responses: stale-while-revalidate serves the stale response
 //     and revalidates it in the background (once per key on an instance),
 //     stale-if-error serves it when the validation fails or answers 5xx;

@@ -243,6 +243,8 @@ func bypass(r *http.Request, rcc directives) string {
 	switch {
 	case rcc.has("no-store"):
 		return "request-no-store"
+	case r.Header.Get("Upgrade") != "":
+		return "upgrade" // a protocol switch (WebSocket) needs the client's connection
 	case r.Header.Get("Range") != "" || r.Header.Get("If-Range") != "":
 		return "range"
 	case r.Header.Get("If-Match") != "" || r.Header.Get("If-Unmodified-Since") != "":

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -414,5 +415,23 @@ func TestHeaderParsingDecidesWhetherAResponseIsReused(t *testing.T) {
 				t.Fatalf("reused: %v, want %v", reused, tc.reused)
 			}
 		})
+	}
+}
+
+// A protocol switch (WebSocket) goes to the handler with the client's own
+// ResponseWriter, which it must hijack; so do requests with a body.
+func TestUpgradeAndBodyRequestsReachTheHandlerUntouched(t *testing.T) {
+	var direct []bool
+	up := &counting{respond: func(c int64, w http.ResponseWriter, r *http.Request) {
+		_, ok := w.(*httptest.ResponseRecorder)
+		direct = append(direct, ok)
+		w.Header().Set("Cache-Control", "max-age=60")
+	}}
+	h := newHarness(t, up, httpflight.Options{})
+	h.get("/ws", "Upgrade", "websocket", "Connection", "Upgrade")
+	req := httptest.NewRequest(http.MethodGet, "/ws", strings.NewReader("body"))
+	h.h.ServeHTTP(httptest.NewRecorder(), req)
+	if len(direct) != 2 || !direct[0] || !direct[1] {
+		t.Fatalf("the handler got the client's writer: %v", direct)
 	}
 }
