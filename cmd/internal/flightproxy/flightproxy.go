@@ -50,9 +50,10 @@ type Config struct {
 // FlagError reports an invalid flag.
 type FlagError struct {
 	Flag   string // the flag, with its dash
-	Reason string
+	Reason string // what is wrong with its value
 }
 
+// Error formats as "flightproxy: <flag>: <reason>".
 func (e *FlagError) Error() string { return "flightproxy: " + e.Flag + ": " + e.Reason }
 
 // ParseFlags reads the flags in args (without the program name), writing
@@ -126,6 +127,7 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 
 // Proxy is the caching reverse proxy: Handler serves the requests.
 type Proxy struct {
+	// Handler is the Layer in front of the reverse proxy.
 	Handler http.Handler
 	closers []func() error
 }
