@@ -46,6 +46,8 @@
 //     invalidates its target URI and the same-origin URIs of its Location
 //     and Content-Location, in every tier and, with a Bus, on every
 //     instance (§4.4);
+//   - CDN-Cache-Control (RFC 9213), when a response has a valid one, in
+//     place of its Cache-Control;
 //   - Cache-Status (RFC 9211) on every response (package cachestatus).
 //
 // # Collapsing
@@ -62,7 +64,10 @@
 // of them. The Cache's MaxWaiters caps the waiters of a key (beyond: 503
 // with Retry-After), Options.WaitTimeout bounds each wait (then 504).
 // Stale responses are revalidated with the same collapsing: one
-// conditional request per stored response.
+// conditional request per stored response, whose answer every waiter
+// shares (an error included, unless stale-if-error lets the stale response
+// stand in); a new response that may not be shared sends each waiter
+// upstream itself.
 //
 // # Cache poisoning
 //
