@@ -222,19 +222,26 @@ func (p *Proxy) Close() error {
 	return errors.Join(errs...)
 }
 
-// Run serves cfg until ctx ends, then shuts down gracefully: it stops
-// accepting, waits up to cfg.ShutdownTimeout for the requests in progress,
-// and releases the cache and Redis.
+// Run listens on cfg.Listen and serves until ctx ends (Serve).
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
-	p, err := New(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer p.Close()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("flightproxy: -listen: %w", err)
 	}
+	return Serve(ctx, cfg, ln, log)
+}
+
+// Serve builds the proxy of cfg and serves it on ln until ctx ends, then
+// shuts down gracefully: it stops accepting, waits up to
+// cfg.ShutdownTimeout for the requests in progress, and releases the cache
+// and Redis. It closes ln.
+func Serve(ctx context.Context, cfg Config, ln net.Listener, log *slog.Logger) error {
+	p, err := New(ctx, cfg, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer p.Close()
 	srv := &http.Server{Handler: p.Handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -129,25 +129,17 @@ func TestRunShutsDownGracefully(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	ln.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
-	go func() { ran <- Run(ctx, config(t, up.URL, "-listen", addr), quietLog()) }()
+	go func() { ran <- Serve(ctx, config(t, up.URL), ln, quietLog()) }()
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
 	var resp *http.Response
 	got := make(chan error, 1)
 	go func() {
-		for {
-			r, err := client.Get("http://" + addr + "/slow")
-			var oe *net.OpError
-			if errors.As(err, &oe) && oe.Op == "dial" {
-				continue // not listening yet
-			}
-			resp = r
-			got <- err
-			return
-		}
+		var err error
+		resp, err = client.Get("http://" + addr + "/slow") // the listener accepts already
+		got <- err
 	}()
 	<-entered
 	cancel()
