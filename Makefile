@@ -8,7 +8,7 @@ GO        ?= go
 PKGS      ?= github.com/flightcache/flightcache/...
 MODULES    = $(shell $(GO) list -m -f '{{.Dir}}')
 # The released library modules besides the core, whose suites also run outside the workspace (modules).
-LIBMODULES = memstore redisstore redislease bloomguard breaker promflight otelflight flightcachevet
+LIBMODULES = memstore redisstore redislease bloomguard breaker promflight otelflight httpflight flightcachevet
 BENCH     ?= .
 COUNT     ?= 10
 BENCHTIME ?= 1s
@@ -16,7 +16,7 @@ BENCHOUT  ?= bench.txt
 # The module and version of each package a build compiles (modules).
 DEPVERSION = {{with .Module}}{{.Path}} {{.Version}}{{end}}
 
-.PHONY: test fmt-check vet vettool modules rules-check race chaos-short fuzz fuzz-short soak perf-report perf-report-quick lint bench stress demo chaos api-report
+.PHONY: test fmt-check vet vettool modules rules-check race chaos-short fuzz fuzz-short soak perf-report perf-report-quick lint bench stress demo chaos api-report http-conformance
 
 ## test: gofmt check, go vet, the repository's own analyzer, every module built and vetted outside the workspace, the Prometheus rules checked and unit-tested, the race-enabled test suite of every module (with the module checks of internal/archtest), every fuzz target for 3000 executions and a one-minute chaos run (needs Redis, PostgreSQL and redis-server; see README)
 test: fmt-check vet vettool modules rules-check race fuzz-short perf-report-quick chaos-short
@@ -135,6 +135,10 @@ fuzz-short:
 SOAK_DURATION ?= 2m
 soak:
 	$(GO) run ./cmd/soak -duration $(SOAK_DURATION)
+
+## http-conformance: the HTTP caching test suite (github.com/http-tests/cache-tests) against cmd/flightproxy, with default flags and with -stale-for 1h; writes docs/http-conformance.md, the required tests passed beside the suite's published results, and every failure with its explanation (about 2 minutes; needs node, npm, curl, and git with access to github.com unless CACHE_TESTS_DIR names a checkout of the suite)
+http-conformance:
+	./cmd/flightproxy/conformance/run.sh
 
 ## perf-report: the scaling curves (engine cost against waiters per key and keys in flight, origin queries against instances, hit paths per tier, follower wake-up against instances and waiters beside the loopback floor, productd's warm-hit requests per second beside a bare net/http handler), side by side with the peers, measured on this machine: SVG charts and tables in docs/perf (about 7 minutes on 2 cores; needs Redis)
 perf-report:

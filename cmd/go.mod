@@ -23,6 +23,7 @@ require (
 	github.com/bits-and-blooms/bloom/v3 v3.7.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
+	github.com/flightcache/flightcache/httpflight v0.0.0-00010101000000-000000000000
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
@@ -55,3 +56,5 @@ replace (
 	github.com/flightcache/flightcache/redislease => ../redislease
 	github.com/flightcache/flightcache/redisstore => ../redisstore
 )
+
+replace github.com/flightcache/flightcache/httpflight => ../httpflight

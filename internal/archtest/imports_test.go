@@ -20,6 +20,7 @@ var core = []string{
 	module + "/internal/coherence", // the coherence model
 	module + "/driver",             // the contracts for tiers, coordinators, buses, codecs and observers
 	module + "/flightstats",        // the dependency-free observer
+	module + "/cachestatus",        // the RFC 9211 Cache-Status field
 	module,
 }
 

@@ -248,9 +248,19 @@ func listAll(t *testing.T, dir string) []string {
 // graph, itself and the core: nothing else.
 func TestScratchModuleOfTheCoreHoldsOnlyTheCore(t *testing.T) {
 	dir := scratch(t, []string{module}, []string{
-		module, module + "/singleflight", module + "/key", module + "/clock", module + "/driver", module + "/flightstats",
+		module, module + "/singleflight", module + "/key", module + "/clock", module + "/driver", module + "/flightstats", module + "/cachestatus",
 	})
 	if got, want := listAll(t, dir), []string{"example.com/scratch", module}; !slices.Equal(got, want) {
+		t.Fatalf("go list -m all = %v, want %v", got, want)
+	}
+}
+
+// A module that imports the HTTP layer has, in its whole module graph,
+// itself, the core and httpflight: the layer needs nothing else (Redis is
+// the Cache's business, through the adapters a user adds).
+func TestScratchModuleOfHTTPFlightHoldsOnlyTheCoreAndItself(t *testing.T) {
+	dir := scratch(t, []string{module, module + "/httpflight"}, []string{module + "/httpflight"})
+	if got, want := listAll(t, dir), []string{"example.com/scratch", module, module + "/httpflight"}; !slices.Equal(got, want) {
 		t.Fatalf("go list -m all = %v, want %v", got, want)
 	}
 }

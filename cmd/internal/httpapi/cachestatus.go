@@ -3,18 +3,16 @@ package httpapi
 import (
 	"context"
 	"errors"
-	"math"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/flightcache/flightcache"
+	"github.com/flightcache/flightcache/cachestatus"
 	"github.com/flightcache/flightcache/cmd/internal/product"
 	"github.com/flightcache/flightcache/singleflight"
 )
 
 // CacheStatus renders the RFC 9211 Cache-Status header value for a product
-// GET: the cache's name, then the parameters that apply, in the RFC's order.
+// GET: the cache's name, then the parameters that apply, in the RFC's order
+// (package cachestatus renders them; this function says which apply).
 // err is the error Get returned with sv (nil on success).
 //
 //   - hit (RFC 9211 §2.1): served from the cache, nothing forwarded: a fresh
@@ -77,108 +75,85 @@ import (
 //	flightcache; detail=leader-failed
 //	flightcache; detail=client-left
 func CacheStatus(cache string, sv product.Served, err error) string {
-	var sb strings.Builder
-	sb.WriteString(cache)
-	param := func(p string) { sb.WriteString("; "); sb.WriteString(p) }
-	ttl, detail := sv.TTLKnown, ""
+	e := cachestatus.Entry{Cache: cache, TTL: sv.TTL, HasTTL: sv.TTLKnown}
 	switch sv.Outcome {
 	case flightcache.OutcomeHitLocal:
-		param("hit")
+		e.Hit = true
 	case flightcache.OutcomeHitShared:
-		param("hit")
-		detail = "shared"
+		e.Hit, e.Detail = true, "shared"
 	case flightcache.OutcomeRefreshed:
-		param("hit")
-		detail = "early-refresh"
+		e.Hit, e.Detail = true, "early-refresh"
 	case flightcache.OutcomeNegativeHit:
-		param("hit")
-		detail = "not-found"
+		e.Hit, e.Detail = true, "not-found"
 	case flightcache.OutcomeFiltered:
 		// The cache answered "not found" from its guard: nothing was
 		// forwarded, but no stored response was reused either.
-		detail, ttl = "filtered", false
+		e.Detail, e.HasTTL = "filtered", false
 	case flightcache.OutcomeStale:
 		var te *flightcache.ThrottledError
 		switch {
 		case errors.As(sv.StaleCause, &te):
-			param("hit")
-			detail = "origin-throttled"
+			e.Hit, e.Detail = true, "origin-throttled"
 		case errors.Is(sv.StaleCause, flightcache.ErrSoftTimeout):
-			param("fwd=stale")
-			detail = "soft-timeout"
+			e.Fwd, e.Detail = cachestatus.FwdStale, "soft-timeout"
 		default:
-			param("fwd=stale")
+			e.Fwd, e.Detail = cachestatus.FwdStale, "origin-error"
 			if code, ok := staleFwdStatus(sv.StaleCause); ok {
-				param("fwd-status=" + strconv.Itoa(code))
+				e.FwdStatus = code
 			}
-			detail = "origin-error"
 		}
 	case flightcache.OutcomeLoaded:
-		param("fwd=miss")
-		param("stored")
+		e.Fwd, e.Stored = cachestatus.FwdMiss, true
 		if err != nil { // a "not found", stored as a tombstone
-			detail = "not-found"
+			e.Detail = "not-found"
 		}
 	case flightcache.OutcomeCoalesced:
-		param("fwd=miss")
-		param("collapsed")
+		e.Fwd, e.Collapsed = cachestatus.FwdMiss, true
 		switch sv.Scope {
 		case flightcache.ScopeLocal:
-			detail = "coalesced-local"
+			e.Detail = "coalesced-local"
 		case flightcache.ScopeCluster:
-			detail = "coalesced-cluster"
+			e.Detail = "coalesced-cluster"
 		}
 	case flightcache.OutcomeLoadedUncached:
 		// Forwarded, and stored nowhere: another instance held the
 		// product's lease past the coalesce wait, and its write is the
 		// one that lands.
-		param("fwd=miss")
-		detail, ttl = "uncached", false
+		e.Fwd, e.Detail, e.HasTTL = cachestatus.FwdMiss, "uncached", false
 	case flightcache.OutcomeCallerLeft:
 		// The client left before the answer was ready (productd answers
 		// 499, which nobody reads); a load it started goes on.
-		detail, ttl = "client-left", false
+		e.Detail, e.HasTTL = "client-left", false
 	case flightcache.OutcomeLoadedWriteFailed:
 		// Only the shared write failed: the memory tier, part of this
 		// cache, holds the value for its TTL (§2.5 stored). The one case
 		// where neither tier does, a value that cannot be encoded, does
 		// not arise with product.Entry.
-		param("fwd=miss")
-		param("stored")
-		detail = "shared-write-failed"
+		e.Fwd, e.Stored, e.Detail = cachestatus.FwdMiss, true, "shared-write-failed"
 	default: // OutcomeLoadFailed and anything new
-		ttl = false
+		e.HasTTL = false
 		var te *flightcache.ThrottledError
 		switch {
 		case errors.Is(err, singleflight.ErrTooManyInFlight), errors.Is(err, singleflight.ErrTooManyWaiters):
-			detail = "overloaded"
+			e.Detail = "overloaded"
 		case errors.Is(err, singleflight.ErrClosed):
-			detail = "shutting-down"
+			e.Detail = "shutting-down"
 		case errors.As(err, &te):
-			detail = "origin-throttled"
+			e.Detail = "origin-throttled"
 		case errors.Is(err, flightcache.ErrLeaderFailed):
 			// Cluster mode: the load failed on the instance that led it
 			// (now, or within the failure window); this one forwarded
 			// nothing.
-			detail = "leader-failed"
+			e.Detail = "leader-failed"
 		case errors.Is(err, product.ErrNotFound): // uncached (naive mode)
-			param("fwd=miss")
-			detail = "not-found"
+			e.Fwd, e.Detail = cachestatus.FwdMiss, "not-found"
 		case errors.Is(err, context.DeadlineExceeded):
-			param("fwd=miss")
-			detail = "origin-timeout"
+			e.Fwd, e.Detail = cachestatus.FwdMiss, "origin-timeout"
 		default:
-			param("fwd=miss")
-			detail = "origin-error"
+			e.Fwd, e.Detail = cachestatus.FwdMiss, "origin-error"
 		}
 	}
-	if ttl {
-		param("ttl=" + strconv.FormatInt(ttlSeconds(sv.TTL), 10))
-	}
-	if detail != "" {
-		param("detail=" + detail)
-	}
-	return sb.String()
+	return e.String()
 }
 
 // staleFwdStatus is the fwd-status of a stale value served because of
@@ -205,14 +180,4 @@ func staleFwdStatus(cause error) (code int, ok bool) {
 		return 0, false
 	}
 	return classify(cause, 0).status, true
-}
-
-// ttlSeconds rounds away from zero: a fresh value's ttl up, so that a
-// client waiting ttl seconds is sure to see it expired, and a stale
-// value's down, so that it is never shown as ttl=0, which reads as fresh.
-func ttlSeconds(d time.Duration) int64 {
-	if d < 0 {
-		return int64(math.Floor(d.Seconds()))
-	}
-	return int64(math.Ceil(d.Seconds()))
 }
