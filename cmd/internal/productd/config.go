@@ -24,9 +24,18 @@ import (
 // PRODUCTD_* environment variable (see ParseFlags); Default gives the
 // values used when neither is set.
 type Config struct {
-	Addr         string // listen address
-	DB           string // see product.AcceptedDSNForms
-	DBMaxConns   int    // origin connection pool size
+	Addr       string // listen address
+	DB         string // see product.AcceptedDSNForms
+	DBMaxConns int    // origin connection pool size
+	// DBWriteConns bounds the pooled connections that writes (PUT, POST,
+	// the outbox relay) hold at once, so that reads keep the rest of the
+	// pool whatever makes writes wait; 0 picks EffectiveDBWriteConns'
+	// default, a quarter of DBMaxConns (at least 1).
+	DBWriteConns int
+	// WriteTimeout bounds each write's database work, its wait for one of
+	// DBWriteConns included: past it a PUT or POST is answered 503
+	// writes_busy (no slot came free) or 504 write_timeout.
+	WriteTimeout time.Duration
 	Seed         bool   // seed the demo catalog into an empty database
 	SeedProducts int    // products per tenant in the seeded catalog
 	Redis        string // URL of the shared tier (RedisURLForms); empty: memory only
@@ -176,6 +185,7 @@ func Default() Config {
 		Addr:            "127.0.0.1:8080",
 		DB:              "productd.db",
 		DBMaxConns:      product.DefaultMaxConns,
+		WriteTimeout:    product.DefaultWriteTimeout,
 		Seed:            true,
 		SeedProducts:    product.DemoCatalog.ProductsPerTenant,
 		RedisPrefix:     "productd:",
@@ -216,6 +226,11 @@ func (c Config) Validate() error {
 		return bad("-db must not be empty")
 	case c.DBMaxConns < 1:
 		return bad("-db-max-conns must be at least 1")
+	case c.DBWriteConns < 0 || c.DBWriteConns > max(1, c.DBMaxConns-1):
+		return bad("-db-write-conns %d must be 0 (a quarter of -db-max-conns, at least 1) or between 1 and -db-max-conns - 1 (%d), "+
+			"so that reads keep a connection of their own while writes wait", c.DBWriteConns, max(1, c.DBMaxConns-1))
+	case c.WriteTimeout < time.Millisecond || c.WriteTimeout > time.Minute:
+		return bad("-write-timeout must be between 1ms and 1m")
 	case c.SeedProducts < 1 || c.SeedProducts > 99_999:
 		return bad("-seed-products must be between 1 and 99999")
 	case c.OriginLatency < 0:
@@ -348,6 +363,15 @@ func (c Config) EffectiveCoalesceWait() time.Duration {
 func (c Config) maxCoalesceWait() time.Duration { return c.LeaseTTL + c.LoaderTimeout }
 
 const maxCoalesceWaitFlags = "-lease-ttl + -loader-timeout"
+
+// EffectiveDBWriteConns is DBWriteConns, or the default it stands for
+// when 0: a quarter of DBMaxConns, at least 1.
+func (c Config) EffectiveDBWriteConns() int {
+	if c.DBWriteConns != 0 {
+		return c.DBWriteConns
+	}
+	return product.DefaultWriteConns(c.DBMaxConns)
+}
 
 // EffectiveBusDownAfter is BusDownAfter, or the default it stands for
 // when 0: redislease.DefaultDownAfter, or 4 BusHeartbeats if longer.
@@ -488,6 +512,8 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	str(&c.Addr, "addr", "HTTP listen address; the default listens on loopback only, :8080 listens on every interface")
 	secret(&c.DB, "db", "origin database (`dsn`): "+product.AcceptedDSNForms+" (a SQLite file is created and seeded if missing)")
 	num(&c.DBMaxConns, "db-max-conns", "origin connection pool size")
+	num(&c.DBWriteConns, "db-write-conns", "pooled connections that writes (PUT, POST, the outbox relay) may hold at once, the rest staying the reads' (0: a quarter of -db-max-conns, at least 1; otherwise 1 to -db-max-conns - 1)")
+	dur(&c.WriteTimeout, "write-timeout", "bound of each write's database work, its wait for a write connection included (1ms to 1m); past it a PUT or POST gets 503 writes_busy or 504 write_timeout")
 	boolean(&c.Seed, "seed", "seed the demo catalog (3 tenants x -seed-products products x 3 locales x 3 currencies) on first start")
 	num(&c.SeedProducts, "seed-products", "products per tenant in the seeded demo catalog (1 to 99999)")
 	// -redis prints through redactRedisURL, which also hides

@@ -411,3 +411,40 @@ func TestListeningLineRedactsTheDatabasePassword(t *testing.T) {
 		t.Fatalf("listening line db=%q (all logs:\n%s); want the URL with its password redacted", db, logs.String())
 	}
 }
+
+// Writes hold at most a share of the pool: a quarter by default, and an
+// explicit share must leave the reads a connection; -write-timeout is a
+// bounded duration. Each bad value is refused with a message naming the
+// flag.
+func TestWriteConnsAndWriteTimeout(t *testing.T) {
+	c, err := ParseFlags(nil, env(nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.EffectiveDBWriteConns() != 4 || c.WriteTimeout != 5*time.Second {
+		t.Fatalf("defaults: %d write connections of %d, write timeout %v; want 4 and 5s", c.EffectiveDBWriteConns(), c.DBMaxConns, c.WriteTimeout)
+	}
+	c, err = ParseFlags([]string{"-db-max-conns", "2"}, env(nil), &bytes.Buffer{})
+	if err != nil || c.EffectiveDBWriteConns() != 1 {
+		t.Fatalf("-db-max-conns 2: %d write connections, %v; want 1", c.EffectiveDBWriteConns(), err)
+	}
+	c, err = ParseFlags([]string{"-db-max-conns", "1"}, env(map[string]string{"PRODUCTD_WRITE_TIMEOUT": "250ms"}), &bytes.Buffer{})
+	if err != nil || c.EffectiveDBWriteConns() != 1 || c.WriteTimeout != 250*time.Millisecond {
+		t.Fatalf("one connection: %d write connections, timeout %v, %v; want the one shared, 250ms", c.EffectiveDBWriteConns(), c.WriteTimeout, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"-db-write-conns", "16"}, "-db-write-conns"}, // reads would keep none
+		{[]string{"-db-write-conns", "-1"}, "-db-write-conns"},
+		{[]string{"-db-max-conns", "1", "-db-write-conns", "2"}, "-db-write-conns"},
+		{[]string{"-write-timeout", "0"}, "-write-timeout"},
+		{[]string{"-write-timeout", "2m"}, "-write-timeout"},
+	} {
+		_, err := ParseFlags(tc.args, env(nil), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("ParseFlags(%q) = %v, want an error naming %s", tc.args, err, tc.flag)
+		}
+	}
+}

@@ -138,7 +138,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 		}
 	}
 
-	s.repo, err = product.Open(ctx, cfg.DB, product.Options{OriginLatency: cfg.OriginLatency, MaxConns: cfg.DBMaxConns})
+	s.repo, err = product.Open(ctx, cfg.DB, product.Options{
+		OriginLatency: cfg.OriginLatency, MaxConns: cfg.DBMaxConns,
+		WriteConns: cfg.EffectiveDBWriteConns(), WriteTimeout: cfg.WriteTimeout,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -570,8 +573,10 @@ func (s *Server) Tiers() string {
 // Redis and database connections. It returns nil after a clean shutdown.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// In cluster mode a request may wait for another instance's load,
-	// then run its own.
-	longestRequest := s.cfg.EffectiveCoalesceWait() + s.cfg.LoaderTimeout
+	// then run its own. A write has -write-timeout for the database, then
+	// publishes its invalidation (-redis-timeout) and deletes superseded
+	// entries and its outbox record (1s each, at most).
+	longestRequest := max(s.cfg.EffectiveCoalesceWait()+s.cfg.LoaderTimeout, s.cfg.WriteTimeout+s.cfg.RedisTimeout+2*time.Second)
 	srv := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 5 * time.Second,
