@@ -545,7 +545,7 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	dur(&c.NegativeTTL, "negative-ttl", "how long a \"not found\" is cached (0: 30s, capped at -cache-ttl; otherwise 1s to -cache-ttl)")
 	float(&c.Jitter, "cache-jitter", "fraction by which each TTL is randomly shortened, in [0, 0.5]")
 	dur(&c.StaleFor, "stale-for", "serve values up to this long past their TTL when the origin fails, or is slower than -soft-timeout (0: off)")
-	dur(&c.SoftTimeout, "soft-timeout", "with -stale-for: how long a request for a product that has a stale value waits for the origin before it gets that value (Cache-Status detail=soft-timeout), the load going on in the background to refresh it; below -loader-timeout (0: off, requests wait for the load up to -loader-timeout)")
+	dur(&c.SoftTimeout, "soft-timeout", "with -stale-for: how long a request for a product that has a stale value waits for the origin, counted from the start of the product's load (a request that joins a load past it gets the stale value at once), before it gets that value (Cache-Status detail=soft-timeout), the load going on in the background to refresh it; below -loader-timeout (0: off, requests wait for the load up to -loader-timeout)")
 	dur(&c.FailureThrottle, "failure-throttle", "after a failed origin load of a product, serve its stale value (or the failure) at once for this long instead of asking the origin again (0: off, at most 1m)")
 	boolean(&c.EarlyRefresh, "early-refresh", "refresh hot entries in the background before they expire (XFetch)")
 	dur(&c.LoaderTimeout, "loader-timeout", "hard timeout of one origin load; beyond it requests get 504")
