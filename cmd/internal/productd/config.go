@@ -169,6 +169,16 @@ type Config struct {
 	Catalog *product.Catalog
 }
 
+// DefaultRedisTimeout is -redis-timeout's default: four times the
+// library's DefaultSharedTimeout. On a host at load 10 (two cores, twenty
+// runnable processes) a loopback Redis round trip has taken over 250ms:
+// each such call counted as a failure, the breaker opened, a Claim that
+// timed out sent its instance to load on its own, and cluster herds made
+// 4 to 5 origin queries with no Redis fault. With Redis hung, a request
+// pays this at most once per call until the breaker opens (see
+// redisBreakerFailures).
+const DefaultRedisTimeout = time.Second
+
 // DefaultNegativeTTL is how long a "not found" is cached when
 // -negative-ttl is not set, capped at -cache-ttl (EffectiveNegativeTTL).
 const DefaultNegativeTTL = 30 * time.Second
@@ -189,7 +199,7 @@ func Default() Config {
 		Seed:            true,
 		SeedProducts:    product.DemoCatalog.ProductsPerTenant,
 		RedisPrefix:     "productd:",
-		RedisTimeout:    flightcache.DefaultSharedTimeout,
+		RedisTimeout:    DefaultRedisTimeout,
 		LeaseTTL:        redislease.DefaultLeaseTTL,
 		BusDownTTL:      flightcache.DefaultBusDownTTL,
 		BusHeartbeat:    redislease.DefaultHeartbeatInterval,
@@ -374,12 +384,17 @@ func (c Config) EffectiveDBWriteConns() int {
 }
 
 // EffectiveBusDownAfter is BusDownAfter, or the default it stands for
-// when 0: redislease.DefaultDownAfter, or 4 BusHeartbeats if longer.
+// when 0: the longest of redislease.DefaultDownAfter, 4 BusHeartbeats,
+// and twice RedisTimeout. A heartbeat that Redis answers within
+// RedisTimeout is not lost, so the bus must not go down sooner than
+// that after one was sent; twice leaves room for a heartbeat a busy host
+// sends late (each time the bus goes down and up again, every instance
+// empties its memory tier, and reloads what it held).
 func (c Config) EffectiveBusDownAfter() time.Duration {
 	if c.BusDownAfter != 0 {
 		return c.BusDownAfter
 	}
-	return max(redislease.DefaultDownAfter, 4*c.BusHeartbeat)
+	return max(redislease.DefaultDownAfter, 4*c.BusHeartbeat, 2*c.RedisTimeout)
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -536,7 +551,7 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	dur(&c.CoalesceWait, "coalesce-wait", "cluster mode: how long a request waits for another instance's load before it serves a stale value, or queries the origin itself without caching the result; at least -lease-ttl, so that a crashed instance's lease can run out and another instance take it over (0: -lease-ttl + -loader-timeout, which also covers the new leader's load)")
 	dur(&c.BusDownTTL, "bus-down-ttl", "with -redis: while the invalidation bus is down, how long a value stays servable from memory after it entered it (1ms to -cache-ttl); another instance's PUT then shows here within about this long")
 	dur(&c.BusHeartbeat, "bus-heartbeat", "with -redis: how often each instance sends itself a heartbeat through the invalidation bus (10ms to 10s)")
-	dur(&c.BusDownAfter, "bus-down-after", "with -redis: how long the invalidation bus may go without a heartbeat coming back before it counts as down (0: 1s, or 4 x -bus-heartbeat if longer; otherwise twice -bus-heartbeat to 1m)")
+	dur(&c.BusDownAfter, "bus-down-after", "with -redis: how long the invalidation bus may go without a heartbeat coming back before it counts as down (0: the longest of 1s, 4 x -bus-heartbeat and 2 x -redis-timeout; otherwise twice -bus-heartbeat to 1m)")
 	dur(&c.OutboxInterval, "outbox-interval", "flightcache mode: how often the outbox relay reads the invalidations that PUTs left undone (a writer that crashed, or Redis out), 10ms to 1m")
 	dur(&c.OutboxGrace, "outbox-grace", "flightcache mode: how old an outbox record must be before the relay redoes its invalidation (0 to 10m); the writer makes it at once, so a shorter grace only makes it twice")
 	dur(&c.OriginLatency, "origin-latency", "artificial delay added to each origin lookup (demos, tests), e.g. 200ms")

@@ -270,6 +270,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	return s, nil
 }
 
+// redisBreakerFailures is how many Redis calls in a row must fail or time
+// out before the Redis breaker opens: four times the breaker's default.
+// On a busy host a herd's calls queue for the client's connections, and a
+// few of them in a row outlast -redis-timeout with Redis healthy; an open
+// breaker then sends every instance to the origin on its own. With Redis
+// out, a herd reaches this many failures within one -redis-timeout.
+const redisBreakerFailures = 4 * breaker.DefaultConsecutiveFailures
+
 func (s *Server) connectRedis(ctx context.Context) (driver.SharedStore, error) {
 	t, err := s.cfg.redisTarget()
 	if err != nil {
@@ -280,7 +288,7 @@ func (s *Server) connectRedis(ctx context.Context) (driver.SharedStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := breaker.New(breaker.Options{OnStateChange: func(from, to driver.BreakerState) {
+	b, err := breaker.New(breaker.Options{ConsecutiveFailures: redisBreakerFailures, OnStateChange: func(from, to driver.BreakerState) {
 		lvl := slog.LevelWarn
 		if to == driver.BreakerClosed {
 			lvl = slog.LevelInfo
@@ -319,7 +327,7 @@ func (s *Server) connectRedis(ctx context.Context) (driver.SharedStore, error) {
 func (s *Server) connectCoordinator(ctx context.Context) error {
 	opts := redislease.Options{
 		LeaseTTL: s.cfg.LeaseTTL, Timeout: s.cfg.RedisTimeout,
-		HeartbeatInterval: s.cfg.BusHeartbeat, DownAfter: s.cfg.BusDownAfter,
+		HeartbeatInterval: s.cfg.BusHeartbeat, DownAfter: s.cfg.EffectiveBusDownAfter(),
 		// Bulk invalidations must be replayable while the shared tier may
 		// still hold entries they cover: -cache-ttl plus -stale-for.
 		BulkRetention: min(max(redislease.DefaultBulkRetention, s.cfg.TTL+s.cfg.StaleFor+time.Hour), redislease.MaxBulkRetention),
