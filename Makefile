@@ -16,7 +16,7 @@ BENCHOUT  ?= bench.txt
 # The module and version of each package a build compiles (modules).
 DEPVERSION = {{with .Module}}{{.Path}} {{.Version}}{{end}}
 
-.PHONY: test fmt-check vet vettool modules rules-check race chaos-short fuzz fuzz-short soak perf-report perf-report-quick lint bench stress demo chaos api-report http-conformance
+.PHONY: test fmt-check vet vettool modules rules-check race chaos-short fuzz fuzz-short soak perf-report perf-report-quick lint bench stress demo chaos api-report http-conformance load-test
 
 ## test: gofmt check, go vet, the repository's own analyzer, every module built and vetted outside the workspace, the Prometheus rules checked and unit-tested, the race-enabled test suite of every module (with the module checks of internal/archtest), every fuzz target for 3000 executions and a one-minute chaos run (needs Redis, PostgreSQL and redis-server; see README)
 test: fmt-check vet vettool modules rules-check race fuzz-short perf-report-quick chaos-short
@@ -70,6 +70,12 @@ race:
 ## stress: the concurrency tests, many times under -race, to catch rare interleavings
 stress:
 	$(GO) test -race -count=20 -timeout 30m ./internal/flightgroup/ ./singleflight/ .
+
+## load-test: cluster herds with productd's default flags on a host at load 10
+## (GOMAXPROCS x 5 spinning processes); about 10 minutes, and it loads the
+## whole host. make test pins the defaults with TestDefaultsHoldTogetherOnABusyHost.
+load-test:
+	$(GO) test -tags loadtest -count=1 -v -timeout 20m -run 'TestClusterHerdsHoldWithTheDefaultsAtLoadTen' ./cmd/internal/productd/
 
 ## lint: staticcheck (fetched through the module proxy)
 lint: vet

@@ -67,6 +67,9 @@ type Cache[V any] struct {
 	coh      coherence.Model
 	batch    batchConfig
 	throttle *throttle // nil unless Options.FailureThrottle is set
+	// loadStarts maps a key to the *loadStart of its flight running in
+	// this process, with Options.SoftTimeout only (see softWait).
+	loadStarts sync.Map
 
 	// breakerState is the last BreakerState the Cache saw, so that each
 	// change is reported once.
@@ -365,7 +368,7 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	var err error
 	if stale != nil && c.opts.SoftTimeout > 0 {
 		var late bool
-		if fl, err, late = c.doWithSoftTimeout(ctx, m); late {
+		if fl, err, late = c.doWithSoftTimeout(ctx, m, c.softWait(key, now)); late {
 			return c.serveStale(ctx, stale, now, ErrSoftTimeout), m, nil
 		}
 	} else {

@@ -94,6 +94,14 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 	c := m.c
 	t := c.coh.Begin(m.key)
 	defer c.coh.End(m.key, t)
+	if c.opts.SoftTimeout > 0 {
+		// The flight's start, for the callers with a stale value that come
+		// while it runs (softWait). CompareAndDelete: a flight forgotten
+		// and started again while this one ran has its own entry.
+		st := &loadStart{at: c.opts.Now()}
+		c.loadStarts.Store(m.key, st)
+		defer c.loadStarts.CompareAndDelete(m.key, st)
+	}
 
 	// In cluster mode the Coordinator reads the shared tier in the step
 	// that claims the key (read-or-claim, see coordinated): the

@@ -148,8 +148,13 @@ type Options[V any] struct {
 
 	// SoftTimeout, when set and a stale value exists, serves that value after
 	// SoftTimeout while the load goes on in the background to refresh the
-	// entry. Must be below LoaderTimeout. Default 0 (off). It only has an
-	// effect with StaleFor, which is what keeps stale values around.
+	// entry. It counts from the start of the key's load in this process: a
+	// caller that joins a load running for some time already waits only
+	// what is left of it, and one that joins a load past it gets the stale
+	// value at once, so a hung origin costs each key's first caller the
+	// SoftTimeout, not every caller. Must be below LoaderTimeout. Default 0
+	// (off). It only has an effect with StaleFor, which is what keeps stale
+	// values around.
 	SoftTimeout time.Duration
 	// StaleFor keeps values past their TTL for this long so they can be served
 	// when a load fails or is slow (fail-safe). Default 0 (off); at most 7 days.

@@ -58,6 +58,13 @@ func classify(err error, retryAfter time.Duration) apiError {
 		// Before the deadline cases: a Redis call that timed out is the
 		// cache's failure, not the origin's.
 		return apiError{http.StatusServiceUnavailable, "cache_unavailable", "the shared cache is unavailable; nothing was stored; retry later", retryAfter}
+	case errors.Is(err, product.ErrWritesBusy):
+		return apiError{http.StatusServiceUnavailable, "writes_busy", "too many writes are waiting on the database; nothing was written; retry later", retryAfter}
+	case errors.Is(err, product.ErrWriteTimeout):
+		// Before the deadline case: the origin answers reads, it is the
+		// write that waited too long (a locked table, say).
+		return apiError{http.StatusGatewayTimeout, "write_timeout", "the database did not complete the write in time; " +
+			"it was rolled back unless the deadline struck during its commit: read the product to see which", 0}
 	case errors.As(err, &pe):
 		return apiError{http.StatusInternalServerError, "internal", "internal error", 0}
 	case errors.Is(err, context.DeadlineExceeded):

@@ -55,7 +55,9 @@ func (r *SQLRepository) Create(ctx context.Context, ref Ref, d Draft) (Product, 
 	q := r.bind(`INSERT INTO products (tenant_id, product_id, locale, currency, display_name, price_cents)
 		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING display_name`)
 	var name string
-	err := r.db.QueryRowContext(ctx, q, ref.Tenant, ref.ID, ref.Locale, ref.Currency, d.DisplayName, d.PriceCents).Scan(&name)
+	err := r.write(ctx, func(ctx context.Context) error {
+		return r.db.QueryRowContext(ctx, q, ref.Tenant, ref.ID, ref.Locale, ref.Currency, d.DisplayName, d.PriceCents).Scan(&name)
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return Product{}, ErrExists
 	}
@@ -183,11 +185,21 @@ const createLock = 0x70726f6475637463
 // inserts the row and counts it in productd_creates, then commits. A
 // refused create (a limit, Before's error, an existing row) leaves both
 // tables as they were. Creates are serialised; each holds the lock for a
-// few statements and Before.
+// few statements and Before. It is a write (see write): it waits for a
+// write slot, and has the write timeout to finish.
 func (r *SQLRepository) CreateWith(ctx context.Context, ref Ref, d Draft, o CreateOptions) (out Product, err error) {
 	if err := d.Validate(); err != nil {
 		return Product{}, err
 	}
+	err = r.write(ctx, func(ctx context.Context) error {
+		var err error
+		out, err = r.createWith(ctx, ref, d, o)
+		return err
+	})
+	return out, err
+}
+
+func (r *SQLRepository) createWith(ctx context.Context, ref Ref, d Draft, o CreateOptions) (out Product, err error) {
 	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
 		return Product{}, fmt.Errorf("product: create: begin: %w", err)

@@ -99,18 +99,19 @@ var schema = []string{
 		new_tenant INTEGER NOT NULL
 	)`,
 	outboxSchema,
+	outboxAgeIndex,
 }
 
-// addRevision brings a products table created by an older productd (no
-// revision column) to the current schema; existing rows get revision 0.
-// PostgreSQL says IF NOT EXISTS itself; SQLite has no such clause, so
-// Migrate asks pragma_table_info first. Both run inside Migrate's
-// serialised transaction, so two instances never add the column twice.
-const (
-	addRevisionPostgres = `ALTER TABLE products ADD COLUMN IF NOT EXISTS revision BIGINT NOT NULL DEFAULT 0`
-	addRevisionSQLite   = `ALTER TABLE products ADD COLUMN revision BIGINT NOT NULL DEFAULT 0`
-	hasRevisionSQLite   = `SELECT COUNT(*) FROM pragma_table_info('products') WHERE name = 'revision'`
-)
+// addedColumns brings tables created by an older productd to the current
+// schema: the products' revision (existing rows get revision 0) and the
+// outbox's claim (existing records are unclaimed). PostgreSQL says IF NOT
+// EXISTS itself; SQLite has no such clause, so Migrate asks
+// pragma_table_info first. Both run inside Migrate's serialised
+// transaction, so two instances never add a column twice.
+var addedColumns = []struct{ table, column, decl string }{
+	{"products", "revision", "BIGINT NOT NULL DEFAULT 0"},
+	{"productd_outbox", "claimed_ms", "BIGINT NOT NULL DEFAULT 0"},
+}
 
 // migrationLock is the PostgreSQL advisory lock key that serialises
 // Migrate across instances: the bytes of "productd" as an int64.
@@ -152,8 +153,10 @@ func Migrate(ctx context.Context, r *SQLRepository, seed *Catalog) (seeded bool,
 			return false, fmt.Errorf("product: migrate: %w", err)
 		}
 	}
-	if err := r.addRevision(ctx, tx); err != nil {
-		return false, err
+	for _, c := range addedColumns {
+		if err := r.addColumn(ctx, tx, c.table, c.column, c.decl); err != nil {
+			return false, err
+		}
 	}
 	if seed != nil {
 		var v string
@@ -184,22 +187,23 @@ func Migrate(ctx context.Context, r *SQLRepository, seed *Catalog) (seeded bool,
 	return seeded, nil
 }
 
-func (r *SQLRepository) addRevision(ctx context.Context, tx *sql.Tx) error {
+// addColumn adds column, declared decl, to table unless it has it.
+func (r *SQLRepository) addColumn(ctx context.Context, tx *sql.Tx, table, column, decl string) error {
 	if r.dialect == Postgres {
-		if _, err := tx.ExecContext(ctx, addRevisionPostgres); err != nil {
-			return fmt.Errorf("product: migrate: add revision: %w", err)
+		if _, err := tx.ExecContext(ctx, "ALTER TABLE "+table+" ADD COLUMN IF NOT EXISTS "+column+" "+decl); err != nil {
+			return fmt.Errorf("product: migrate: add %s.%s: %w", table, column, err)
 		}
 		return nil
 	}
 	var n int
-	if err := tx.QueryRowContext(ctx, hasRevisionSQLite).Scan(&n); err != nil {
-		return fmt.Errorf("product: migrate: inspect products: %w", err)
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ?`, table, column).Scan(&n); err != nil {
+		return fmt.Errorf("product: migrate: inspect %s: %w", table, err)
 	}
 	if n > 0 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, addRevisionSQLite); err != nil {
-		return fmt.Errorf("product: migrate: add revision: %w", err)
+	if _, err := tx.ExecContext(ctx, "ALTER TABLE "+table+" ADD COLUMN "+column+" "+decl); err != nil {
+		return fmt.Errorf("product: migrate: add %s.%s: %w", table, column, err)
 	}
 	return nil
 }

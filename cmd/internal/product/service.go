@@ -496,30 +496,44 @@ func (s *QueryService) outboxDone(ctx context.Context, rec OutboxRecord) {
 
 // RelayOptions configure QueryService.RelayOutbox.
 type RelayOptions struct {
-	// Every is how often the outbox is read. Default 1s.
+	// Every is how often the relay looks for records. Default 1s.
 	Every time.Duration
 	// Grace is how old a record must be before the relay takes it: the
 	// writer makes its own invalidation at once and deletes the record,
 	// and a relay that did not wait would make it again on every
 	// instance. Default 2s.
 	Grace time.Duration
-	// Batch bounds the records taken per read. Default 100.
+	// Batch bounds the records claimed at once. Default 100.
 	Batch int
+	// ClaimFor is how long a claimed record is left to the relay that
+	// claimed it before another may take it: a relay that died holding
+	// records (its instance killed during a Redis outage, say) delays
+	// them by at most this much, and a relay slower than this over its
+	// batch lets another make some of its invalidations twice. Default
+	// Grace, or Every if longer: the delay a record's grace already
+	// allows, so that the relays' bound on a record (Every + Grace after
+	// Redis is back) holds with the claim of a dead relay in the way.
+	ClaimFor time.Duration
 	// OnRelayed, if set, is called for every record whose invalidation
-	// the relay made; OnFailed for every failed read of the outbox and
-	// every record whose invalidation failed (it stays for the next
-	// round).
+	// the relay made and deleted; OnFailed for every failed claim, every
+	// record whose invalidation failed (it and the rest of its batch stay
+	// for the next round), and every relayed record it could not delete.
+	// The relay runs them one at a time.
 	OnRelayed, OnFailed func()
 }
 
 // RelayOutbox makes, until ctx ends, the invalidations that committed
-// Updates left undone (OutboxRecord): every o.Every, the records older
-// than o.Grace are invalidated as their writer would have (the prefix of
-// the product on every instance, the superseded entries of the shared
-// tier) and deleted once every step succeeded; a failed one stays for the
-// next round. Every instance may run it: two relays that take one record
-// make its invalidation twice, which is harmless. It returns at once when
-// the repository keeps no outbox (OutboxOf) or in naive mode.
+// Updates left undone (OutboxRecord): every o.Every it claims the oldest
+// records older than o.Grace, o.Batch at a time (Outbox.Claim), makes
+// each one's invalidation as its writer would have (the prefix of the
+// product on every instance, the superseded entries of the shared tier)
+// and deletes it, and claims again until the outbox holds no such record
+// or an invalidation failed. A failed record, and the rest of its batch,
+// are released for the next round. Every instance may run it: the
+// relays share the records instead of making each invalidation once per
+// instance; one is made twice only when its relay dies, or takes longer
+// than o.ClaimFor over its batch, before deleting it. It returns at once
+// when the repository keeps no outbox (OutboxOf) or in naive mode.
 func (s *QueryService) RelayOutbox(ctx context.Context, o RelayOptions) {
 	outbox, ok := OutboxOf(s.repo)
 	if !ok || s.opts.Mode != ModeFlightcache {
@@ -534,10 +548,8 @@ func (s *QueryService) RelayOutbox(ctx context.Context, o RelayOptions) {
 	if o.Batch <= 0 {
 		o.Batch = 100
 	}
-	count := func(f func()) {
-		if f != nil {
-			f()
-		}
+	if o.ClaimFor <= 0 {
+		o.ClaimFor = max(o.Grace, o.Every)
 	}
 	t := time.NewTicker(o.Every)
 	defer t.Stop()
@@ -547,29 +559,61 @@ func (s *QueryService) RelayOutbox(ctx context.Context, o RelayOptions) {
 			return
 		case <-t.C:
 		}
-		recs, err := outbox.Pending(ctx, s.opts.Now().Add(-o.Grace), o.Batch)
-		if err != nil {
-			if ctx.Err() == nil {
-				count(o.OnFailed)
-				s.invalidateWarn.Log(ctx, slog.LevelWarn, "product: reading the outbox failed; pending invalidations wait for the next round", slog.Any("error", err))
-			}
-			continue
-		}
-		for _, rec := range recs {
-			if ctx.Err() != nil {
-				return
-			}
-			if !s.invalidate(ctx, rec.Ref, rec.Revision, 0, s.relayFailed) {
-				count(o.OnFailed)
-				continue
-			}
-			if err := outbox.Done(ctx, rec); err != nil {
-				count(o.OnFailed)
-				continue
-			}
-			count(o.OnRelayed)
+		for s.relayBatch(ctx, outbox, o) {
+			// Drain: claim the next batch at once.
 		}
 	}
+}
+
+// relayBatch claims and relays one batch of records, and reports whether
+// the outbox may hold more for now: the batch was full and every record
+// of it was relayed.
+func (s *QueryService) relayBatch(ctx context.Context, outbox Outbox, o RelayOptions) (more bool) {
+	count := func(f func()) {
+		if f != nil {
+			f()
+		}
+	}
+	recs, err := outbox.Claim(ctx, s.opts.Now().Add(-o.Grace), o.Batch, o.ClaimFor)
+	if err != nil {
+		if ctx.Err() == nil {
+			count(o.OnFailed)
+			s.invalidateWarn.Log(ctx, slog.LevelWarn, "product: reading the outbox failed; pending invalidations wait for the next round", slog.Any("error", err))
+		}
+		return false
+	}
+	made := 0
+	for _, rec := range recs {
+		if ctx.Err() != nil || !s.invalidate(ctx, rec.Ref, rec.Revision, 0, s.relayFailed) {
+			break
+		}
+		made++
+	}
+	// One statement deletes the records whose invalidations were made;
+	// the others (Redis or the database failed, or the relay stops) are
+	// released at once, for the next round here or on another instance.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.InvalidateTimeout)
+	defer cancel()
+	if err := outbox.Done(dctx, recs[:made]...); err != nil {
+		s.invalidateWarn.Log(ctx, slog.LevelWarn, "product: clearing relayed outbox records failed; they wait until their claim runs out", slog.Any("error", err))
+		for range made {
+			count(o.OnFailed)
+		}
+		return false
+	}
+	for range made {
+		count(o.OnRelayed)
+	}
+	if made < len(recs) {
+		if ctx.Err() == nil {
+			count(o.OnFailed)
+		}
+		if err := outbox.Release(dctx, recs[made:]...); err != nil {
+			s.invalidateWarn.Log(ctx, slog.LevelWarn, "product: releasing outbox records failed; they wait until their claim runs out", slog.Any("error", err))
+		}
+		return false
+	}
+	return len(recs) == o.Batch
 }
 
 // relayFailed logs (rate-limited) a failed step of a relayed

@@ -37,6 +37,14 @@ type Options struct {
 	// it is what makes an uncoordinated herd queue up, as it would on a real
 	// database.
 	MaxConns int
+	// WriteConns bounds the connections that writes (updates, creates, the
+	// outbox's claims and deletes) hold at once, so that the rest of the
+	// pool stays the reads' whatever makes writes wait (see write). 0
+	// picks DefaultWriteConns(MaxConns); otherwise at most MaxConns.
+	WriteConns int
+	// WriteTimeout bounds each write, its wait for one of WriteConns
+	// included (default DefaultWriteTimeout).
+	WriteTimeout time.Duration
 }
 
 // DefaultMaxConns is the default pool size.
@@ -49,6 +57,11 @@ type SQLRepository struct {
 	dialect Dialect
 	latency time.Duration
 	name    string // the SQLite path or the redacted URL, for errors and logs
+
+	// writeSlots holds a token per write in progress (Options.WriteConns);
+	// writeTimeout is Options.WriteTimeout. See write.
+	writeSlots   chan struct{}
+	writeTimeout time.Duration
 
 	getSQL, updateSQL string
 }
@@ -65,6 +78,18 @@ func Open(ctx context.Context, dsn string, opts Options) (*SQLRepository, error)
 	}
 	if opts.OriginLatency < 0 {
 		return nil, fmt.Errorf("product: negative origin latency %v", opts.OriginLatency)
+	}
+	if opts.WriteConns == 0 {
+		opts.WriteConns = DefaultWriteConns(opts.MaxConns)
+	}
+	if opts.WriteConns < 0 || opts.WriteConns > opts.MaxConns {
+		return nil, fmt.Errorf("product: write connections %d must be between 1 and the pool's %d", opts.WriteConns, opts.MaxConns)
+	}
+	if opts.WriteTimeout < 0 {
+		return nil, fmt.Errorf("product: negative write timeout %v", opts.WriteTimeout)
+	}
+	if opts.WriteTimeout == 0 {
+		opts.WriteTimeout = DefaultWriteTimeout
 	}
 	d, err := ParseDSN(dsn)
 	if err != nil {
@@ -105,6 +130,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*SQLRepository, error)
 	}
 	r := newSQLRepository(db, d.Dialect, opts.OriginLatency)
 	r.name = d.String()
+	r.writeSlots, r.writeTimeout = make(chan struct{}, opts.WriteConns), opts.WriteTimeout
 	return r, nil
 }
 
@@ -201,7 +227,12 @@ func (r *SQLRepository) Update(ctx context.Context, ref Ref, p Patch) (Product, 
 	if p.PriceCents != nil {
 		price = sql.NullInt64{Int64: *p.PriceCents, Valid: true}
 	}
-	out, err := r.updateWithOutbox(ctx, ref, name, price)
+	var out Product
+	err := r.write(ctx, func(ctx context.Context) error {
+		var err error
+		out, err = r.updateWithOutbox(ctx, ref, name, price)
+		return err
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return Product{}, ErrNotFound
 	}

@@ -26,9 +26,18 @@ import (
 // PRODUCTD_* environment variable (see ParseFlags); Default gives the
 // values used when neither is set.
 type Config struct {
-	Addr         string // listen address
-	DB           string // see product.AcceptedDSNForms
-	DBMaxConns   int    // origin connection pool size
+	Addr       string // listen address
+	DB         string // see product.AcceptedDSNForms
+	DBMaxConns int    // origin connection pool size
+	// DBWriteConns bounds the pooled connections that writes (PUT, POST,
+	// the outbox relay) hold at once, so that reads keep the rest of the
+	// pool whatever makes writes wait; 0 picks EffectiveDBWriteConns'
+	// default, a quarter of DBMaxConns (at least 1).
+	DBWriteConns int
+	// WriteTimeout bounds each write's database work, its wait for one of
+	// DBWriteConns included: past it a PUT or POST is answered 503
+	// writes_busy (no slot came free) or 504 write_timeout.
+	WriteTimeout time.Duration
 	Seed         bool   // seed the demo catalog into an empty database
 	SeedProducts int    // products per tenant in the seeded catalog
 	Redis        string // URL of the shared tier (RedisURLForms); empty: memory only
@@ -164,6 +173,16 @@ type Config struct {
 	Catalog *product.Catalog
 }
 
+// DefaultRedisTimeout is -redis-timeout's default: four times the
+// library's DefaultSharedTimeout. On a host at load 10 (two cores, twenty
+// runnable processes) a loopback Redis round trip has taken over 250ms:
+// each such call counted as a failure, the breaker opened, a Claim that
+// timed out sent its instance to load on its own, and cluster herds made
+// 4 to 5 origin queries with no Redis fault. With Redis hung, a request
+// pays this at most once per call until the breaker opens (see
+// redisBreakerFailures).
+const DefaultRedisTimeout = time.Second
+
 // DefaultNegativeTTL is how long a "not found" is cached when
 // -negative-ttl is not set, capped at -cache-ttl (EffectiveNegativeTTL).
 const DefaultNegativeTTL = 30 * time.Second
@@ -180,10 +199,11 @@ func Default() Config {
 		Addr:            "127.0.0.1:8080",
 		DB:              "productd.db",
 		DBMaxConns:      product.DefaultMaxConns,
+		WriteTimeout:    product.DefaultWriteTimeout,
 		Seed:            true,
 		SeedProducts:    product.DemoCatalog.ProductsPerTenant,
 		RedisPrefix:     "productd:",
-		RedisTimeout:    flightcache.DefaultSharedTimeout,
+		RedisTimeout:    DefaultRedisTimeout,
 		LeaseTTL:        redislease.DefaultLeaseTTL,
 		BusDownTTL:      flightcache.DefaultBusDownTTL,
 		BusHeartbeat:    redislease.DefaultHeartbeatInterval,
@@ -224,6 +244,11 @@ func (c Config) Validate() error {
 		return bad("-db must not be empty")
 	case c.DBMaxConns < 1:
 		return bad("-db-max-conns must be at least 1")
+	case c.DBWriteConns < 0 || c.DBWriteConns > max(1, c.DBMaxConns-1):
+		return bad("-db-write-conns %d must be 0 (a quarter of -db-max-conns, at least 1) or between 1 and -db-max-conns - 1 (%d), "+
+			"so that reads keep a connection of their own while writes wait", c.DBWriteConns, max(1, c.DBMaxConns-1))
+	case c.WriteTimeout < time.Millisecond || c.WriteTimeout > time.Minute:
+		return bad("-write-timeout must be between 1ms and 1m")
 	case c.SeedProducts < 1 || c.SeedProducts > 99_999:
 		return bad("-seed-products must be between 1 and 99999")
 	case c.OriginLatency < 0:
@@ -358,13 +383,27 @@ func (c Config) maxCoalesceWait() time.Duration { return c.LeaseTTL + c.LoaderTi
 
 const maxCoalesceWaitFlags = "-lease-ttl + -loader-timeout"
 
+// EffectiveDBWriteConns is DBWriteConns, or the default it stands for
+// when 0: a quarter of DBMaxConns, at least 1.
+func (c Config) EffectiveDBWriteConns() int {
+	if c.DBWriteConns != 0 {
+		return c.DBWriteConns
+	}
+	return product.DefaultWriteConns(c.DBMaxConns)
+}
+
 // EffectiveBusDownAfter is BusDownAfter, or the default it stands for
-// when 0: redislease.DefaultDownAfter, or 4 BusHeartbeats if longer.
+// when 0: the longest of redislease.DefaultDownAfter, 4 BusHeartbeats,
+// and twice RedisTimeout. A heartbeat that Redis answers within
+// RedisTimeout is not lost, so the bus must not go down sooner than
+// that after one was sent; twice leaves room for a heartbeat a busy host
+// sends late (each time the bus goes down and up again, every instance
+// empties its memory tier, and reloads what it held).
 func (c Config) EffectiveBusDownAfter() time.Duration {
 	if c.BusDownAfter != 0 {
 		return c.BusDownAfter
 	}
-	return max(redislease.DefaultDownAfter, 4*c.BusHeartbeat)
+	return max(redislease.DefaultDownAfter, 4*c.BusHeartbeat, 2*c.RedisTimeout)
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -478,6 +517,8 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	str(&c.Addr, "addr", "HTTP listen address; the default listens on loopback only, :8080 listens on every interface")
 	secret(&c.DB, "db", "origin database (`dsn`): "+product.AcceptedDSNForms+" (a SQLite file is created and seeded if missing)")
 	num(&c.DBMaxConns, "db-max-conns", "origin connection pool size")
+	num(&c.DBWriteConns, "db-write-conns", "pooled connections that writes (PUT, POST, the outbox relay) may hold at once, the rest staying the reads' (0: a quarter of -db-max-conns, at least 1; otherwise 1 to -db-max-conns - 1)")
+	dur(&c.WriteTimeout, "write-timeout", "bound of each write's database work, its wait for a write connection included (1ms to 1m); past it a PUT or POST gets 503 writes_busy or 504 write_timeout")
 	boolean(&c.Seed, "seed", "seed the demo catalog (3 tenants x -seed-products products x 3 locales x 3 currencies) on first start")
 	num(&c.SeedProducts, "seed-products", "products per tenant in the seeded demo catalog (1 to 99999)")
 	// -redis prints through redactRedisURL, which also hides
@@ -500,7 +541,7 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	dur(&c.CoalesceWait, "coalesce-wait", "cluster mode: how long a request waits for another instance's load before it serves a stale value, or queries the origin itself without caching the result; at least -lease-ttl, so that a crashed instance's lease can run out and another instance take it over (0: -lease-ttl + -loader-timeout, which also covers the new leader's load)")
 	dur(&c.BusDownTTL, "bus-down-ttl", "with -redis: while the invalidation bus is down, how long a value stays servable from memory after it entered it (1ms to -cache-ttl); another instance's PUT then shows here within about this long")
 	dur(&c.BusHeartbeat, "bus-heartbeat", "with -redis: how often each instance sends itself a heartbeat through the invalidation bus (10ms to 10s)")
-	dur(&c.BusDownAfter, "bus-down-after", "with -redis: how long the invalidation bus may go without a heartbeat coming back before it counts as down (0: 1s, or 4 x -bus-heartbeat if longer; otherwise twice -bus-heartbeat to 1m)")
+	dur(&c.BusDownAfter, "bus-down-after", "with -redis: how long the invalidation bus may go without a heartbeat coming back before it counts as down (0: the longest of 1s, 4 x -bus-heartbeat and 2 x -redis-timeout; otherwise twice -bus-heartbeat to 1m)")
 	dur(&c.OutboxInterval, "outbox-interval", "flightcache mode: how often the outbox relay reads the invalidations that PUTs left undone (a writer that crashed, or Redis out), 10ms to 1m")
 	dur(&c.OutboxGrace, "outbox-grace", "flightcache mode: how old an outbox record must be before the relay redoes its invalidation (0 to 10m); the writer makes it at once, so a shorter grace only makes it twice")
 	dur(&c.OriginLatency, "origin-latency", "artificial delay added to each origin lookup (demos, tests), e.g. 200ms")
@@ -509,7 +550,7 @@ func ParseFlags(args []string, getenv func(string) string, out io.Writer) (Confi
 	dur(&c.NegativeTTL, "negative-ttl", "how long a \"not found\" is cached (0: 30s, capped at -cache-ttl; otherwise 1s to -cache-ttl)")
 	float(&c.Jitter, "cache-jitter", "fraction by which each TTL is randomly shortened, in [0, 0.5]")
 	dur(&c.StaleFor, "stale-for", "serve values up to this long past their TTL when the origin fails, or is slower than -soft-timeout (0: off)")
-	dur(&c.SoftTimeout, "soft-timeout", "with -stale-for: how long a request for a product that has a stale value waits for the origin before it gets that value (Cache-Status detail=soft-timeout), the load going on in the background to refresh it; below -loader-timeout (0: off, requests wait for the load up to -loader-timeout)")
+	dur(&c.SoftTimeout, "soft-timeout", "with -stale-for: how long a request for a product that has a stale value waits for the origin, counted from the start of the product's load (a request that joins a load past it gets the stale value at once), before it gets that value (Cache-Status detail=soft-timeout), the load going on in the background to refresh it; below -loader-timeout (0: off, requests wait for the load up to -loader-timeout)")
 	dur(&c.FailureThrottle, "failure-throttle", "after a failed origin load of a product, serve its stale value (or the failure) at once for this long instead of asking the origin again (0: off, at most 1m)")
 	boolean(&c.EarlyRefresh, "early-refresh", "refresh hot entries in the background before they expire (XFetch)")
 	dur(&c.LoaderTimeout, "loader-timeout", "hard timeout of one origin load; beyond it requests get 504")

@@ -108,21 +108,26 @@ func TestInvalidSettingsAreRejected(t *testing.T) {
 }
 
 // The bus flags default to the library's defaults; -bus-down-after 0
-// stands for redislease's: 1s, or four heartbeats if that is longer.
+// stands for the longest of redislease's 1s, four heartbeats and two
+// -redis-timeouts.
 func TestBusFlagsDefaultsAndTheDownAfterTheyImply(t *testing.T) {
 	c, err := ParseFlags(nil, env(nil), &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.BusDownTTL != flightcache.DefaultBusDownTTL || c.BusHeartbeat != 250*time.Millisecond || c.BusDownAfter != 0 || c.EffectiveBusDownAfter() != time.Second {
+	if c.BusDownTTL != flightcache.DefaultBusDownTTL || c.BusHeartbeat != 250*time.Millisecond || c.BusDownAfter != 0 || c.EffectiveBusDownAfter() != 2*time.Second {
 		t.Fatalf("defaults: down TTL %v, heartbeat %v, down after %v (effective %v)", c.BusDownTTL, c.BusHeartbeat, c.BusDownAfter, c.EffectiveBusDownAfter())
 	}
-	c, err = ParseFlags([]string{"-bus-heartbeat", "400ms"}, env(map[string]string{"PRODUCTD_BUS_DOWN_TTL": "500ms"}), &bytes.Buffer{})
+	c, err = ParseFlags([]string{"-bus-heartbeat", "400ms", "-redis-timeout", "250ms"}, env(map[string]string{"PRODUCTD_BUS_DOWN_TTL": "500ms"}), &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.BusDownTTL != 500*time.Millisecond || c.EffectiveBusDownAfter() != 1600*time.Millisecond {
 		t.Fatalf("down TTL %v, effective down after %v; want 500ms and 4 x 400ms", c.BusDownTTL, c.EffectiveBusDownAfter())
+	}
+	c, err = ParseFlags([]string{"-redis-timeout", "3s"}, env(nil), &bytes.Buffer{})
+	if err != nil || c.EffectiveBusDownAfter() != 6*time.Second {
+		t.Fatalf("-redis-timeout 3s: effective down after %v, %v; want 2 x 3s", c.EffectiveBusDownAfter(), err)
 	}
 	c, err = ParseFlags([]string{"-bus-heartbeat", "100ms", "-bus-down-after", "200ms"}, env(nil), &bytes.Buffer{})
 	if err != nil {
@@ -450,5 +455,73 @@ func TestRefusedValuesAreNamedNotQuoted(t *testing.T) {
 		if !strings.HasPrefix(strings.Join(tc.args, " "), "-"+value) && strings.Contains(err.Error()+out.String(), value) {
 			t.Errorf("ParseFlags(%q, %v) quoted the value: %v\n%s", tc.args, tc.env, err, out.String())
 		}
+	}
+}
+
+// Writes hold at most a share of the pool: a quarter by default, and an
+// explicit share must leave the reads a connection; -write-timeout is a
+// bounded duration. Each bad value is refused with a message naming the
+// flag.
+func TestWriteConnsAndWriteTimeout(t *testing.T) {
+	c, err := ParseFlags(nil, env(nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.EffectiveDBWriteConns() != 4 || c.WriteTimeout != 5*time.Second {
+		t.Fatalf("defaults: %d write connections of %d, write timeout %v; want 4 and 5s", c.EffectiveDBWriteConns(), c.DBMaxConns, c.WriteTimeout)
+	}
+	c, err = ParseFlags([]string{"-db-max-conns", "2"}, env(nil), &bytes.Buffer{})
+	if err != nil || c.EffectiveDBWriteConns() != 1 {
+		t.Fatalf("-db-max-conns 2: %d write connections, %v; want 1", c.EffectiveDBWriteConns(), err)
+	}
+	c, err = ParseFlags([]string{"-db-max-conns", "1"}, env(map[string]string{"PRODUCTD_WRITE_TIMEOUT": "250ms"}), &bytes.Buffer{})
+	if err != nil || c.EffectiveDBWriteConns() != 1 || c.WriteTimeout != 250*time.Millisecond {
+		t.Fatalf("one connection: %d write connections, timeout %v, %v; want the one shared, 250ms", c.EffectiveDBWriteConns(), c.WriteTimeout, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"-db-write-conns", "16"}, "-db-write-conns"}, // reads would keep none
+		{[]string{"-db-write-conns", "-1"}, "-db-write-conns"},
+		{[]string{"-db-max-conns", "1", "-db-write-conns", "2"}, "-db-write-conns"},
+		{[]string{"-write-timeout", "0"}, "-write-timeout"},
+		{[]string{"-write-timeout", "2m"}, "-write-timeout"},
+	} {
+		_, err := ParseFlags(tc.args, env(nil), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.flag) {
+			t.Errorf("ParseFlags(%q) = %v, want an error naming %s", tc.args, err, tc.flag)
+		}
+	}
+}
+
+// productd's defaults hold together on a busy host (make load-test runs
+// cluster herds with them at load 10): a Redis call has 1s, four times
+// the library's default; the bus goes down only after two of those
+// without a heartbeat back (a heartbeat Redis answers in time is never
+// counted lost); a load's lease outlives three of them, so a lease
+// extension that Redis answers in time never lets another instance take
+// the load over; and a request waits for another instance's load longer
+// than the lease.
+func TestDefaultsHoldTogetherOnABusyHost(t *testing.T) {
+	c := Default()
+	c.WriteToken = testWriteToken
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.RedisTimeout < time.Second {
+		t.Errorf("-redis-timeout defaults to %v; a busy host delays a Redis round trip past 250ms", c.RedisTimeout)
+	}
+	if d := c.EffectiveBusDownAfter(); d < 2*c.RedisTimeout || d < 4*c.BusHeartbeat {
+		t.Errorf("-bus-down-after defaults to %v with -redis-timeout %v and -bus-heartbeat %v: want at least 2 timeouts and 4 heartbeats", d, c.RedisTimeout, c.BusHeartbeat)
+	}
+	if c.LeaseTTL < 3*c.RedisTimeout {
+		t.Errorf("-lease-ttl %v is under 3 x -redis-timeout %v: an extension Redis answers in time could come after the lease ran out", c.LeaseTTL, c.RedisTimeout)
+	}
+	if redisBreakerFailures < 20 {
+		t.Errorf("the Redis breaker opens after %d failures in a row; a herd on a busy host has that many slow calls in a row", redisBreakerFailures)
+	}
+	if w := c.EffectiveCoalesceWait(); w <= c.LeaseTTL {
+		t.Errorf("-coalesce-wait defaults to %v, not beyond -lease-ttl %v", w, c.LeaseTTL)
 	}
 }

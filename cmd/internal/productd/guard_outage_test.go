@@ -121,7 +121,8 @@ func TestCreateWithRedisHungIsRefusedWith503BeforeTheRowIsInserted(t *testing.T)
 	defer db.Close()
 
 	rds.pause(t)
-	for i := range 8 { // past the breaker's five failures: refused at once
+	fails := redisBreakerFailures + 3
+	for i := range fails { // past the breaker's failures: refused at once
 		id := fmt.Sprintf("new-%d", i)
 		req, err := http.NewRequest("POST", base+"/v1/tenants/acme/products",
 			strings.NewReader(fmt.Sprintf(`{"productId":%q,"displayName":"New","priceCents":100}`, id)))
@@ -156,7 +157,7 @@ func TestCreateWithRedisHungIsRefusedWith503BeforeTheRowIsInserted(t *testing.T)
 		t.Logf("Redis hung, breaker %v: POST refused in %v", s.breaker.State(), took)
 	}
 	if st := s.breaker.State(); st != driver.BreakerOpen {
-		t.Fatalf("breaker %v after eight failed creates, want open", st)
+		t.Fatalf("breaker %v after %d failed creates, want open", st, fails)
 	}
 	rds.resume(t)
 }

@@ -140,7 +140,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 		}
 	}
 
-	s.repo, err = product.Open(ctx, cfg.DB, product.Options{OriginLatency: cfg.OriginLatency, MaxConns: cfg.DBMaxConns})
+	s.repo, err = product.Open(ctx, cfg.DB, product.Options{
+		OriginLatency: cfg.OriginLatency, MaxConns: cfg.DBMaxConns,
+		WriteConns: cfg.EffectiveDBWriteConns(), WriteTimeout: cfg.WriteTimeout,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -269,6 +272,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	return s, nil
 }
 
+// redisBreakerFailures is how many Redis calls in a row must fail or time
+// out before the Redis breaker opens: four times the breaker's default.
+// On a busy host a herd's calls queue for the client's connections, and a
+// few of them in a row outlast -redis-timeout with Redis healthy; an open
+// breaker then sends every instance to the origin on its own. With Redis
+// out, a herd reaches this many failures within one -redis-timeout.
+const redisBreakerFailures = 4 * breaker.DefaultConsecutiveFailures
+
 func (s *Server) connectRedis(ctx context.Context) (driver.SharedStore, error) {
 	t, err := s.cfg.redisTarget()
 	if err != nil {
@@ -285,7 +296,7 @@ func (s *Server) connectRedis(ctx context.Context) (driver.SharedStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := breaker.New(breaker.Options{OnStateChange: func(from, to driver.BreakerState) {
+	b, err := breaker.New(breaker.Options{ConsecutiveFailures: redisBreakerFailures, OnStateChange: func(from, to driver.BreakerState) {
 		lvl := slog.LevelWarn
 		if to == driver.BreakerClosed {
 			lvl = slog.LevelInfo
@@ -324,7 +335,7 @@ func (s *Server) connectRedis(ctx context.Context) (driver.SharedStore, error) {
 func (s *Server) connectCoordinator(ctx context.Context) error {
 	opts := redislease.Options{
 		LeaseTTL: s.cfg.LeaseTTL, Timeout: s.cfg.RedisTimeout,
-		HeartbeatInterval: s.cfg.BusHeartbeat, DownAfter: s.cfg.BusDownAfter,
+		HeartbeatInterval: s.cfg.BusHeartbeat, DownAfter: s.cfg.EffectiveBusDownAfter(),
 		// Bulk invalidations must be replayable while the shared tier may
 		// still hold entries they cover: -cache-ttl plus -stale-for.
 		BulkRetention: min(max(redislease.DefaultBulkRetention, s.cfg.TTL+s.cfg.StaleFor+time.Hour), redislease.MaxBulkRetention),
@@ -598,8 +609,10 @@ func (s *Server) Tiers() string {
 // Redis and database connections. It returns nil after a clean shutdown.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// In cluster mode a request may wait for another instance's load,
-	// then run its own.
-	longestRequest := s.cfg.EffectiveCoalesceWait() + s.cfg.LoaderTimeout
+	// then run its own. A write has -write-timeout for the database, then
+	// publishes its invalidation (-redis-timeout) and deletes superseded
+	// entries and its outbox record (1s each, at most).
+	longestRequest := max(s.cfg.EffectiveCoalesceWait()+s.cfg.LoaderTimeout, s.cfg.WriteTimeout+s.cfg.RedisTimeout+2*time.Second)
 	srv := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 5 * time.Second,
