@@ -89,3 +89,35 @@ func BenchmarkUnary(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkServerInterceptor: the server interceptor's own work in process,
+// without a connection: bare calls the handler, hit answers from the Cache
+// (key, local hit, clone).
+func BenchmarkServerInterceptor(b *testing.B) {
+	info := &grpc.UnaryServerInfo{FullMethod: methodGet}
+	handler := func(ctx context.Context, req any) (any, error) {
+		return echo(ctx, methodGet, req.(*wrapperspb.StringValue))
+	}
+	req := wrapperspb.String("a")
+	b.Run("bare", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if _, err := handler(b.Context(), req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("hit", func(b *testing.B) {
+		icpt := newLayer(b, nil, grpcflight.Options{Methods: []string{methodGet}}).UnaryServerInterceptor()
+		if _, err := icpt(b.Context(), req, info, handler); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			if _, err := icpt(b.Context(), req, info, handler); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
