@@ -58,7 +58,9 @@
 // # Errors
 //
 // A handler's own error reaches the callers that shared its call
-// unchanged and is never cached. The Cache's errors become status codes:
+// unchanged and is never cached, except a NotFound under
+// Options.CacheNotFound, which is kept for the Cache's NegativeTTL. The
+// Cache's errors become status codes:
 //
 //   - the caller's own deadline: DeadlineExceeded; its cancellation:
 //     Canceled (the shared call goes on for the others);

@@ -40,7 +40,8 @@ func TestToStatusMapsTheCacheErrors(t *testing.T) {
 		{"too many waiters", context.Background(), singleflight.ErrTooManyWaiters, codes.ResourceExhausted},
 		{"too many in flight", context.Background(), singleflight.ErrTooManyInFlight, codes.ResourceExhausted},
 		{"panic", context.Background(), &singleflight.PanicError{Value: "boom"}, codes.Internal},
-		{"handler", context.Background(), &handlerError{handlers}, codes.NotFound},
+		{"handler", context.Background(), &handlerError{status.Error(codes.PermissionDenied, "x")}, codes.PermissionDenied},
+		{"cached negative answer", context.Background(), flightcache.ErrNotFound, codes.NotFound},
 	} {
 		got := toStatus(c.ctx, c.err)
 		if status.Code(got) != c.want {

@@ -66,6 +66,12 @@ type Options struct {
 	TTL time.Duration
 	// MethodTTL overrides TTL for the methods it names (full names).
 	MethodTTL map[string]time.Duration
+	// CacheNotFound caches a handler's NotFound status as a negative
+	// answer for the Cache's NegativeTTL: the calls in that time are
+	// answered NotFound without running the handler. Off by default: every
+	// error of the handler passes through uncached. Turn it on only for
+	// methods whose NotFound does not depend on anything outside the key.
+	CacheNotFound bool
 }
 
 // Resolver finds descriptors by full name; *protoregistry.Files is one.
@@ -163,15 +169,15 @@ func (l *Layer) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 			return handler(ctx, req)
 		}
 		v, err := l.opts.Cache.Get(ctx, k, func(lctx context.Context) (proto.Message, error) {
-			l.setTTL(lctx, info.FullMethod)
 			resp, err := handler(lctx, req)
 			if err != nil {
-				return nil, handlerFailed(lctx, err)
+				return nil, l.handlerFailed(lctx, err)
 			}
 			m, ok := resp.(proto.Message)
 			if !ok || m == nil {
 				return nil, &handlerError{status.Errorf(codes.Internal, "grpcflight: %s returned %T, not a proto.Message", info.FullMethod, resp)}
 			}
+			l.setTTL(lctx, info.FullMethod)
 			return m, nil
 		})
 		if err != nil {
@@ -200,11 +206,11 @@ func (l *Layer) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
 		v, err := l.opts.Cache.Get(ctx, k, func(lctx context.Context) (proto.Message, error) {
-			l.setTTL(lctx, method)
 			fresh := out.ProtoReflect().New().Interface()
 			if err := invoker(lctx, method, req, fresh, cc, opts...); err != nil {
-				return nil, handlerFailed(lctx, err)
+				return nil, l.handlerFailed(lctx, err)
 			}
+			l.setTTL(lctx, method)
 			return fresh, nil
 		})
 		if err != nil {
@@ -248,13 +254,25 @@ type handlerError struct{ err error }
 
 func (e *handlerError) Error() string { return e.err.Error() }
 
+// notFoundError is a handler's NotFound under Options.CacheNotFound: the
+// Cache stores a tombstone for it (it matches flightcache.ErrNotFound),
+// and the callers that shared the call get err unchanged.
+type notFoundError struct{ err error }
+
+func (e *notFoundError) Error() string        { return e.err.Error() }
+func (e *notFoundError) Is(target error) bool { return target == flightcache.ErrNotFound }
+
 // handlerFailed is the loader's error for the handler's err: a
-// *handlerError, unless the loader's context ended first (the Cache's
-// LoaderTimeout, or its Close), in which case err is the handler's report
-// of the engine's decision, and the engine's cause is returned instead.
-func handlerFailed(lctx context.Context, err error) error {
+// *handlerError (a *notFoundError for a NotFound under CacheNotFound),
+// unless the loader's context ended first (the Cache's LoaderTimeout, or
+// its Close), in which case err is the handler's report of the engine's
+// decision, and the engine's cause is returned instead.
+func (l *Layer) handlerFailed(lctx context.Context, err error) error {
 	if lctx.Err() != nil {
 		return fmt.Errorf("grpcflight: the shared call ended: %w", context.Cause(lctx))
+	}
+	if l.opts.CacheNotFound && status.Code(err) == codes.NotFound {
+		return &notFoundError{err}
 	}
 	return &handlerError{err}
 }
@@ -263,6 +281,7 @@ func handlerFailed(lctx context.Context, err error) error {
 //
 //   - the caller's own context ended: DeadlineExceeded or Canceled;
 //   - the handler's error: unchanged;
+//   - a negative answer cached under CacheNotFound: NotFound;
 //   - the failure throttle, the breaker, a shared-tier or loader timeout,
 //     a closed Cache: Unavailable;
 //   - too many waiters or keys in flight: ResourceExhausted;
@@ -276,12 +295,17 @@ func toStatus(ctx context.Context, err error) error {
 	}
 	var throttled *flightcache.ThrottledError
 	var he *handlerError
+	var nf *notFoundError
 	var pe *singleflight.PanicError
 	switch {
 	case errors.As(err, &throttled):
 		return status.Error(codes.Unavailable, "grpcflight: "+throttled.Error())
 	case errors.As(err, &he):
 		return he.err
+	case errors.As(err, &nf):
+		return nf.err
+	case errors.Is(err, flightcache.ErrNotFound):
+		return status.Error(codes.NotFound, "grpcflight: not found (a cached negative answer)")
 	case errors.As(err, &pe):
 		return status.Errorf(codes.Internal, "grpcflight: handler panicked: %v", pe.Value)
 	case errors.Is(err, singleflight.ErrTooManyWaiters), errors.Is(err, singleflight.ErrTooManyInFlight):

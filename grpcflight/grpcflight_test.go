@@ -255,6 +255,30 @@ func TestHandlerStatusPassesThroughUncached(t *testing.T) {
 	}
 }
 
+func TestCacheNotFoundKeepsANegativeAnswer(t *testing.T) {
+	b := &backend{fn: func(context.Context, string, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		return nil, status.Error(codes.NotFound, "no such thing")
+	}}
+	l := newLayer(t, nil, grpcflight.Options{Methods: []string{methodGet}, CacheNotFound: true})
+	conn := serve(t, b, []grpc.ServerOption{grpc.UnaryInterceptor(l.UnaryServerInterceptor())})
+	_, err := call(t.Context(), conn, methodGet, "a")
+	if s := status.Convert(err); s.Code() != codes.NotFound || s.Message() != "no such thing" {
+		t.Fatalf("first call: %v, want the handler's NotFound unchanged", err)
+	}
+	for range 2 {
+		if _, err := call(t.Context(), conn, methodGet, "a"); status.Code(err) != codes.NotFound {
+			t.Fatalf("later call: %v, want NotFound", err)
+		}
+	}
+	if got := b.calls.Load(); got != 1 {
+		t.Fatalf("handler calls = %d, want 1: the NotFound is cached", got)
+	}
+	// Another request is another key.
+	if _, err := call(t.Context(), conn, methodGet, "b"); status.Code(err) != codes.NotFound || b.calls.Load() != 2 {
+		t.Fatalf("another request: %v after %d handler calls, want NotFound after 2", err, b.calls.Load())
+	}
+}
+
 func TestHandlerPanicIsInternal(t *testing.T) {
 	b := &backend{fn: func(context.Context, string, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		panic("boom")
