@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -389,6 +390,45 @@ func TestMethodTTLOverridesTTL(t *testing.T) {
 	round()
 	if got := b.calls.Load(); got != 3 {
 		t.Fatalf("handler calls = %d, want 3: Get (TTL 1m) twice, Put (10m) once", got)
+	}
+}
+
+// The Cache's StaleFor serves an answer past its TTL when the handler
+// fails.
+func TestStaleForServesTheLastAnswerWhenTheHandlerFails(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	var mu sync.Mutex
+	clk := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	cache := newCache(t, nil, func(o *flightcache.Options[proto.Message]) {
+		o.Now, o.Jitter, o.StaleFor = clk, flightcache.DisableJitter, time.Hour
+		o.Local = testlocal.New[proto.Message](clk)
+	})
+	var failing atomic.Bool
+	b := &backend{fn: func(ctx context.Context, method string, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		if failing.Load() {
+			return nil, status.Error(codes.Unavailable, "database down")
+		}
+		return echo(ctx, method, in)
+	}}
+	l := newLayer(t, nil, grpcflight.Options{Cache: cache, Methods: []string{methodGet}, TTL: time.Minute})
+	conn := serve(t, b, []grpc.ServerOption{grpc.UnaryInterceptor(l.UnaryServerInterceptor())})
+	if _, err := call(t.Context(), conn, methodGet, "a"); err != nil {
+		t.Fatal(err)
+	}
+	failing.Store(true)
+	mu.Lock()
+	now = now.Add(2 * time.Minute)
+	mu.Unlock()
+	got, err := call(t.Context(), conn, methodGet, "a")
+	if err != nil || got != methodGet+" a" {
+		t.Fatalf("past the TTL with the handler failing: %q, %v; want the stale answer", got, err)
+	}
+	if n := b.calls.Load(); n != 2 {
+		t.Fatalf("handler calls = %d, want 2 (the load, then the failed refresh)", n)
+	}
+	// Without a stale answer (another request), the handler's error.
+	if _, err := call(t.Context(), conn, methodGet, "b"); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a cold key with the handler failing: %v, want its Unavailable", err)
 	}
 }
 
