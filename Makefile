@@ -8,7 +8,7 @@ GO        ?= go
 PKGS      ?= github.com/flightcache/flightcache/...
 MODULES    = $(shell $(GO) list -m -f '{{.Dir}}')
 # The released library modules besides the core, whose suites also run outside the workspace (modules).
-LIBMODULES = memstore redisstore redislease bloomguard breaker promflight otelflight httpflight flightcachevet
+LIBMODULES = memstore redisstore redislease bloomguard breaker promflight otelflight httpflight grpcflight flightcachevet
 BENCH     ?= .
 COUNT     ?= 10
 BENCHTIME ?= 1s

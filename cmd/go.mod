@@ -14,7 +14,13 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
+	google.golang.org/grpc v1.85.0
 	modernc.org/sqlite v1.62.0
+)
+
+require (
+	golang.org/x/net v0.60.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 )
 
 require (
@@ -23,6 +29,7 @@ require (
 	github.com/bits-and-blooms/bloom/v3 v3.7.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
+	github.com/flightcache/flightcache/grpcflight v0.0.0-00010101000000-000000000000
 	github.com/flightcache/flightcache/httpflight v0.0.0-00010101000000-000000000000
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
@@ -41,7 +48,7 @@ require (
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
+	google.golang.org/protobuf v1.36.12
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
@@ -58,3 +65,5 @@ replace (
 )
 
 replace github.com/flightcache/flightcache/httpflight => ../httpflight
+
+replace github.com/flightcache/flightcache/grpcflight => ../grpcflight

@@ -265,19 +265,22 @@ func TestScratchModuleOfHTTPFlightHoldsOnlyTheCoreAndItself(t *testing.T) {
 	}
 }
 
-// A module that imports the Redis adapters has in its graph the flightcache
-// modules it imports, the modules that provide a package of its build
-// (go-redis, the modules go-redis imports, otter for memstore) and what
+// A module that imports the Redis adapters, or the gRPC interceptors, has
+// in its graph the flightcache modules it imports, the modules that provide
+// a package of its build (go-redis, the modules go-redis imports, otter for
+// memstore; grpc, protobuf and what grpc imports for grpcflight) and what
 // those third-party modules' own go.mod files require (their business, and
 // pruned one level down). Nothing comes from a flightcache module's tests:
 // no goleak, no Prometheus, no OpenTelemetry, no peer of the benchmarks.
-func TestScratchModuleOfTheRedisAdaptersHoldsOnlyWhatItBuilds(t *testing.T) {
+func TestScratchModuleOfAnAdapterHoldsOnlyWhatItBuilds(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		mods []string
+		name  string
+		mods  []string
+		needs []string // third-party modules the build must take packages from
 	}{
-		{"redisstore", []string{module, module + "/redisstore"}},
-		{"memstore+redisstore+redislease", []string{module, module + "/memstore", module + "/redisstore", module + "/redislease"}},
+		{"redisstore", []string{module, module + "/redisstore"}, []string{"github.com/redis/go-redis/v9"}},
+		{"memstore+redisstore+redislease", []string{module, module + "/memstore", module + "/redisstore", module + "/redislease"}, []string{"github.com/redis/go-redis/v9"}},
+		{"grpcflight", []string{module, module + "/grpcflight"}, []string{"google.golang.org/grpc", "google.golang.org/protobuf"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := scratch(t, tc.mods, tc.mods)
@@ -312,8 +315,10 @@ func TestScratchModuleOfTheRedisAdaptersHoldsOnlyWhatItBuilds(t *testing.T) {
 			if want := slices.Sorted(slices.Values(tc.mods)); !slices.Equal(ours, want) {
 				t.Errorf("flightcache modules in the graph: %v, want %v", ours, want)
 			}
-			if !built["github.com/redis/go-redis/v9"] {
-				t.Errorf("go-redis provides no package of the build: %v", built)
+			for _, m := range tc.needs {
+				if !built[m] {
+					t.Errorf("%s provides no package of the build: %v", m, built)
+				}
 			}
 		})
 	}
