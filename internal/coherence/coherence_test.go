@@ -336,6 +336,17 @@ func TestRedoKeepsOneWritePerTargetAndIsBounded(t *testing.T) {
 	if r.Len() != 1 || !p.Version.Equal(at(2)) || p.DeleteShared {
 		t.Fatalf("after two writes of k: %d pending, %+v; want one, the newer, which left its entry in the shared tier", r.Len(), p)
 	}
+	// An older write that reaches Add late (its Set returned after the
+	// newer one's) must not replace the newer one: the redo would then
+	// remove the newer entry from the shared tier, or announce the older
+	// version only, and other instances would serve the older value.
+	r.Add(Pending{Kind: 1, Target: "k", Version: at(1), DeleteShared: true})
+	r.mu.Lock()
+	p = r.pending[pendingID{1, "k"}]
+	r.mu.Unlock()
+	if r.Len() != 1 || !p.Version.Equal(at(2)) || p.DeleteShared {
+		t.Fatalf("an older write added after a newer one: %d pending, %+v; want the newer kept", r.Len(), p)
+	}
 	r.Add(Pending{Kind: 2, Bulk: true, Target: "p|", Version: at(0)})
 	dropped := false
 	for i := range MaxPending {
