@@ -197,6 +197,42 @@ func TestFencesAreBoundedPerKindAndKeyFencesNeverPushOutBulkOnes(t *testing.T) {
 	}
 }
 
+// The monotonic-read bound is a number of keys: a key filled again and
+// again keeps one fence, updated in place, and MaxFillFences distinct keys
+// filled, each several times, are all still fenced.
+func TestFillFencesAreBoundedByKeysNotByNotes(t *testing.T) {
+	f := Fences{Window: time.Hour}
+	for round := range 3 {
+		for i := range MaxFillFences {
+			if _, fresh, _ := f.NoteKey("key:"+strconv.Itoa(i), at(1+round), base, false); !fresh {
+				t.Fatalf("round %d, key %d: a newer fill did not raise the fence", round, i)
+			}
+		}
+	}
+	if keys, _ := f.Len(); keys != MaxFillFences {
+		t.Fatalf("%d key fences after filling %d keys 3 times, want one per key", keys, MaxFillFences)
+	}
+	for i := range MaxFillFences {
+		if !f.Covered("key:"+strconv.Itoa(i), at(2), true, base, 0) {
+			t.Fatalf("key %d of the %d most recently filled lost its fence", i, MaxFillFences)
+		}
+	}
+	// Past the bound the table stays within it, and the newest fill is
+	// fenced.
+	for i := range 1000 {
+		f.NoteKey("more:"+strconv.Itoa(i), at(9), base, false)
+	}
+	if keys, _ := f.Len(); keys != MaxFillFences {
+		t.Fatalf("%d key fences, want the bound %d", keys, MaxFillFences)
+	}
+	if !f.Covered("more:999", at(8), true, base, 0) {
+		t.Fatal("the newest fill lost its fence")
+	}
+	if f.Covered("key:1", at(0), true, base.Add(2*time.Hour), 0) {
+		t.Fatal("a fence outlived its window")
+	}
+}
+
 func TestFillNeverGoesBackToOlderData(t *testing.T) {
 	var m Model
 	m.Window = time.Hour
