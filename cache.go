@@ -744,8 +744,6 @@ func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], wall
 			c.opts.Local.Set(key, cp)
 		}
 		return true, nil, false
-	case coherence.FillDropHeld:
-		c.opts.Local.Delete(key)
 	case coherence.FillServeHeld:
 		return false, held, false
 	case coherence.FillOlder:

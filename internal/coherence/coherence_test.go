@@ -250,7 +250,7 @@ func TestFillNeverGoesBackToOlderData(t *testing.T) {
 		{"nothing held", true, r(5), Held{}, FillWrite},
 		{"newer than held", true, r(6), held(5, true), FillWrite},
 		{"fresh held copy is newer", true, r(4), held(6, true), FillServeHeld},
-		{"outdated ticket, older held copy", false, r(7), held(6, true), FillDropHeld},
+		{"outdated ticket, older held copy", false, r(7), held(6, true), FillSkip},
 		{"outdated ticket, newer held copy", false, r(5), held(7, true), FillSkip},
 	} {
 		if got := m.DecideFill("k-"+c.name, c.current, c.read, c.held, base); got != c.want {
@@ -267,6 +267,15 @@ func TestFillNeverGoesBackToOlderData(t *testing.T) {
 	}
 	if !m.Covered("k", at(4), true, base, 0) || m.Covered("k", at(6), true, base, 0) {
 		t.Fatal("a fill's read time does not fence older shared entries")
+	}
+	// An outdated ticket (an explicit write finished since it was taken)
+	// notes nothing, whatever its read time: the operation began before
+	// the write, and is older than it.
+	if got := m.DecideFill("k", false, r(8), Held{}, base); got != FillSkip {
+		t.Fatalf("a fill under an outdated ticket: %v, want FillSkip", got)
+	}
+	if m.Covered("k", at(7), true, base, 0) {
+		t.Fatal("a fill under an outdated ticket raised the key's fence")
 	}
 	m.Close()
 	if got := m.DecideFill("k", true, r(9), Held{}, base); got != FillSkip {

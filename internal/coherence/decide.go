@@ -52,10 +52,6 @@ const (
 	FillWrite FillVerdict = iota
 	// FillSkip: write nothing.
 	FillSkip
-	// FillDropHeld: write nothing, and remove the held copy: the fill's
-	// ticket is outdated, but the held copy is older still than the item,
-	// which the caller serves.
-	FillDropHeld
 	// FillServeHeld: write nothing; the held copy is fresh and newer than
 	// the item, and a shared read serves it instead (a load serves its
 	// own value: its callers asked before the held copy arrived).
@@ -74,30 +70,31 @@ const (
 //
 //   - after Close nothing is written;
 //   - a ticket outdated by an explicit write or an invalidation writes
-//     nothing, but still drops a held copy read earlier than the item;
+//     nothing and notes nothing: an operation that began before an
+//     explicit write is older than it, whatever instant it read its
+//     source (a load that began before a Set may read the origin after
+//     it), so it must neither replace what the write left nor raise the
+//     key's fence past the write's version (which would make the write's
+//     own shared entry look older, and the next Get reload over it);
 //   - a fresh held copy read later than the item is served instead;
 //   - an item read earlier than the key's fence (the newest read time
 //     this instance filled, served, wrote or was told of) is not written
 //     (FillOlder).
 //
-// It raises the key's fence to read.Wall, written or not: the caller
-// serves the item, and a later shared read of anything older must not be
-// served after it (Covered). A zero read.Wall is unknown (a store that
-// does not keep read times): it is neither noted nor compared with the
-// fence.
+// With a current ticket it raises the key's fence to read.Wall, written
+// or not: the caller serves the item, and a later shared read of anything
+// older must not be served after it (Covered). A zero read.Wall is unknown
+// (a store that does not keep read times): it is neither noted nor
+// compared with the fence.
 func (m *Model) DecideFill(key string, current bool, read Read, held Held, now time.Time) FillVerdict {
+	if m.Closed.Load() || !current {
+		return FillSkip
+	}
 	var prev time.Time
 	if !read.Wall.IsZero() {
 		prev, _, _ = m.NoteKey(key, read.Wall, now, false)
 	}
 	switch {
-	case m.Closed.Load():
-		return FillSkip
-	case !current:
-		if held.Present && held.Read.Before(read.Local) {
-			return FillDropHeld
-		}
-		return FillSkip
 	case held.Present && held.Fresh && held.Read.After(read.Local):
 		return FillServeHeld
 	case !read.Wall.IsZero() && read.Wall.Truncate(time.Microsecond).Before(prev):
