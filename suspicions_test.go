@@ -338,12 +338,12 @@ func TestTypedNilStoreIsAConfigError(t *testing.T) {
 	}
 }
 
-// A bulk invalidation replayed while the bus is down (before BusUp) only
-// notes its fence; the resynchronisation that comes with BusUp outdates
-// every ticket taken before it and forgets every flight. So a load that
-// read its origin before the invalidation is never served once the bus is
-// up, whether it finished before BusUp (its local copy is emptied, its
-// shared write-back is covered by the fence) or after (it writes nothing).
+// A bulk invalidation replayed while the bus is down (before BusUp) notes
+// its fence and outdates the loads in flight under its prefix at once;
+// the resynchronisation that comes with BusUp empties the local tier. So a
+// load that read its origin before the invalidation stores nothing in
+// either tier, whether it finishes before BusUp or after, and is never
+// served once the bus is up.
 func TestLoadOlderThanABulkInvalidationReplayedWhileTheBusIsDownIsNotServedAfterBusUp(t *testing.T) {
 	for _, finish := range []string{"before BusUp", "after BusUp"} {
 		t.Run("load finishes "+finish, func(t *testing.T) {
@@ -370,6 +370,9 @@ func TestLoadOlderThanABulkInvalidationReplayedWhileTheBusIsDownIsNotServedAfter
 				if r := <-done; r.Value.Price != 1 {
 					t.Fatalf("the load's own caller got %d, want its value 1", r.Value.Price)
 				}
+				if b.local.has("item:1") {
+					t.Fatal("a load older than the replayed invalidation was stored in the local tier")
+				}
 				b.bus.setState(driver.BusUp)
 			} else {
 				b.bus.setState(driver.BusUp)
@@ -383,6 +386,9 @@ func TestLoadOlderThanABulkInvalidationReplayedWhileTheBusIsDownIsNotServedAfter
 			}
 			if b.local.has("item:1") {
 				t.Fatal("the local tier holds a value read before the invalidation after BusUp")
+			}
+			if _, ok := shared.peek("item:1"); ok {
+				t.Fatal("a load older than the replayed invalidation was stored in the shared tier")
 			}
 			var price, calls atomic.Int64
 			price.Store(2)
