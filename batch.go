@@ -764,7 +764,8 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []c
 			ok, _, _ := c.fillLocked(current[n], keys[n], &fl.item, c.wallRead(&fl.item, fl.wallEnd))
 			tier = driver.TierShared
 			if !ok {
-				continue // an explicit write or a newer read won, or the Cache closed
+				fl.uncached = true // an explicit write or a newer read won, or the Cache closed
+				continue
 			}
 			switch {
 			case fl.writeErr != nil:

@@ -320,6 +320,7 @@ func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease d
 			return &flight[V]{item: it, found: true, remote: true, loadCtx: fl.loadCtx}
 		}
 		m.servedSuperseded(ctx, now, done.Current)
+		fl.uncached = true // refused: stored in no tier
 		return fl
 	}
 	if e != nil {

@@ -51,8 +51,9 @@ func TestExplicitWriteDuringLoadWins(t *testing.T) {
 			}
 			close(release)
 			r := <-done
-			// The load's own callers asked before the write: they get its value.
-			if r.Value.Name != "old" || r.Outcome != flightcache.OutcomeLoaded {
+			// The load's own callers asked before the write: they get its
+			// value, stored in no tier (OutcomeLoadedUncached).
+			if r.Value.Name != "old" || r.Outcome != flightcache.OutcomeLoadedUncached {
 				t.Fatalf("in-flight caller got %v %+v", r.Outcome, r.Value)
 			}
 

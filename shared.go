@@ -95,6 +95,7 @@ const (
 var (
 	errSkippedTimedOut = fmt.Errorf("flightcache: shared write-back skipped after a shared read timed out: %w", context.DeadlineExceeded)
 	errSkippedRefused  = fmt.Errorf("flightcache: shared write-back skipped: %w", driver.ErrBreakerOpen)
+	errSkippedNoLease  = fmt.Errorf("flightcache: shared write-back skipped, the flight holds no lease: %w", ErrCoordinatorUnavailable)
 )
 
 // sharedWritable applies coherence.Model.SharedWritable to a read-path

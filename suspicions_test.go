@@ -451,3 +451,65 @@ func TestRefusedLeaderServesTheEntryThatRefusedItWithoutReadingTheTier(t *testin
 		}
 	}
 }
+
+// An Outcome never claims a write that did not happen. A leader whose
+// fenced write was refused, and who could not serve the newer writer's
+// value, stored nothing: OutcomeLoadedUncached. A degraded flight (the
+// Coordinator failed) holds no lease and writes the local tier only:
+// OutcomeLoadedWriteFailed, its WriteErr matching
+// ErrCoordinatorUnavailable.
+func TestOutcomeNeverClaimsAWriteThatDidNotHappen(t *testing.T) {
+	t.Run("refused fenced write", func(t *testing.T) {
+		shared := newMapShared(time.Now)
+		coord := newFencingCoord(shared)
+		coord.noReadBack = true
+		local := newLocal[*product](t, nil)
+		c := newCache(t, flightcache.Options[*product]{Local: local, Shared: shared, Coordinator: coord})
+		started, gate := make(chan struct{}), make(chan struct{})
+		res := make(chan flightcache.Result[*product], 1)
+		go func() {
+			r, err := c.Fetch(context.Background(), "k", func(context.Context) (*product, error) {
+				close(started)
+				<-gate
+				return &product{ID: "k", Price: 1}, nil
+			})
+			if err != nil {
+				t.Errorf("Fetch: %v", err)
+			}
+			res <- r
+		}()
+		<-started
+		newer := coord.lease("k")
+		if done, err := newer.Complete(context.Background(), entryOf(t, &product{ID: "k", Price: 2}, time.Now())); err != nil || !done.Written {
+			t.Fatalf("the newer lease's write: %+v, %v", done, err)
+		}
+		shared.readErr = errors.New("injected: shared read timed out")
+		close(gate)
+		r := <-res
+		shared.readErr = nil
+		if r.Value == nil || r.Value.Price != 1 || r.Outcome != flightcache.OutcomeLoadedUncached {
+			t.Fatalf("refused leader: %+v (%v); want its own value 1, OutcomeLoadedUncached", r.Value, r.Outcome)
+		}
+		if _, held := local.Get("k"); held || sharedPrice(t, shared, "k") != 2 {
+			t.Fatal("the refused load was stored after all")
+		}
+	})
+	t.Run("degraded flight", func(t *testing.T) {
+		shared := newMapShared(time.Now)
+		local := newLocal[*product](t, nil)
+		c := newCache(t, flightcache.Options[*product]{Local: local, Shared: shared, Coordinator: &downCoordinator{}})
+		r, err := c.Fetch(context.Background(), "k", func(context.Context) (*product, error) {
+			return &product{ID: "k", Price: 1}, nil
+		})
+		if err != nil || r.Value == nil || r.Value.Price != 1 {
+			t.Fatalf("degraded Fetch = %+v, %v", r, err)
+		}
+		if r.Outcome != flightcache.OutcomeLoadedWriteFailed || !errors.Is(r.WriteErr, flightcache.ErrCoordinatorUnavailable) {
+			t.Fatalf("degraded Fetch: %v, WriteErr %v; want OutcomeLoadedWriteFailed with ErrCoordinatorUnavailable", r.Outcome, r.WriteErr)
+		}
+		_, held := local.Get("k")
+		if _, ok := shared.peek("k"); ok || !held {
+			t.Fatal("a degraded flight must write the local tier only")
+		}
+	})
+}

@@ -128,7 +128,7 @@ func CacheStatus(cache string, sv product.Served, err error) string {
 	case flightcache.OutcomeLoadedUncached:
 		// Forwarded, and stored nowhere: another instance held the
 		// product's lease past the coalesce wait, and its write is the
-		// one that lands.
+		// one that lands, or a newer write superseded this load.
 		param("fwd=miss")
 		detail, ttl = "uncached", false
 	case flightcache.OutcomeLoadedWriteFailed:
