@@ -412,3 +412,35 @@ func TestRedoKeepsOneWritePerTargetAndIsBounded(t *testing.T) {
 		t.Fatalf("a succeeded later write did not clear its pending one")
 	}
 }
+
+// A shared read asks the bulk fences without a lock: it never waits for a
+// bulk invalidation being noted (here, bulkMu held throughout), and sees
+// every fence noted before, across the view's rebuilds.
+func TestBulkFencesAreReadWithoutALock(t *testing.T) {
+	f := Fences{Window: time.Hour}
+	const n = 3*bulkDelta + 5
+	for i := range n {
+		f.NoteBulk("p"+strconv.Itoa(i)+":", at(i), base)
+	}
+	f.NoteBulk("p0:", at(n), base) // a newer fence of a prefix already in the base
+	f.bulkMu.Lock()
+	defer f.bulkMu.Unlock()
+	for i := range n {
+		key := "p" + strconv.Itoa(i) + ":k"
+		if !f.Covered(key, at(i-1), true, base, 0) {
+			t.Fatalf("fence %d does not cover an entry read before it", i)
+		}
+		if i > 0 && f.Covered(key, at(i+1), true, base, 0) {
+			t.Fatalf("fence %d covers an entry read after it", i)
+		}
+	}
+	if !f.Covered("p0:k", at(n-1), true, base, 0) {
+		t.Fatal("a prefix's newer fence is not the one applied")
+	}
+	if f.Covered("p1:k", at(0), true, base.Add(2*time.Hour), 0) {
+		t.Fatal("an expired bulk fence still covers")
+	}
+	if f.Covered("q:k", at(0), true, base, 0) {
+		t.Fatal("a key under no fenced prefix is covered")
+	}
+}

@@ -2,6 +2,7 @@ package coherence
 
 import (
 	"hash/maphash"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,6 +81,9 @@ type Fences struct {
 	bulkMu    sync.Mutex
 	bulk      fenceSet    // guarded by bulkMu
 	lens      map[int]int // prefix length → bulk fences of that length; guarded by bulkMu
+	// bulkView is what Covered reads of the bulk fences, without a lock:
+	// an immutable copy that NoteBulk replaces (see bulkView).
+	bulkView atomic.Pointer[bulkView]
 	// droppedExplicit and droppedBulk count the fences dropped before
 	// their time that a warning is due for.
 	droppedExplicit, droppedBulk atomic.Int64
@@ -300,7 +304,56 @@ func (f *Fences) NoteBulk(prefix string, version, now time.Time) (fresh bool, dr
 	if lost := f.bulk.add(prefix, version, now.Add(f.Window), true, MaxBulkFences, MaxBulkBytes, f.forgetLen); lost > 0 {
 		dropped = f.droppedBulk.Add(int64(lost))
 	}
+	f.publishLocked(prefix, bulkFence{version: version, expires: now.Add(f.Window)})
 	return true, dropped
+}
+
+// bulkView is an immutable copy of the bulk fences, which Covered reads
+// without a lock: a shared read never waits for a bulk invalidation, nor
+// for another shared read. base is the fences as of the last rebuild,
+// delta the ones noted since (at most bulkDelta, each newer than base's
+// fence of the same prefix, if any); lens the distinct prefix lengths,
+// shortest first. A fence dropped or expired since the last rebuild may
+// linger in base until the next one; Covered ignores expired ones, and a
+// dropped one only covers more.
+type bulkView struct {
+	base, delta map[string]bulkFence
+	lens        []int
+}
+
+type bulkFence struct{ version, expires time.Time }
+
+// bulkDelta bounds a bulkView's delta: each note copies the delta, and
+// every bulkDelta notes the whole table is copied, so a note costs about
+// bulkDelta + live fences / bulkDelta map writes.
+const bulkDelta = 64
+
+// publishLocked replaces the view with one that holds prefix's new fence
+// fe. The caller holds bulkMu.
+func (f *Fences) publishLocked(prefix string, fe bulkFence) {
+	v := &bulkView{lens: make([]int, 0, len(f.lens))}
+	for n := range f.lens {
+		v.lens = append(v.lens, n)
+	}
+	slices.Sort(v.lens)
+	old := f.bulkView.Load()
+	if old == nil || len(old.delta) >= bulkDelta {
+		v.base = make(map[string]bulkFence, len(f.bulk.m))
+		for _, r := range f.bulk.queue[f.bulk.head:] {
+			if cur, ok := f.bulk.m[r.target]; ok && cur.Equal(r.version) {
+				v.base[r.target] = bulkFence{version: r.version, expires: r.expires}
+			}
+		}
+		f.bulkView.Store(v)
+		return
+	}
+	v.base = old.base
+	v.delta = make(map[string]bulkFence, len(old.delta)+1)
+	for p, e := range old.delta {
+		v.delta[p] = e
+	}
+	v.delta[prefix] = fe
+	f.bulkView.Store(v)
 }
 
 // forgetLen is called, under bulkMu, for each bulk fence that goes.
@@ -333,14 +386,20 @@ func (f *Fences) Covered(key string, read time.Time, known bool, now time.Time, 
 	if f.bulkCount.Load() == 0 {
 		return false
 	}
-	f.bulkMu.Lock()
-	defer f.bulkMu.Unlock()
-	f.bulk.expire(now, f.forgetLen)
-	for n := range f.lens {
+	v := f.bulkView.Load()
+	if v == nil {
+		return false
+	}
+	for _, n := range v.lens {
 		if n > len(key) {
-			continue
+			break
 		}
-		if v, ok := f.bulk.m[key[:n]]; ok && (!known || read.Before(v.Add(skew))) {
+		p := key[:n]
+		fe, ok := v.delta[p]
+		if !ok {
+			fe, ok = v.base[p]
+		}
+		if ok && now.Before(fe.expires) && (!known || read.Before(fe.version.Add(skew))) {
 			return true
 		}
 	}
