@@ -139,7 +139,7 @@ func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket
 		return now.Before(it.FreshUntil) && it.FreshUntil.UnixNano() > m.newerThan
 	}
 	if c.opts.Local != nil {
-		if it, ok := c.opts.Local.Get(m.key); ok && usable(it) && !c.untrusted(it, now) {
+		if it, ok := c.opts.Local.Get(m.key); ok && c.localState(it, now) == itemFresh && usable(it) {
 			return *it, true
 		}
 	}

@@ -189,7 +189,9 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 }
 
 // acceptShared turns e, key's entry as read from the shared tier, into
-// the item a read serves at now, or nil when it must be treated as absent:
+// the item a read serves at now, or nil when it must be treated as absent;
+// it is the one rule for Get, the flight's double-check, a refused
+// leader's read back and batches alike:
 // covered by a fence, past its StaleUntil, undecodable (a read failure
 // too), or read before something this instance served since. t is the
 // reader's ticket, under which the local tier gets a copy.
