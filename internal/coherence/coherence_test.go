@@ -444,3 +444,31 @@ func TestBulkFencesAreReadWithoutALock(t *testing.T) {
 		t.Fatal("a key under no fenced prefix is covered")
 	}
 }
+
+// Fills of more keys than the bound, from several goroutines, leave the
+// table at its bound, and the last key each one filled fenced.
+func TestConcurrentFillsStayWithinTheBound(t *testing.T) {
+	f := Fences{Window: time.Hour}
+	const goroutines, perG = 4, MaxFillFences/4 + 1000
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perG {
+				f.NoteKey(strconv.Itoa(g)+":"+strconv.Itoa(i), at(1), base, false)
+			}
+		}()
+	}
+	wg.Wait()
+	// Two notes may trim at once: the table may end a few below its
+	// bound, never above it.
+	if keys, _ := f.Len(); keys > MaxFillFences || keys < MaxFillFences-goroutines {
+		t.Fatalf("%d key fences, want the bound %d", keys, MaxFillFences)
+	}
+	for g := range goroutines {
+		if !f.Covered(strconv.Itoa(g)+":"+strconv.Itoa(perG-1), at(0), true, base, 0) {
+			t.Fatalf("goroutine %d's last fill lost its fence", g)
+		}
+	}
+}

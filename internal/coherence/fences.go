@@ -182,13 +182,13 @@ func (f *Fences) over(kind fenceKind) bool {
 	return f.keyCount[kind].Load() > b.n || f.keyBytes[kind].Load() > b.bytes
 }
 
-// trim drops the least recently noted fences of kind while they exceed
-// their bounds, from shard first (whose lock the caller holds), then, if
-// that shard has none left of kind, from the others (see trimOthers). It
-// returns how many it dropped.
-func (f *Fences) trim(sh *fenceShard, kind fenceKind) (lost int) {
+// trim drops the least recently noted fences of kind from shard (whose
+// lock the caller holds) while they exceed their bounds, but never keep,
+// the fence just noted. It returns how many it dropped; the caller goes on
+// with the other shards if that was not enough (trimOthers).
+func (f *Fences) trim(sh *fenceShard, kind fenceKind, keep *keyFence) (lost int) {
 	l := sh.list(kind)
-	for f.over(kind) && l.prev != l {
+	for f.over(kind) && l.prev != l && l.prev != keep {
 		f.remove(sh, l.prev)
 		lost++
 	}
@@ -197,14 +197,14 @@ func (f *Fences) trim(sh *fenceShard, kind fenceKind) (lost int) {
 
 // trimOthers is trim across every shard, one lock at a time, for the rare
 // case where the noting key's shard had nothing of kind left to drop.
-func (f *Fences) trimOthers(kind fenceKind) (lost int) {
+func (f *Fences) trimOthers(kind fenceKind, keep *keyFence) (lost int) {
 	for i := range f.keys {
 		if !f.over(kind) {
 			break
 		}
 		sh := &f.keys[i]
 		sh.mu.Lock()
-		lost += f.trim(sh, kind)
+		lost += f.trim(sh, kind, keep)
 		sh.mu.Unlock()
 	}
 	return lost
@@ -270,12 +270,13 @@ func (f *Fences) NoteKey(key string, version, now time.Time, explicit bool) (pre
 	}
 	r.version, r.expires = version, now.Add(f.Window)
 	sh.pushFront(r)
-	lost := f.trim(sh, r.kind)
+	kind = r.kind
+	lost := f.trim(sh, kind, r)
 	sh.mu.Unlock()
-	if f.over(r.kind) {
-		lost += f.trimOthers(r.kind)
+	if f.over(kind) {
+		lost += f.trimOthers(kind, r)
 	}
-	if lost > 0 && r.kind == explicitFence {
+	if lost > 0 && kind == explicitFence {
 		dropped = f.droppedExplicit.Add(int64(lost))
 	}
 	return prev, true, dropped
