@@ -221,14 +221,13 @@ func (c *Cache[V]) publishVia(ctx context.Context, kind driver.InvalidationKind,
 // the next Get start a new flight. It reports whether a copy was held and
 // whether it was dropped.
 func (c *Cache[V]) applyKey(key string, version time.Time) (held, dropped bool) {
-	limit := version.Add(c.opts.ClockSkew)
 	_ = c.coh.Explicit(key, func() error {
 		if c.opts.Local == nil {
 			return nil
 		}
 		it, ok := c.opts.Local.Get(key)
 		held = ok
-		if ok && readAt(&it.Meta).Before(limit) {
+		if ok && coherence.Invalidates(version, readAt(&it.Meta), c.opts.ClockSkew) {
 			c.opts.Local.Delete(key)
 			dropped = true
 		}
@@ -249,9 +248,8 @@ func (c *Cache[V]) applyBulk(prefix string, version time.Time) (dropped int) {
 	if !ok {
 		return 0
 	}
-	limit := version.Add(c.opts.ClockSkew)
 	for k, it := range r.All() {
-		if strings.HasPrefix(k, prefix) && readAt(&it.Meta).Before(limit) {
+		if strings.HasPrefix(k, prefix) && coherence.Invalidates(version, readAt(&it.Meta), c.opts.ClockSkew) {
 			c.opts.Local.Delete(k)
 			dropped++
 		}

@@ -472,3 +472,15 @@ func TestConcurrentFillsStayWithinTheBound(t *testing.T) {
 		}
 	}
 }
+
+func TestAnInvalidationDropsOnlyCopiesReadBeforeItPlusSkew(t *testing.T) {
+	skew := 10 * time.Millisecond
+	for _, c := range []struct {
+		read time.Duration // after the version
+		want bool
+	}{{-time.Second, true}, {0, true}, {9 * time.Millisecond, true}, {skew, false}, {time.Second, false}} {
+		if got := Invalidates(wall, wall.Add(c.read), skew); got != c.want {
+			t.Errorf("a copy read %v after the version: dropped %v, want %v", c.read, got, c.want)
+		}
+	}
+}

@@ -159,6 +159,15 @@ func (t *Trust) Trusted(filledAt, read, now time.Time) bool {
 	return now.Sub(since) < t.DownTTL
 }
 
+// Invalidates is the one rule for which local copies an invalidation of
+// version drops, key or bulk alike: a copy read before version plus skew
+// (both on the Cache's clock). A copy read later is newer than the write
+// the invalidation announces, so an invalidation that arrives late, twice
+// or out of order never drops a value loaded after it.
+func Invalidates(version, read time.Time, skew time.Duration) bool {
+	return read.Before(version.Add(skew))
+}
+
 // Clamp returns a version received from another instance (wall clock)
 // that is ahead of this host's clock (wallNow) by more than skew as
 // wallNow, reporting that it did: a host with a wrong clock must not fence

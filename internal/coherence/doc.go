@@ -19,6 +19,9 @@
 //	only a fenced write reaches the shared tier    SharedWritable
 //	  in cluster mode
 //	a load that ends after Close writes nothing    Model.DecideFill, SharedWritable
+//	an invalidation drops only the local copies    Invalidates
+//	  read before it (late, repeated, reordered
+//	  ones drop nothing newer)
 //	a write the others did not hear of is redone   Redo (Add keeps the newest per target)
 //	a version from the future is taken as now      Clamp
 //
