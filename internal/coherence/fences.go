@@ -75,8 +75,8 @@ type Fences struct {
 	// keyCount and keyBytes are the key fences of each kind (fill,
 	// explicit) in every shard, against their bounds.
 	keyCount, keyBytes [2]atomic.Int64
-	// bulkCount is the number of bulk fences, so that Covered skips
-	// bulkMu while there are none (the common case).
+	// bulkCount is the number of bulk fences, so that Covered skips the
+	// bulk view while there are none (the common case).
 	bulkCount atomic.Int32
 	bulkMu    sync.Mutex
 	bulk      fenceSet    // guarded by bulkMu
