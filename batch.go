@@ -735,7 +735,7 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []c
 	c.coh.FillAll(keys, tickets, func(current []bool) {
 		for n, fl := range flights {
 			tier = driver.TierLocal
-			ok, _, _ := c.fillLocked(current[n], keys[n], &fl.item, c.wallRead(&fl.item, fl.wallEnd))
+			ok, _, _ := c.fillLocked(current[n], keys[n], &fl.item, coherence.Read{Wall: c.wallRead(&fl.item, fl.wallEnd)})
 			tier = driver.TierShared
 			if !ok {
 				fl.uncached = true // an explicit write or a newer read won, or the Cache closed

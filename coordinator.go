@@ -324,7 +324,7 @@ func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease d
 		return fl
 	}
 	if e != nil {
-		c.fill(t, m.key, &fl.item, c.wallRead(&fl.item, fl.wallEnd), nil)
+		c.fill(t, m.key, &fl.item, c.wallRead(&fl.item, fl.wallEnd), false)
 	}
 	return fl
 }

@@ -298,7 +298,7 @@ func (m *miss[V]) writeBack(ctx context.Context, t coherence.Ticket, fl *flight[
 	// Outcome says so (OutcomeLoadedUncached), not that it was stored.
 	var wall time.Time
 	local := func(current bool) bool {
-		stored, _, _ := c.fillLocked(current, m.key, it, wall)
+		stored, _, _ := c.fillLocked(current, m.key, it, coherence.Read{Wall: wall})
 		fl.uncached = !stored
 		return stored
 	}

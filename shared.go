@@ -214,7 +214,7 @@ func (c *Cache[V]) acceptShared(ctx context.Context, key string, e *driver.Entry
 		}
 		it.Value = v
 	}
-	newer, older := c.fill(t, key, it, c.sharedReadAt(&e.Meta), nil)
+	newer, older := c.fill(t, key, it, c.sharedReadAt(&e.Meta), true)
 	switch {
 	case older:
 		// Read before something this instance served since the check

@@ -237,6 +237,7 @@ func TestFillNeverGoesBackToOlderData(t *testing.T) {
 	var m Model
 	m.Window = time.Hour
 	r := func(s int) Read { return Read{Local: base.Add(time.Duration(s) * time.Second), Wall: at(s)} }
+	tier := func(s int) Read { rd := r(s); rd.FromTier = true; return rd }
 	held := func(s int, fresh bool) Held {
 		return Held{Present: true, Fresh: fresh, Read: base.Add(time.Duration(s) * time.Second)}
 	}
@@ -250,8 +251,10 @@ func TestFillNeverGoesBackToOlderData(t *testing.T) {
 		{"nothing held", true, r(5), Held{}, FillWrite},
 		{"newer than held", true, r(6), held(5, true), FillWrite},
 		{"fresh held copy is newer", true, r(4), held(6, true), FillServeHeld},
-		{"outdated ticket, older held copy", false, r(7), held(6, true), FillSkip},
-		{"outdated ticket, newer held copy", false, r(5), held(7, true), FillSkip},
+		{"load, outdated ticket, older held copy", false, r(7), held(6, true), FillSkip},
+		{"load, outdated ticket, newer held copy", false, r(5), held(7, true), FillSkip},
+		{"shared read, outdated ticket, older held copy", false, tier(7), held(6, true), FillDropHeld},
+		{"shared read, outdated ticket, newer held copy", false, tier(5), held(7, true), FillSkip},
 	} {
 		if got := m.DecideFill("k-"+c.name, c.current, c.read, c.held, base); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
@@ -268,14 +271,22 @@ func TestFillNeverGoesBackToOlderData(t *testing.T) {
 	if !m.Covered("k", at(4), true, base, 0) || m.Covered("k", at(6), true, base, 0) {
 		t.Fatal("a fill's read time does not fence older shared entries")
 	}
-	// An outdated ticket (an explicit write finished since it was taken)
-	// notes nothing, whatever its read time: the operation began before
-	// the write, and is older than it.
+	// A load under an outdated ticket (an explicit write finished since
+	// it was taken) notes nothing, whatever its read time: it began
+	// before the write, and is older than it.
 	if got := m.DecideFill("k", false, r(8), Held{}, base); got != FillSkip {
-		t.Fatalf("a fill under an outdated ticket: %v, want FillSkip", got)
+		t.Fatalf("a load's fill under an outdated ticket: %v, want FillSkip", got)
 	}
 	if m.Covered("k", at(7), true, base, 0) {
-		t.Fatal("a fill under an outdated ticket raised the key's fence")
+		t.Fatal("a load's fill under an outdated ticket raised the key's fence")
+	}
+	// A shared read under an outdated ticket serves what the tier held,
+	// its newest state: later reads must not go back past it.
+	if got := m.DecideFill("k", false, tier(8), Held{}, base); got != FillSkip {
+		t.Fatalf("a shared read's fill under an outdated ticket: %v, want FillSkip", got)
+	}
+	if !m.Covered("k", at(7), true, base, 0) {
+		t.Fatal("a shared read served under an outdated ticket did not raise the key's fence")
 	}
 	m.Close()
 	if got := m.DecideFill("k", true, r(9), Held{}, base); got != FillSkip {

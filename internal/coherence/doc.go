@@ -7,8 +7,8 @@
 //
 //	promise                                        decision
 //	explicit writes win over the read path         Tickets: Begin, Explicit, Ticket.Current
-//	an operation that began before an explicit     Model.DecideFill (outdated ticket: FillSkip,
-//	  write is older than it                         no fence raised)
+//	a load that began before an explicit write     Model.DecideFill (a load's outdated ticket:
+//	  is older than it                               FillSkip, no fence raised)
 //	a bulk invalidation outdates the writes of     Tickets.Bulk, Ticket.Current
 //	  its keys in progress
 //	monotonic reads per instance, for the          Model.DecideFill, Fences.Covered (key floors),
