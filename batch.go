@@ -452,7 +452,7 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	todo := make([]int, 0, len(keys))
 	for j := range keys {
 		if c.opts.Local != nil {
-			if it, ok := c.opts.Local.Get(names[j]); ok && now.Before(it.FreshUntil) && !c.untrusted(it, now) {
+			if it, ok := c.opts.Local.Get(names[j]); ok && c.localState(it, now) == itemFresh {
 				answers[j] = batchAnswer[V]{fl: &flight[V]{item: *it, found: true}}
 				continue
 			}
@@ -681,33 +681,7 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 		if !l.Found {
 			continue
 		}
-		if c.covered(keys[j], &l.Entry.Meta, now) {
-			continue // older than an invalidation applied here (see readShared)
-		}
-		m := c.fromWall(l.Entry.Meta)
-		if !now.Before(m.StaleUntil) {
-			continue
-		}
-		it := &driver.Item[V]{Meta: m}
-		if !m.NotFound {
-			v, err := c.opts.Codec.Unmarshal(l.Entry.Value)
-			if err != nil {
-				c.readFailed(ctx, fmt.Errorf("flightcache: decode shared entry: %w", err))
-				continue
-			}
-			it.Value = v
-		}
-		newer, older := c.fill(tickets[j], keys[j], it, c.sharedReadAt(&l.Entry.Meta), nil)
-		switch { // see readShared
-		case older:
-			continue
-		case newer != nil:
-			if c.untrusted(newer, now) {
-				continue
-			}
-			it = newer
-		}
-		items[j] = it
+		items[j] = c.acceptShared(ctx, keys[j], &l.Entry, now, tickets[j])
 	}
 	return items, nil
 }
@@ -761,10 +735,11 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []c
 	c.coh.FillAll(keys, tickets, func(current []bool) {
 		for n, fl := range flights {
 			tier = driver.TierLocal
-			ok, _, _ := c.fillLocked(current[n], keys[n], &fl.item, c.wallRead(&fl.item, fl.wallEnd))
+			ok, _, _ := c.fillLocked(current[n], keys[n], &fl.item, coherence.Read{Wall: c.wallRead(&fl.item, fl.wallEnd)})
 			tier = driver.TierShared
 			if !ok {
-				continue // an explicit write or a newer read won, or the Cache closed
+				fl.uncached = true // an explicit write or a newer read won, or the Cache closed
+				continue
 			}
 			switch {
 			case fl.writeErr != nil:

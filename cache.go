@@ -726,36 +726,35 @@ func (c *Cache[V]) Close() error {
 }
 
 // fill is the read path's write of it to the local tier (a copy of a
-// shared hit, a load's result; a load's write-back, which needs neither of
-// fill's answers, hands fillLocked to Tickets.Fill itself) under ticket t,
-// and then, if it was
-// written, shared (nil: none; the write-back's shared write) under the
-// key's lock but not the bulk lock (coherence.Tickets.Fill). wall is the
-// item's read time as the shared tier has it (see coherence.Read). It
-// returns the fresh copy held that is newer than it
-// when there is one: a shared read serves that instead, or, if the copy is
-// untrusted (the Bus is down), treats the entry as absent and loads (the
-// load paths serve their own value: their callers asked before the held
-// copy arrived). older reports an item read before something this
-// instance already filled, served, wrote or was told of: a shared read
-// treats it as absent.
-func (c *Cache[V]) fill(t coherence.Ticket, key string, it *driver.Item[V], wall time.Time, shared func()) (newer *driver.Item[V], older bool) {
+// shared hit, a leader's loaded value after its fenced write; a load's
+// write-back, which needs neither of fill's answers, hands fillLocked to
+// Tickets.Fill itself) under ticket t, under the key's lock and the bulk
+// lock (coherence.Tickets.Fill). wall is the item's read time as the
+// shared tier has it (see coherence.Read); fromTier says it is an entry
+// as a tier held it (coherence.Read.FromTier). It returns the fresh copy
+// held that is newer than it when there is one: a shared read serves that
+// instead, or, if the copy is untrusted (the Bus is down), treats the
+// entry as absent and loads (the load paths serve their own value: their
+// callers asked before the held copy arrived). older reports an item read
+// before something this instance already filled, served, wrote or was
+// told of: a shared read treats it as absent.
+func (c *Cache[V]) fill(t coherence.Ticket, key string, it *driver.Item[V], wall time.Time, fromTier bool) (newer *driver.Item[V], older bool) {
 	c.coh.Fill(t, key, func(current bool) (stored bool) {
-		stored, newer, older = c.fillLocked(current, key, it, wall)
+		stored, newer, older = c.fillLocked(current, key, it, coherence.Read{Wall: wall, FromTier: fromTier})
 		return stored
-	}, shared)
+	}, nil)
 	return newer, older
 }
 
 // fillLocked is fill's decision (coherence.Model.DecideFill) and its local
-// write, under the key's lock and the bulk lock.
-func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], wall time.Time) (stored bool, newer *driver.Item[V], older bool) {
+// write, under the key's lock and the bulk lock. read has the item's wall
+// read time and source; its local read time is filled in here.
+func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], read coherence.Read) (stored bool, newer *driver.Item[V], older bool) {
 	var held *driver.Item[V]
 	if c.opts.Local != nil {
 		held, _ = c.opts.Local.Get(key)
 	}
 	now := c.opts.Now()
-	read := coherence.Read{Wall: wall}
 	h := coherence.Held{}
 	if held != nil {
 		// The item's read time on this clock only matters beside the

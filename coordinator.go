@@ -157,12 +157,14 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 			}
 			return m.lead(ctx, t, cl.Lease)
 		}
-		if cl.Done == 0 && cl.Read {
-			// Read-or-claim found a value and took no lease.
-			if it, ok := m.recheck(ctx, c.opts.Now(), t, cl.Current, false); ok {
+		if (cl.Done == 0 && cl.Read) || (cl.Done != 0 && cl.Waited == 0) {
+			// Read-or-claim found a value and took no lease, or a load
+			// that had ended before this Claim began (driver.Grant.Waited):
+			// either way a read of the shared tier, not a wake-up.
+			if it, ok := m.recheck(ctx, c.opts.Now(), t, cl.Current, cl.Done != 0 && !cl.Read); ok {
 				return &flight[V]{item: it, found: true}, nil
 			}
-			read = false
+			after, read = cl.Done, false
 			continue
 		}
 		c.emitWoken(ctx, cl.Waited, nil)
@@ -318,10 +320,11 @@ func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease d
 			return &flight[V]{item: it, found: true, remote: true, loadCtx: fl.loadCtx}
 		}
 		m.servedSuperseded(ctx, now, done.Current)
+		fl.uncached = true // refused: stored in no tier
 		return fl
 	}
 	if e != nil {
-		c.fill(t, m.key, &fl.item, c.wallRead(&fl.item, fl.wallEnd), nil)
+		c.fill(t, m.key, &fl.item, c.wallRead(&fl.item, fl.wallEnd), false)
 	}
 	return fl
 }

@@ -3,7 +3,10 @@ package flightcache_test
 import (
 	"context"
 	"encoding/json"
+	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/flightcache/flightcache"
 )
@@ -48,8 +51,9 @@ func TestExplicitWriteDuringLoadWins(t *testing.T) {
 			}
 			close(release)
 			r := <-done
-			// The load's own callers asked before the write: they get its value.
-			if r.Value.Name != "old" || r.Outcome != flightcache.OutcomeLoaded {
+			// The load's own callers asked before the write: they get its
+			// value, stored in no tier (OutcomeLoadedUncached).
+			if r.Value.Name != "old" || r.Outcome != flightcache.OutcomeLoadedUncached {
 				t.Fatalf("in-flight caller got %v %+v", r.Outcome, r.Value)
 			}
 
@@ -132,5 +136,73 @@ func TestGetAfterDeleteDoesNotJoinOlderLoad(t *testing.T) {
 	close(release)
 	if r := <-oldDone; r.Value.Name != "old" {
 		t.Fatalf("the old load's own caller got %+v", r.Value)
+	}
+}
+
+// A load that began before a Set is older than it, whatever instant it
+// read the origin: here the Set finishes after the load's flight took its
+// ticket (during its double-check) but before the loader runs, so the load
+// reads the origin after the Set. Its callers get its value; the Set stays
+// in both tiers, and the next Get serves it, without a second load
+// overwriting it.
+func TestSetWinsOverALoadThatBeganBeforeItAndReadTheOriginAfterIt(t *testing.T) {
+	shared := newMapShared(time.Now)
+	local := newLocal[*product](t, nil)
+	c := newCache(t, flightcache.Options[*product]{Local: local, Shared: shared})
+	ctx := context.Background()
+	shared.afterGet = func(n int64) {
+		if n != 2 { // 1: the read before the flight; 2: the flight's double-check
+			return
+		}
+		done := make(chan error)
+		go func() { done <- c.Set(ctx, "p:1", &product{ID: "p:1", Name: "set"}) }()
+		if err := <-done; err != nil {
+			t.Errorf("Set: %v", err)
+		}
+	}
+	var loads atomic.Int64
+	load := func(context.Context) (*product, error) {
+		n := loads.Add(1)
+		return &product{ID: "p:1", Name: "loaded " + strconv.FormatInt(n, 10)}, nil
+	}
+	r, err := c.Fetch(ctx, "p:1", load)
+	if err != nil || r.Value.Name != "loaded 1" {
+		t.Fatalf("the load's own caller got %+v, %v; want its value", r.Value, err)
+	}
+	shared.afterGet = nil
+	for tier, name := range map[string]func() string{
+		"local": func() string {
+			it, ok := local.Get("p:1")
+			if !ok {
+				return "<none>"
+			}
+			return it.Value.Name
+		},
+		"shared": func() string {
+			e, ok := shared.peek("p:1")
+			if !ok {
+				return "<none>"
+			}
+			var p product
+			if err := json.Unmarshal(e.Value, &p); err != nil {
+				return "<undecodable>"
+			}
+			return p.Name
+		},
+	} {
+		if got := name(); got != "set" {
+			t.Errorf("the %s tier holds %q after the load, want the Set's value", tier, got)
+		}
+	}
+	// The next Get, on this instance and on another that shares the
+	// tier, serves the Set.
+	other := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: shared})
+	for name, cache := range map[string]*flightcache.Cache[*product]{"this": c, "another": other} {
+		if r, err := cache.Fetch(ctx, "p:1", load); err != nil || r.Value.Name != "set" {
+			t.Errorf("%s instance's next Get = %+v (%v), %v; want the Set's value", name, r.Value, r.Outcome, err)
+		}
+	}
+	if n := loads.Load(); n != 1 {
+		t.Fatalf("%d loads, want 1: a later load overwrote the Set", n)
 	}
 }

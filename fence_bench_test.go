@@ -118,6 +118,87 @@ func benchSharedReads(b *testing.B, keyFences, bulkFences int) {
 	}
 }
 
+// BenchmarkSharedReadUnderSteadyPUTs measures shared-tier reads while
+// bulk invalidations of other products arrive at a steady rate, as on a
+// productd instance whose peers answer PUTs (each one an InvalidatePrefix
+// of its product): one every 200µs from a background goroutine, each of a
+// new prefix, so that the table fills up to its bound. Every shared read
+// asks the bulk fences whether one covers its key. Reported: ns per read,
+// mutex-wait-ns/op, and invalidations/op (how many arrived per read).
+//
+//	go test -run '^$' -bench SharedReadUnderSteadyPUTs -cpu 1,2 -count 5 .
+func BenchmarkSharedReadUnderSteadyPUTs(b *testing.B) {
+	now := time.Now()
+	shared := roShared{}
+	keys := make([]string, benchReadKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("t:acme:id:%d:loc:en:rev:0", i)
+		v, _ := int64Codec{}.Marshal(int64(i))
+		shared[keys[i]] = driver.Entry{Value: v, Meta: driver.Meta{
+			LoadedAt: now, FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour),
+		}}
+	}
+	bus := &capturingBus{}
+	c, err := flightcache.New(flightcache.Options[int64]{
+		Name: "bench", Local: nullLocal[int64]{}, Shared: shared, Codec: int64Codec{}, Bus: bus,
+		TTL: time.Hour, Logger: quietLogger,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	var puts atomic.Int64
+	put := func() {
+		n := puts.Add(1)
+		// Other products than the ones read (ids past benchReadKeys),
+		// older than the entries: no read is covered.
+		bus.h.Invalidated(driver.Invalidation{Kind: driver.InvalidationPrefix,
+			Target: fmt.Sprintf("t:acme:id:%d:", benchReadKeys+n), Version: now.Add(-time.Minute)})
+	}
+	for range 2000 { // a table already full of recent PUTs
+		put()
+	}
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(200 * time.Microsecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				put()
+			}
+		}
+	}()
+	defer func() { close(stop); <-stopped }()
+
+	const goroutines = 8
+	b.SetParallelism(max(1, goroutines/runtime.GOMAXPROCS(0)))
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	putsBefore, waitBefore := puts.Load(), mutexWait()
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(benchReadKeys / goroutines))
+		ctx := context.Background()
+		for pb.Next() {
+			if _, err := c.Get(ctx, keys[i%benchReadKeys], nil); err != nil {
+				failed.CompareAndSwap(nil, &err)
+			}
+			i++
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(mutexWait()-waitBefore)/float64(b.N), "mutex-wait-ns/op")
+	b.ReportMetric(float64(puts.Load()-putsBefore)/float64(b.N), "invalidations/op")
+	if err := failed.Load(); err != nil {
+		b.Fatalf("shared read: %v", *err)
+	}
+}
+
 // mutexWait is the total time goroutines have spent blocked on locks, in
 // nanoseconds.
 func mutexWait() float64 {

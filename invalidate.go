@@ -221,14 +221,13 @@ func (c *Cache[V]) publishVia(ctx context.Context, kind driver.InvalidationKind,
 // the next Get start a new flight. It reports whether a copy was held and
 // whether it was dropped.
 func (c *Cache[V]) applyKey(key string, version time.Time) (held, dropped bool) {
-	limit := version.Add(c.opts.ClockSkew)
 	_ = c.coh.Explicit(key, func() error {
 		if c.opts.Local == nil {
 			return nil
 		}
 		it, ok := c.opts.Local.Get(key)
 		held = ok
-		if ok && readAt(&it.Meta).Before(limit) {
+		if ok && coherence.Invalidates(version, readAt(&it.Meta), c.opts.ClockSkew) {
 			c.opts.Local.Delete(key)
 			dropped = true
 		}
@@ -244,20 +243,26 @@ func (c *Cache[V]) applyKey(key string, version time.Time) (held, dropped bool) 
 // so that a shared read from now on sees it. It returns how many items it
 // dropped.
 func (c *Cache[V]) applyBulk(prefix string, version time.Time) (dropped int) {
-	c.coh.Bulk(prefix)
-	c.group.ForgetFunc(func(k string) bool { return strings.HasPrefix(k, prefix) })
+	c.outdateInFlight(prefix)
 	r, ok := c.opts.Local.(driver.LocalRanger[V])
 	if !ok {
 		return 0
 	}
-	limit := version.Add(c.opts.ClockSkew)
 	for k, it := range r.All() {
-		if strings.HasPrefix(k, prefix) && readAt(&it.Meta).Before(limit) {
+		if strings.HasPrefix(k, prefix) && coherence.Invalidates(version, readAt(&it.Meta), c.opts.ClockSkew) {
 			c.opts.Local.Delete(k)
 			dropped++
 		}
 	}
 	return dropped
+}
+
+// outdateInFlight makes the loads and shared reads in progress of keys
+// under prefix ("" for all) write nothing (coherence.Tickets.Bulk), and
+// the next Get of such a key start a new flight.
+func (c *Cache[V]) outdateInFlight(prefix string) {
+	c.coh.Bulk(prefix)
+	c.group.ForgetFunc(func(k string) bool { return strings.HasPrefix(k, prefix) })
 }
 
 // resync empties the local tier after the Bus was down: whatever it holds
@@ -322,8 +327,12 @@ func (c *Cache[V]) received(inv driver.Invalidation) {
 		fresh := c.noteBulk(ctx, prefix, inv.Version)
 		if c.coh.Down() {
 			// A replay before BusUp: the resynchronisation that comes
-			// with BusUp empties the local tier anyway, so the fence is
-			// all that is needed, not one walk of the tier per message.
+			// with BusUp empties the local tier anyway, so there is no
+			// walk of the tier per message. The loads in flight are
+			// outdated now, not at BusUp: one that read its origin
+			// before the invalidation and ends before BusUp must store
+			// nothing, in either tier.
+			c.outdateInFlight(prefix)
 			applied = fresh
 			break
 		}

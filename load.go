@@ -147,7 +147,7 @@ func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket
 		return now.Before(it.FreshUntil) && it.FreshUntil.UnixNano() > m.newerThan
 	}
 	if c.opts.Local != nil {
-		if it, ok := c.opts.Local.Get(m.key); ok && usable(it) && !c.untrusted(it, now) {
+		if it, ok := c.opts.Local.Get(m.key); ok && c.localState(it, now) == itemFresh && usable(it) {
 			return *it, true
 		}
 	}
@@ -301,9 +301,13 @@ func (m *miss[V]) writeBack(ctx context.Context, t coherence.Ticket, fl *flight[
 	// The local write, under the key's lock (coherence.Tickets.Fill); a
 	// load serves its own value, so fill's answers (a newer held copy, an
 	// older read) do not matter here and fillLocked is called directly.
+	// A write-back the fill refuses (a newer write, invalidation or read
+	// won, or the Cache closed) stores nothing in either tier: the
+	// Outcome says so (OutcomeLoadedUncached), not that it was stored.
 	var wall time.Time
 	local := func(current bool) bool {
-		stored, _, _ := c.fillLocked(current, m.key, it, wall)
+		stored, _, _ := c.fillLocked(current, m.key, it, coherence.Read{Wall: wall})
+		fl.uncached = !stored
 		return stored
 	}
 	if c.opts.Shared == nil {
@@ -318,6 +322,12 @@ func (m *miss[V]) writeBack(ctx context.Context, t coherence.Ticket, fl *flight[
 		encErr error
 	)
 	writeShared, skipErr := c.sharedWritable(m.sharedDown)
+	if !writeShared && skipErr == nil && c.opts.Coordinator != nil {
+		// A degraded flight (the Coordinator failed): it holds no lease,
+		// so it writes the local tier only, and the Outcome says the
+		// shared write did not happen (OutcomeLoadedWriteFailed).
+		skipErr = errSkippedNoLease
+	}
 	if writeShared {
 		e, encErr = c.encode(it, fl.wallEnd)
 	}

@@ -125,3 +125,47 @@ func TestReadOrClaimServesAFreshAnswerAndClaimsPastAStaleOne(t *testing.T) {
 		})
 	}
 }
+
+// A first read-or-claim that finds a load which had ended before the Claim
+// began (Grant.Done with Waited 0: the Coordinator saw no lease held) is a
+// read of the shared tier, not a follower woken by a load it waited for:
+// no EventFollowerWoken, no cluster scope. One that did wait is.
+func TestReadOrClaimThatFindsAFinishedLoadIsNoWakeUp(t *testing.T) {
+	fresh := func() *driver.Entry {
+		now := time.Now()
+		return &driver.Entry{Value: []byte(`{"ID":"p:1","Name":"theirs"}`), Meta: driver.Meta{
+			LoadedAt: now, FreshUntil: now.Add(time.Minute), StaleUntil: now.Add(time.Minute)}}
+	}
+	for _, c := range []struct {
+		name      string
+		waited    time.Duration
+		wantScope flightcache.Scope
+		wantWoken int
+	}{
+		{"ended before the Claim", 0, flightcache.ScopeNone, 0},
+		{"waited for", time.Millisecond, flightcache.ScopeCluster, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			coord := &scriptedCoordinator{answers: []func(string) driver.Grant{
+				func(string) driver.Grant {
+					return driver.Grant{Done: 7, Waited: c.waited, Read: true, Current: fresh()}
+				},
+			}}
+			rec := newRecorder()
+			cache := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: newMapShared(time.Now),
+				Coordinator: coord, Observer: rec})
+			r, err := cache.Fetch(context.Background(), "p:1", func(context.Context) (*product, error) {
+				return nil, errors.New("loaded: the value the Claim handed back was missed")
+			})
+			if err != nil || r.Value == nil || r.Value.Name != "theirs" {
+				t.Fatalf("Fetch = %+v, %v; want the value the Claim handed back", r, err)
+			}
+			if r.Outcome != flightcache.OutcomeCoalesced || r.Scope != c.wantScope {
+				t.Fatalf("Fetch = %v, scope %v; want %v, scope %v", r.Outcome, r.Scope, flightcache.OutcomeCoalesced, c.wantScope)
+			}
+			if n := rec.count(driver.EventFollowerWoken); n != c.wantWoken {
+				t.Fatalf("%d EventFollowerWoken, want %d", n, c.wantWoken)
+			}
+		})
+	}
+}

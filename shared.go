@@ -95,6 +95,7 @@ const (
 var (
 	errSkippedTimedOut = fmt.Errorf("flightcache: shared write-back skipped after a shared read timed out: %w", context.DeadlineExceeded)
 	errSkippedRefused  = fmt.Errorf("flightcache: shared write-back skipped: %w", driver.ErrBreakerOpen)
+	errSkippedNoLease  = fmt.Errorf("flightcache: shared write-back skipped, the flight holds no lease: %w", ErrCoordinatorUnavailable)
 )
 
 // sharedWritable applies coherence.Model.SharedWritable to a read-path
@@ -188,7 +189,9 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 }
 
 // acceptShared turns e, key's entry as read from the shared tier, into
-// the item a read serves at now, or nil when it must be treated as absent:
+// the item a read serves at now, or nil when it must be treated as absent;
+// it is the one rule for Get, the flight's double-check, a refused
+// leader's read back and batches alike:
 // covered by a fence, past its StaleUntil, undecodable (a read failure
 // too), or read before something this instance served since. t is the
 // reader's ticket, under which the local tier gets a copy.
@@ -211,7 +214,7 @@ func (c *Cache[V]) acceptShared(ctx context.Context, key string, e *driver.Entry
 		}
 		it.Value = v
 	}
-	newer, older := c.fill(t, key, it, c.sharedReadAt(&e.Meta), nil)
+	newer, older := c.fill(t, key, it, c.sharedReadAt(&e.Meta), true)
 	switch {
 	case older:
 		// Read before something this instance served since the check

@@ -338,12 +338,12 @@ func TestTypedNilStoreIsAConfigError(t *testing.T) {
 	}
 }
 
-// A bulk invalidation replayed while the bus is down (before BusUp) only
-// notes its fence; the resynchronisation that comes with BusUp outdates
-// every ticket taken before it and forgets every flight. So a load that
-// read its origin before the invalidation is never served once the bus is
-// up, whether it finished before BusUp (its local copy is emptied, its
-// shared write-back is covered by the fence) or after (it writes nothing).
+// A bulk invalidation replayed while the bus is down (before BusUp) notes
+// its fence and outdates the loads in flight under its prefix at once;
+// the resynchronisation that comes with BusUp empties the local tier. So a
+// load that read its origin before the invalidation stores nothing in
+// either tier, whether it finishes before BusUp or after, and is never
+// served once the bus is up.
 func TestLoadOlderThanABulkInvalidationReplayedWhileTheBusIsDownIsNotServedAfterBusUp(t *testing.T) {
 	for _, finish := range []string{"before BusUp", "after BusUp"} {
 		t.Run("load finishes "+finish, func(t *testing.T) {
@@ -370,6 +370,9 @@ func TestLoadOlderThanABulkInvalidationReplayedWhileTheBusIsDownIsNotServedAfter
 				if r := <-done; r.Value.Price != 1 {
 					t.Fatalf("the load's own caller got %d, want its value 1", r.Value.Price)
 				}
+				if b.local.has("item:1") {
+					t.Fatal("a load older than the replayed invalidation was stored in the local tier")
+				}
 				b.bus.setState(driver.BusUp)
 			} else {
 				b.bus.setState(driver.BusUp)
@@ -383,6 +386,9 @@ func TestLoadOlderThanABulkInvalidationReplayedWhileTheBusIsDownIsNotServedAfter
 			}
 			if b.local.has("item:1") {
 				t.Fatal("the local tier holds a value read before the invalidation after BusUp")
+			}
+			if _, ok := shared.peek("item:1"); ok {
+				t.Fatal("a load older than the replayed invalidation was stored in the shared tier")
 			}
 			var price, calls atomic.Int64
 			price.Store(2)
@@ -444,4 +450,66 @@ func TestRefusedLeaderServesTheEntryThatRefusedItWithoutReadingTheTier(t *testin
 			t.Fatalf("read back %v: the refused write landed", readBack)
 		}
 	}
+}
+
+// An Outcome never claims a write that did not happen. A leader whose
+// fenced write was refused, and who could not serve the newer writer's
+// value, stored nothing: OutcomeLoadedUncached. A degraded flight (the
+// Coordinator failed) holds no lease and writes the local tier only:
+// OutcomeLoadedWriteFailed, its WriteErr matching
+// ErrCoordinatorUnavailable.
+func TestOutcomeNeverClaimsAWriteThatDidNotHappen(t *testing.T) {
+	t.Run("refused fenced write", func(t *testing.T) {
+		shared := newMapShared(time.Now)
+		coord := newFencingCoord(shared)
+		coord.noReadBack = true
+		local := newLocal[*product](t, nil)
+		c := newCache(t, flightcache.Options[*product]{Local: local, Shared: shared, Coordinator: coord})
+		started, gate := make(chan struct{}), make(chan struct{})
+		res := make(chan flightcache.Result[*product], 1)
+		go func() {
+			r, err := c.Fetch(context.Background(), "k", func(context.Context) (*product, error) {
+				close(started)
+				<-gate
+				return &product{ID: "k", Price: 1}, nil
+			})
+			if err != nil {
+				t.Errorf("Fetch: %v", err)
+			}
+			res <- r
+		}()
+		<-started
+		newer := coord.lease("k")
+		if done, err := newer.Complete(context.Background(), entryOf(t, &product{ID: "k", Price: 2}, time.Now())); err != nil || !done.Written {
+			t.Fatalf("the newer lease's write: %+v, %v", done, err)
+		}
+		shared.readErr = errors.New("injected: shared read timed out")
+		close(gate)
+		r := <-res
+		shared.readErr = nil
+		if r.Value == nil || r.Value.Price != 1 || r.Outcome != flightcache.OutcomeLoadedUncached {
+			t.Fatalf("refused leader: %+v (%v); want its own value 1, OutcomeLoadedUncached", r.Value, r.Outcome)
+		}
+		if _, held := local.Get("k"); held || sharedPrice(t, shared, "k") != 2 {
+			t.Fatal("the refused load was stored after all")
+		}
+	})
+	t.Run("degraded flight", func(t *testing.T) {
+		shared := newMapShared(time.Now)
+		local := newLocal[*product](t, nil)
+		c := newCache(t, flightcache.Options[*product]{Local: local, Shared: shared, Coordinator: &downCoordinator{}})
+		r, err := c.Fetch(context.Background(), "k", func(context.Context) (*product, error) {
+			return &product{ID: "k", Price: 1}, nil
+		})
+		if err != nil || r.Value == nil || r.Value.Price != 1 {
+			t.Fatalf("degraded Fetch = %+v, %v", r, err)
+		}
+		if r.Outcome != flightcache.OutcomeLoadedWriteFailed || !errors.Is(r.WriteErr, flightcache.ErrCoordinatorUnavailable) {
+			t.Fatalf("degraded Fetch: %v, WriteErr %v; want OutcomeLoadedWriteFailed with ErrCoordinatorUnavailable", r.Outcome, r.WriteErr)
+		}
+		_, held := local.Get("k")
+		if _, ok := shared.peek("k"); ok || !held {
+			t.Fatal("a degraded flight must write the local tier only")
+		}
+	})
 }

@@ -78,7 +78,11 @@ type Grant struct {
 	Lease Lease
 	// Done is the fencing token of the completed load, when Lease is nil.
 	Done uint64
-	// Waited is how long Claim waited for another instance.
+	// Waited is how long Claim waited for another instance. It is 0 for a
+	// completion (Done) that was there at Claim's first look, before it
+	// saw any other instance hold the lease: that load ended before this
+	// Claim began, and the Cache takes the answer as a read of the shared
+	// tier, not as a follower woken by a load it waited for.
 	Waited time.Duration
 	// Read reports that Claim honoured ClaimRequest.Read: Current is the
 	// key's shared entry as read in the step that decided this Grant (nil:

@@ -37,7 +37,10 @@ const (
 	// OutcomeLoadedUncached: this caller ran the loader and the value is
 	// returned, but it was stored in no tier, by design: in cluster mode
 	// another instance held the key's lease past CoalesceWait, and its
-	// fenced write is the one that should land.
+	// fenced write is the one that should land; or a newer write
+	// superseded the load (an explicit write or an invalidation of the
+	// key since the load began, another instance's newer fenced write
+	// whose value could not be served, newer data already served here).
 	OutcomeLoadedUncached
 	// OutcomeCallerLeft: the caller left before its answer was ready (its
 	// ctx was cancelled or passed its deadline, while it waited for a load

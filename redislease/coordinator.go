@@ -366,6 +366,7 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req driver.ClaimReq
 	var (
 		w        *waiter
 		resub    bool   // the server ended w's subscription (see below)
+		followed bool   // a look found another instance's lease (Grant.Waited)
 		observed uint64 // the token of the lease this follower waits on
 		backoff  = minRecheck
 		timer    *time.Timer
@@ -389,7 +390,10 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req driver.ClaimReq
 			l := c.startLease(k, r.token, observed != 0)
 			return driver.Grant{Lease: l, Read: read, Waited: time.Since(start)}, nil
 		case 2:
-			g := driver.Grant{Done: r.token, Waited: time.Since(start)}
+			g := driver.Grant{Done: r.token}
+			if followed {
+				g.Waited = time.Since(start)
+			}
 			if read {
 				g.Current, g.Read = c.current(k, r)
 			}
@@ -407,6 +411,9 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req driver.ClaimReq
 			read = false
 			continue
 		}
+		// Another instance holds the lease: a completion from now on is
+		// one this Claim waited for.
+		followed = true
 		if w == nil {
 			nw, err := c.subscribe(ctx, k.channel)
 			if err == nil {

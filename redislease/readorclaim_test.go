@@ -97,14 +97,56 @@ func TestReadOrClaimWakesAFollowerWithTheStoredValue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The done marker is newer than After 0: the completion, with its value.
+	// The done marker is newer than After 0: the completion, with its
+	// value. It was there at the Claim's first look, which saw no lease:
+	// Waited 0, no wake-up (driver.Grant.Waited).
 	cl, err := follower.Claim(ctx, "k", driver.ClaimRequest{Wait: time.Second, Read: true})
-	if err != nil || cl.Lease != nil || cl.Done != lc.Lease.Token() || !cl.Read || cl.Current == nil || !reflect.DeepEqual(*cl.Current, want) {
-		t.Fatalf("follower's Claim = %+v, %v; want completion %d with the stored entry", cl, err, lc.Lease.Token())
+	if err != nil || cl.Lease != nil || cl.Done != lc.Lease.Token() || !cl.Read || cl.Current == nil || !reflect.DeepEqual(*cl.Current, want) || cl.Waited != 0 {
+		t.Fatalf("follower's Claim = %+v, %v; want completion %d with the stored entry, Waited 0", cl, err, lc.Lease.Token())
 	}
 	// Without Read, the completion alone.
 	cl, err = follower.Claim(ctx, "k", driver.ClaimRequest{Wait: time.Second})
 	if err != nil || cl.Done != lc.Lease.Token() || cl.Read || cl.Current != nil {
 		t.Fatalf("follower's Claim without Read = %+v, %v; want completion %d alone", cl, err, lc.Lease.Token())
+	}
+	// A follower that found the lease held and waited for its completion
+	// reports how long it waited.
+	lc, err = leader.Claim(ctx, "k2", driver.ClaimRequest{Wait: time.Second, Read: true})
+	if err != nil || lc.Lease == nil {
+		t.Fatalf("leader's Claim of k2 = %+v, %v", lc, err)
+	}
+	got := make(chan driver.Grant, 1)
+	go func() {
+		g, err := follower.Claim(ctx, "k2", driver.ClaimRequest{Wait: time.Minute, Read: true})
+		if err != nil {
+			t.Errorf("waiting follower's Claim: %v", err)
+		}
+		got <- g
+	}()
+	// Complete only once the follower waits on the lease: its
+	// subscription is the observable sign.
+	k2, err := leader.keysFor("k2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		n, err := leader.client.PubSubNumSub(ctx, k2.channel).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n[k2.channel] > 0 {
+			break
+		}
+		select {
+		case g := <-got:
+			t.Fatalf("the follower answered before the lease completed: %+v", g)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if _, err := lc.Lease.Complete(ctx, &e); err != nil {
+		t.Fatal(err)
+	}
+	if g := <-got; g.Done != lc.Lease.Token() || g.Waited <= 0 {
+		t.Fatalf("waiting follower's Claim = %+v; want completion %d and Waited > 0", g, lc.Lease.Token())
 	}
 }

@@ -197,10 +197,47 @@ func TestFencesAreBoundedPerKindAndKeyFencesNeverPushOutBulkOnes(t *testing.T) {
 	}
 }
 
+// The monotonic-read bound is a number of keys: a key filled again and
+// again keeps one fence, updated in place, and MaxFillFences distinct keys
+// filled, each several times, are all still fenced.
+func TestFillFencesAreBoundedByKeysNotByNotes(t *testing.T) {
+	f := Fences{Window: time.Hour}
+	for round := range 3 {
+		for i := range MaxFillFences {
+			if _, fresh, _ := f.NoteKey("key:"+strconv.Itoa(i), at(1+round), base, false); !fresh {
+				t.Fatalf("round %d, key %d: a newer fill did not raise the fence", round, i)
+			}
+		}
+	}
+	if keys, _ := f.Len(); keys != MaxFillFences {
+		t.Fatalf("%d key fences after filling %d keys 3 times, want one per key", keys, MaxFillFences)
+	}
+	for i := range MaxFillFences {
+		if !f.Covered("key:"+strconv.Itoa(i), at(2), true, base, 0) {
+			t.Fatalf("key %d of the %d most recently filled lost its fence", i, MaxFillFences)
+		}
+	}
+	// Past the bound the table stays within it, and the newest fill is
+	// fenced.
+	for i := range 1000 {
+		f.NoteKey("more:"+strconv.Itoa(i), at(9), base, false)
+	}
+	if keys, _ := f.Len(); keys != MaxFillFences {
+		t.Fatalf("%d key fences, want the bound %d", keys, MaxFillFences)
+	}
+	if !f.Covered("more:999", at(8), true, base, 0) {
+		t.Fatal("the newest fill lost its fence")
+	}
+	if f.Covered("key:1", at(0), true, base.Add(2*time.Hour), 0) {
+		t.Fatal("a fence outlived its window")
+	}
+}
+
 func TestFillNeverGoesBackToOlderData(t *testing.T) {
 	var m Model
 	m.Window = time.Hour
 	r := func(s int) Read { return Read{Local: base.Add(time.Duration(s) * time.Second), Wall: at(s)} }
+	tier := func(s int) Read { rd := r(s); rd.FromTier = true; return rd }
 	held := func(s int, fresh bool) Held {
 		return Held{Present: true, Fresh: fresh, Read: base.Add(time.Duration(s) * time.Second)}
 	}
@@ -214,8 +251,10 @@ func TestFillNeverGoesBackToOlderData(t *testing.T) {
 		{"nothing held", true, r(5), Held{}, FillWrite},
 		{"newer than held", true, r(6), held(5, true), FillWrite},
 		{"fresh held copy is newer", true, r(4), held(6, true), FillServeHeld},
-		{"outdated ticket, older held copy", false, r(7), held(6, true), FillDropHeld},
-		{"outdated ticket, newer held copy", false, r(5), held(7, true), FillSkip},
+		{"load, outdated ticket, older held copy", false, r(7), held(6, true), FillSkip},
+		{"load, outdated ticket, newer held copy", false, r(5), held(7, true), FillSkip},
+		{"shared read, outdated ticket, older held copy", false, tier(7), held(6, true), FillDropHeld},
+		{"shared read, outdated ticket, newer held copy", false, tier(5), held(7, true), FillSkip},
 	} {
 		if got := m.DecideFill("k-"+c.name, c.current, c.read, c.held, base); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
@@ -231,6 +270,23 @@ func TestFillNeverGoesBackToOlderData(t *testing.T) {
 	}
 	if !m.Covered("k", at(4), true, base, 0) || m.Covered("k", at(6), true, base, 0) {
 		t.Fatal("a fill's read time does not fence older shared entries")
+	}
+	// A load under an outdated ticket (an explicit write finished since
+	// it was taken) notes nothing, whatever its read time: it began
+	// before the write, and is older than it.
+	if got := m.DecideFill("k", false, r(8), Held{}, base); got != FillSkip {
+		t.Fatalf("a load's fill under an outdated ticket: %v, want FillSkip", got)
+	}
+	if m.Covered("k", at(7), true, base, 0) {
+		t.Fatal("a load's fill under an outdated ticket raised the key's fence")
+	}
+	// A shared read under an outdated ticket serves what the tier held,
+	// its newest state: later reads must not go back past it.
+	if got := m.DecideFill("k", false, tier(8), Held{}, base); got != FillSkip {
+		t.Fatalf("a shared read's fill under an outdated ticket: %v, want FillSkip", got)
+	}
+	if !m.Covered("k", at(7), true, base, 0) {
+		t.Fatal("a shared read served under an outdated ticket did not raise the key's fence")
 	}
 	m.Close()
 	if got := m.DecideFill("k", true, r(9), Held{}, base); got != FillSkip {
@@ -336,6 +392,17 @@ func TestRedoKeepsOneWritePerTargetAndIsBounded(t *testing.T) {
 	if r.Len() != 1 || !p.Version.Equal(at(2)) || p.DeleteShared {
 		t.Fatalf("after two writes of k: %d pending, %+v; want one, the newer, which left its entry in the shared tier", r.Len(), p)
 	}
+	// An older write that reaches Add late (its Set returned after the
+	// newer one's) must not replace the newer one: the redo would then
+	// remove the newer entry from the shared tier, or announce the older
+	// version only, and other instances would serve the older value.
+	r.Add(Pending{Kind: 1, Target: "k", Version: at(1), DeleteShared: true})
+	r.mu.Lock()
+	p = r.pending[pendingID{1, "k"}]
+	r.mu.Unlock()
+	if r.Len() != 1 || !p.Version.Equal(at(2)) || p.DeleteShared {
+		t.Fatalf("an older write added after a newer one: %d pending, %+v; want the newer kept", r.Len(), p)
+	}
 	r.Add(Pending{Kind: 2, Bulk: true, Target: "p|", Version: at(0)})
 	dropped := false
 	for i := range MaxPending {
@@ -354,5 +421,77 @@ func TestRedoKeepsOneWritePerTargetAndIsBounded(t *testing.T) {
 	r.Succeeded(Pending{Kind: 2, Target: "p|", Version: at(0)})
 	if r.Len() != MaxPending-1 {
 		t.Fatalf("a succeeded later write did not clear its pending one")
+	}
+}
+
+// A shared read asks the bulk fences without a lock: it never waits for a
+// bulk invalidation being noted (here, bulkMu held throughout), and sees
+// every fence noted before, across the view's rebuilds.
+func TestBulkFencesAreReadWithoutALock(t *testing.T) {
+	f := Fences{Window: time.Hour}
+	const n = 3*bulkDelta + 5
+	for i := range n {
+		f.NoteBulk("p"+strconv.Itoa(i)+":", at(i), base)
+	}
+	f.NoteBulk("p0:", at(n), base) // a newer fence of a prefix already in the base
+	f.bulkMu.Lock()
+	defer f.bulkMu.Unlock()
+	for i := range n {
+		key := "p" + strconv.Itoa(i) + ":k"
+		if !f.Covered(key, at(i-1), true, base, 0) {
+			t.Fatalf("fence %d does not cover an entry read before it", i)
+		}
+		if i > 0 && f.Covered(key, at(i+1), true, base, 0) {
+			t.Fatalf("fence %d covers an entry read after it", i)
+		}
+	}
+	if !f.Covered("p0:k", at(n-1), true, base, 0) {
+		t.Fatal("a prefix's newer fence is not the one applied")
+	}
+	if f.Covered("p1:k", at(0), true, base.Add(2*time.Hour), 0) {
+		t.Fatal("an expired bulk fence still covers")
+	}
+	if f.Covered("q:k", at(0), true, base, 0) {
+		t.Fatal("a key under no fenced prefix is covered")
+	}
+}
+
+// Fills of more keys than the bound, from several goroutines, leave the
+// table at its bound, and the last key each one filled fenced.
+func TestConcurrentFillsStayWithinTheBound(t *testing.T) {
+	f := Fences{Window: time.Hour}
+	const goroutines, perG = 4, MaxFillFences/4 + 1000
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perG {
+				f.NoteKey(strconv.Itoa(g)+":"+strconv.Itoa(i), at(1), base, false)
+			}
+		}()
+	}
+	wg.Wait()
+	// Two notes may trim at once: the table may end a few below its
+	// bound, never above it.
+	if keys, _ := f.Len(); keys > MaxFillFences || keys < MaxFillFences-goroutines {
+		t.Fatalf("%d key fences, want the bound %d", keys, MaxFillFences)
+	}
+	for g := range goroutines {
+		if !f.Covered(strconv.Itoa(g)+":"+strconv.Itoa(perG-1), at(0), true, base, 0) {
+			t.Fatalf("goroutine %d's last fill lost its fence", g)
+		}
+	}
+}
+
+func TestAnInvalidationDropsOnlyCopiesReadBeforeItPlusSkew(t *testing.T) {
+	skew := 10 * time.Millisecond
+	for _, c := range []struct {
+		read time.Duration // after the version
+		want bool
+	}{{-time.Second, true}, {0, true}, {9 * time.Millisecond, true}, {skew, false}, {time.Second, false}} {
+		if got := Invalidates(wall, wall.Add(c.read), skew); got != c.want {
+			t.Errorf("a copy read %v after the version: dropped %v, want %v", c.read, got, c.want)
+		}
 	}
 }

@@ -30,6 +30,11 @@ func (m *Model) Close() bool { return m.Closed.CompareAndSwap(false, true) }
 // from the shared tier (what fences compare).
 type Read struct {
 	Local, Wall time.Time
+	// FromTier: the item is an entry as a tier held it when read (a
+	// shared read's), not a load's own value. It is the newest state of
+	// that tier, which the caller serves whatever its ticket says, so it
+	// raises the key's fence even under an outdated ticket.
+	FromTier bool
 }
 
 // Held describes the copy of a key the local tier holds when a fill is
@@ -52,9 +57,9 @@ const (
 	FillWrite FillVerdict = iota
 	// FillSkip: write nothing.
 	FillSkip
-	// FillDropHeld: write nothing, and remove the held copy: the fill's
-	// ticket is outdated, but the held copy is older still than the item,
-	// which the caller serves.
+	// FillDropHeld: write nothing, and remove the held copy: a shared
+	// read's ticket is outdated, but the held copy is older still than
+	// the entry it read, which the caller serves.
 	FillDropHeld
 	// FillServeHeld: write nothing; the held copy is fresh and newer than
 	// the item, and a shared read serves it instead (a load serves its
@@ -69,30 +74,42 @@ const (
 // DecideFill decides a read-path write of key to the local tier (a copy
 // of a shared hit, a load's write-back): the caller holds the key's lock
 // and the bulk lock (Tickets.Fill), current tells whether its ticket is
-// still current, read is the item's read time, held the copy held, now
-// the Cache's clock. Per key, this instance never goes back to older data:
+// still current, read is the item's read time and source, held the copy
+// held, now the Cache's clock. Per key, this instance never goes back to
+// older data:
 //
 //   - after Close nothing is written;
-//   - a ticket outdated by an explicit write or an invalidation writes
-//     nothing, but still drops a held copy read earlier than the item;
+//   - a load under a ticket outdated by an explicit write or an
+//     invalidation writes nothing and notes nothing: an operation that
+//     began before an explicit write is older than it, whatever instant
+//     it read its source (a load that began before a Set may read the
+//     origin after it), so it must neither replace what the write left
+//     nor raise the key's fence past the write's version (which would
+//     make the write's own shared entry look older, and the next Get
+//     reload over it);
+//   - a shared read under an outdated ticket writes nothing either, but
+//     its entry was the shared tier's newest state and is served: it
+//     raises the key's fence and drops a held copy read earlier
+//     (FillDropHeld), so that no later read goes back past it;
 //   - a fresh held copy read later than the item is served instead;
 //   - an item read earlier than the key's fence (the newest read time
 //     this instance filled, served, wrote or was told of) is not written
 //     (FillOlder).
 //
-// It raises the key's fence to read.Wall, written or not: the caller
-// serves the item, and a later shared read of anything older must not be
-// served after it (Covered). A zero read.Wall is unknown (a store that
-// does not keep read times): it is neither noted nor compared with the
-// fence.
+// Otherwise it raises the key's fence to read.Wall, written or not: the
+// caller serves the item, and a later shared read of anything older must
+// not be served after it (Covered). A zero read.Wall is unknown (a store
+// that does not keep read times): it is neither noted nor compared with
+// the fence.
 func (m *Model) DecideFill(key string, current bool, read Read, held Held, now time.Time) FillVerdict {
+	if m.Closed.Load() || (!current && !read.FromTier) {
+		return FillSkip
+	}
 	var prev time.Time
 	if !read.Wall.IsZero() {
 		prev, _, _ = m.NoteKey(key, read.Wall, now, false)
 	}
 	switch {
-	case m.Closed.Load():
-		return FillSkip
 	case !current:
 		if held.Present && held.Read.Before(read.Local) {
 			return FillDropHeld
@@ -160,6 +177,15 @@ func (t *Trust) Trusted(filledAt, read, now time.Time) bool {
 		since = read
 	}
 	return now.Sub(since) < t.DownTTL
+}
+
+// Invalidates is the one rule for which local copies an invalidation of
+// version drops, key or bulk alike: a copy read before version plus skew
+// (both on the Cache's clock). A copy read later is newer than the write
+// the invalidation announces, so an invalidation that arrives late, twice
+// or out of order never drops a value loaded after it.
+func Invalidates(version, read time.Time, skew time.Duration) bool {
+	return read.Before(version.Add(skew))
 }
 
 // Clamp returns a version received from another instance (wall clock)

@@ -7,16 +7,22 @@
 //
 //	promise                                        decision
 //	explicit writes win over the read path         Tickets: Begin, Explicit, Ticket.Current
+//	a load that began before an explicit write     Model.DecideFill (a load's outdated ticket:
+//	  is older than it                               FillSkip, no fence raised)
 //	a bulk invalidation outdates the writes of     Tickets.Bulk, Ticket.Current
 //	  its keys in progress
-//	monotonic reads per instance                   Model.DecideFill, Fences.Covered (key floors)
+//	monotonic reads per instance, for the          Model.DecideFill, Fences.Covered (key floors),
+//	  50,000 most recently filled keys               Fences.NoteKey (one fence per key)
 //	an invalidated shared entry is not served      Fences.Covered (key floors, bulk fences)
 //	while the Bus is down, local items are         Trust.Trusted (fresh and stale alike)
 //	  served for BusDownTTL at most
 //	only a fenced write reaches the shared tier    SharedWritable
 //	  in cluster mode
 //	a load that ends after Close writes nothing    Model.DecideFill, SharedWritable
-//	a write the others did not hear of is redone   Redo
+//	an invalidation drops only the local copies    Invalidates
+//	  read before it (late, repeated, reordered
+//	  ones drop nothing newer)
+//	a write the others did not hear of is redone   Redo (Add keeps the newest per target)
 //	a version from the future is taken as now      Clamp
 //
 // Times are of two kinds, and every function says which it takes: the

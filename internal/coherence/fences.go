@@ -2,6 +2,7 @@ package coherence
 
 import (
 	"hash/maphash"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,22 +11,34 @@ import (
 
 // The fence table's bounds. Key fences come with every fill, Set, Delete
 // and key invalidation and must never push out the bulk fences, which are
-// rare and matter for the whole window. Past a bound the oldest fences of
-// that kind are dropped first; dropping a bulk fence, or a key fence of an
-// explicit write or an invalidation, early may let an instance read an
-// entry it covered from the shared tier, so the Cache warns about those.
+// rare and matter for the whole window. A key has one fence, updated in
+// place, however often it is noted; the key fences are bounded by keys,
+// those of fills apart from those of explicit writes and invalidations,
+// so that a cache filling many keys never pushes out the fence of a Set.
+// Past a bound the least recently noted fence goes first: of the noting
+// key's shard (one of 64), so the bound holds for the whole table while
+// the order of the drops is least-recently-noted per shard. Dropping a
+// bulk fence, or a key fence of an explicit write or an invalidation,
+// early may let an instance read an entry it covered from the shared
+// tier, so the Cache warns about those.
 const (
-	MaxKeyFences      = 100_000
-	MaxKeyFenceBytes  = 32 << 20
+	// MaxKeyFences bounds the keys whose newest fence is an explicit
+	// write's or an invalidation's (a key noted by both counts here).
+	MaxKeyFences     = 100_000
+	MaxKeyFenceBytes = 32 << 20
+	// MaxFillFences bounds the keys fenced by fills only: reads stay
+	// monotonic per instance for this many recently filled keys.
 	MaxFillFences     = 50_000
 	MaxFillFenceBytes = 16 << 20
 	MaxBulkFences     = 10_000
 	MaxBulkBytes      = 4 << 20
-	// fenceOverhead is what a fence costs besides its target, measured:
-	// its record in the queue (with the slice's spare capacity) and its
-	// map entry.
-	fenceOverhead  = 272
-	keyFenceShards = 64
+	// fenceOverhead is what a bulk fence costs besides its target,
+	// measured: its record in the queue (with the slice's spare capacity)
+	// and its map entry. keyFenceOverhead is a key fence's: its record
+	// and its map entry.
+	fenceOverhead    = 272
+	keyFenceOverhead = 160
+	keyFenceShards   = 64
 )
 
 // Fences remembers, for a window, the newest read time this instance knows
@@ -59,12 +72,18 @@ type Fences struct {
 	Window time.Duration
 
 	keys [keyFenceShards]fenceShard
-	// bulkCount is the number of bulk fences, so that Covered skips
-	// bulkMu while there are none (the common case).
+	// keyCount and keyBytes are the key fences of each kind (fill,
+	// explicit) in every shard, against their bounds.
+	keyCount, keyBytes [2]atomic.Int64
+	// bulkCount is the number of bulk fences, so that Covered skips the
+	// bulk view while there are none (the common case).
 	bulkCount atomic.Int32
 	bulkMu    sync.Mutex
 	bulk      fenceSet    // guarded by bulkMu
 	lens      map[int]int // prefix length → bulk fences of that length; guarded by bulkMu
+	// bulkView is what Covered reads of the bulk fences, without a lock:
+	// an immutable copy that NoteBulk replaces (see bulkView).
+	bulkView atomic.Pointer[bulkView]
 	// droppedExplicit and droppedBulk count the fences dropped before
 	// their time that a warning is due for.
 	droppedExplicit, droppedBulk atomic.Int64
@@ -73,30 +92,125 @@ type Fences struct {
 var fenceSeed = maphash.MakeSeed()
 
 // fenceShard is a 64th of the key fences, on its own lock: every shared
-// read asks one shard, and every fill writes one. Fills and explicit
-// fences (writes, invalidations) are kept apart, each with its own bound,
-// so that a cache filling many keys never pushes out the fence of a Set;
-// a key's fence is the newer of its two.
+// read asks one shard, and every fill writes one. Each key has one record;
+// it sits in one of two lists, least recently noted last: fills (a key
+// only fills fenced) and explicit (a key an explicit write or an
+// invalidation fenced).
 type fenceShard struct {
 	mu    sync.Mutex
-	set   fenceSet // explicit fences; guarded by mu
-	fills fenceSet // fill fences; guarded by mu
-	_     [40]byte // keep neighbouring shards' mutexes apart
+	m     map[string]*keyFence // guarded by mu
+	lists [2]keyFence          // sentinels of the fill and explicit lists; guarded by mu
+	_     [40]byte             // keep neighbouring shards' mutexes apart
 }
 
-// floor returns key's fence: the newer of its explicit and fill fences.
-// The caller holds sh.mu.
-func (sh *fenceShard) floor(key string, now time.Time) (time.Time, bool) {
-	sh.set.expire(now, nil)
-	sh.fills.expire(now, nil)
-	v, ok := sh.set.m[key]
-	if w, ok2 := sh.fills.m[key]; ok2 && (!ok || w.After(v)) {
-		v, ok = w, true
+// keyFence is one key's fence: the newest version noted for it.
+type keyFence struct {
+	key        string
+	version    time.Time // wall clock, to the microsecond
+	expires    time.Time // the Cache's clock
+	kind       fenceKind
+	prev, next *keyFence
+}
+
+// fenceKind indexes a shard's lists and the Fences' counters.
+type fenceKind uint8
+
+const (
+	fillFence fenceKind = iota
+	explicitFence
+)
+
+var keyFenceBounds = [2]struct{ n, bytes int64 }{
+	fillFence:     {MaxFillFences, MaxFillFenceBytes},
+	explicitFence: {MaxKeyFences, MaxKeyFenceBytes},
+}
+
+// list returns the sentinel of kind's list, made circular on first use.
+func (sh *fenceShard) list(kind fenceKind) *keyFence {
+	l := &sh.lists[kind]
+	if l.next == nil {
+		l.next, l.prev = l, l
 	}
-	return v, ok
+	return l
 }
 
-// fenceSet is the fences of one kind (or one shard of the key fences).
+// pushFront puts r first (most recently noted) in its kind's list.
+func (sh *fenceShard) pushFront(r *keyFence) {
+	l := sh.list(r.kind)
+	r.prev, r.next = l, l.next
+	l.next.prev = r
+	l.next = r
+}
+
+func unlink(r *keyFence) {
+	r.prev.next, r.next.prev = r.next, r.prev
+	r.prev, r.next = nil, nil
+}
+
+// remove drops r from the shard and the counters. The caller holds sh.mu.
+func (f *Fences) remove(sh *fenceShard, r *keyFence) {
+	unlink(r)
+	delete(sh.m, r.key)
+	f.keyCount[r.kind].Add(-1)
+	f.keyBytes[r.kind].Add(-int64(len(r.key) + keyFenceOverhead))
+}
+
+// expire drops the shard's fences whose time has passed: each list's
+// last ones, since a fence's expiry is its last note plus Window. The
+// caller holds sh.mu.
+func (f *Fences) expire(sh *fenceShard, now time.Time) {
+	for kind := range sh.lists {
+		l := sh.list(fenceKind(kind))
+		for l.prev != l && !now.Before(l.prev.expires) {
+			f.remove(sh, l.prev)
+		}
+	}
+}
+
+// floor returns key's fence, if one lives. The caller holds sh.mu.
+func (f *Fences) floor(sh *fenceShard, key string, now time.Time) (time.Time, bool) {
+	f.expire(sh, now)
+	if r, ok := sh.m[key]; ok {
+		return r.version, true
+	}
+	return time.Time{}, false
+}
+
+// over reports whether kind's key fences exceed their bounds.
+func (f *Fences) over(kind fenceKind) bool {
+	b := keyFenceBounds[kind]
+	return f.keyCount[kind].Load() > b.n || f.keyBytes[kind].Load() > b.bytes
+}
+
+// trim drops the least recently noted fences of kind from shard (whose
+// lock the caller holds) while they exceed their bounds, but never keep,
+// the fence just noted. It returns how many it dropped; the caller goes on
+// with the other shards if that was not enough (trimOthers).
+func (f *Fences) trim(sh *fenceShard, kind fenceKind, keep *keyFence) (lost int) {
+	l := sh.list(kind)
+	for f.over(kind) && l.prev != l && l.prev != keep {
+		f.remove(sh, l.prev)
+		lost++
+	}
+	return lost
+}
+
+// trimOthers is trim across every shard, one lock at a time, for the rare
+// case where the noting key's shard had nothing of kind left to drop.
+func (f *Fences) trimOthers(kind fenceKind, keep *keyFence) (lost int) {
+	for i := range f.keys {
+		if !f.over(kind) {
+			break
+		}
+		sh := &f.keys[i]
+		sh.mu.Lock()
+		lost += f.trim(sh, kind, keep)
+		sh.mu.Unlock()
+	}
+	return lost
+}
+
+// fenceSet is the bulk fences: one record per note, oldest first.
 type fenceSet struct {
 	m     map[string]time.Time // target → newest version noted
 	queue []fenceRecord        // every note, oldest first (so in expiry order)
@@ -115,22 +229,54 @@ type fenceRecord struct {
 // clock), explicit telling an explicit write or an invalidation from a
 // fill. It returns the fence before (zero when none lived) and reports
 // whether version is newer than it, and how many explicit key fences were
-// ever dropped early when this note dropped one (0 otherwise).
+// ever dropped early when this note dropped one (0 otherwise). A key's
+// fence is one record, updated in place: noting a key again costs no
+// room.
 func (f *Fences) NoteKey(key string, version, now time.Time, explicit bool) (prev time.Time, fresh bool, dropped int64) {
 	version = version.Truncate(time.Microsecond)
+	kind := fillFence
+	if explicit {
+		kind = explicitFence
+	}
 	sh := &f.keys[maphash.String(fenceSeed, key)&(keyFenceShards-1)]
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	prev, seen := sh.floor(key, now)
+	prev, seen := f.floor(sh, key, now)
 	if seen && !version.After(prev) {
+		sh.mu.Unlock()
 		return prev, false, 0
 	}
-	key = strings.Clone(key) // a fence must not pin the caller's buffer
-	if !explicit {
-		sh.fills.add(key, version, now.Add(f.Window), false, MaxFillFences/keyFenceShards, MaxFillFenceBytes/keyFenceShards, nil)
-		return prev, true, 0
+	r := sh.m[key]
+	if r == nil {
+		if sh.m == nil {
+			sh.m = make(map[string]*keyFence)
+		}
+		r = &keyFence{key: strings.Clone(key), kind: kind} // a fence must not pin the caller's buffer
+		sh.m[r.key] = r
+		f.keyCount[kind].Add(1)
+		f.keyBytes[kind].Add(int64(len(r.key) + keyFenceOverhead))
+	} else {
+		unlink(r)
+		if kind == explicitFence && r.kind == fillFence {
+			// Once explicit, a key stays under the explicit bound: a
+			// later fill raises its fence without exposing it to the
+			// flood of fills.
+			size := int64(len(r.key) + keyFenceOverhead)
+			f.keyCount[fillFence].Add(-1)
+			f.keyBytes[fillFence].Add(-size)
+			f.keyCount[explicitFence].Add(1)
+			f.keyBytes[explicitFence].Add(size)
+			r.kind = explicitFence
+		}
 	}
-	if lost := sh.set.add(key, version, now.Add(f.Window), true, MaxKeyFences/keyFenceShards, MaxKeyFenceBytes/keyFenceShards, nil); lost > 0 {
+	r.version, r.expires = version, now.Add(f.Window)
+	sh.pushFront(r)
+	kind = r.kind
+	lost := f.trim(sh, kind, r)
+	sh.mu.Unlock()
+	if f.over(kind) {
+		lost += f.trimOthers(kind, r)
+	}
+	if lost > 0 && kind == explicitFence {
 		dropped = f.droppedExplicit.Add(int64(lost))
 	}
 	return prev, true, dropped
@@ -159,7 +305,56 @@ func (f *Fences) NoteBulk(prefix string, version, now time.Time) (fresh bool, dr
 	if lost := f.bulk.add(prefix, version, now.Add(f.Window), true, MaxBulkFences, MaxBulkBytes, f.forgetLen); lost > 0 {
 		dropped = f.droppedBulk.Add(int64(lost))
 	}
+	f.publishLocked(prefix, bulkFence{version: version, expires: now.Add(f.Window)})
 	return true, dropped
+}
+
+// bulkView is an immutable copy of the bulk fences, which Covered reads
+// without a lock: a shared read never waits for a bulk invalidation, nor
+// for another shared read. base is the fences as of the last rebuild,
+// delta the ones noted since (at most bulkDelta, each newer than base's
+// fence of the same prefix, if any); lens the distinct prefix lengths,
+// shortest first. A fence dropped or expired since the last rebuild may
+// linger in base until the next one; Covered ignores expired ones, and a
+// dropped one only covers more.
+type bulkView struct {
+	base, delta map[string]bulkFence
+	lens        []int
+}
+
+type bulkFence struct{ version, expires time.Time }
+
+// bulkDelta bounds a bulkView's delta: each note copies the delta, and
+// every bulkDelta notes the whole table is copied, so a note costs about
+// bulkDelta + live fences / bulkDelta map writes.
+const bulkDelta = 64
+
+// publishLocked replaces the view with one that holds prefix's new fence
+// fe. The caller holds bulkMu.
+func (f *Fences) publishLocked(prefix string, fe bulkFence) {
+	v := &bulkView{lens: make([]int, 0, len(f.lens))}
+	for n := range f.lens {
+		v.lens = append(v.lens, n)
+	}
+	slices.Sort(v.lens)
+	old := f.bulkView.Load()
+	if old == nil || len(old.delta) >= bulkDelta {
+		v.base = make(map[string]bulkFence, len(f.bulk.m))
+		for _, r := range f.bulk.queue[f.bulk.head:] {
+			if cur, ok := f.bulk.m[r.target]; ok && cur.Equal(r.version) {
+				v.base[r.target] = bulkFence{version: r.version, expires: r.expires}
+			}
+		}
+		f.bulkView.Store(v)
+		return
+	}
+	v.base = old.base
+	v.delta = make(map[string]bulkFence, len(old.delta)+1)
+	for p, e := range old.delta {
+		v.delta[p] = e
+	}
+	v.delta[prefix] = fe
+	f.bulkView.Store(v)
 }
 
 // forgetLen is called, under bulkMu, for each bulk fence that goes.
@@ -183,7 +378,7 @@ func (f *Fences) Covered(key string, read time.Time, known bool, now time.Time, 
 	if known {
 		sh := &f.keys[maphash.String(fenceSeed, key)&(keyFenceShards-1)]
 		sh.mu.Lock()
-		v, ok := sh.floor(key, now)
+		v, ok := f.floor(sh, key, now)
 		sh.mu.Unlock()
 		if ok && read.Before(v) {
 			return true
@@ -192,14 +387,20 @@ func (f *Fences) Covered(key string, read time.Time, known bool, now time.Time, 
 	if f.bulkCount.Load() == 0 {
 		return false
 	}
-	f.bulkMu.Lock()
-	defer f.bulkMu.Unlock()
-	f.bulk.expire(now, f.forgetLen)
-	for n := range f.lens {
+	v := f.bulkView.Load()
+	if v == nil {
+		return false
+	}
+	for _, n := range v.lens {
 		if n > len(key) {
-			continue
+			break
 		}
-		if v, ok := f.bulk.m[key[:n]]; ok && (!known || read.Before(v.Add(skew))) {
+		p := key[:n]
+		fe, ok := v.delta[p]
+		if !ok {
+			fe, ok = v.base[p]
+		}
+		if ok && now.Before(fe.expires) && (!known || read.Before(fe.version.Add(skew))) {
 			return true
 		}
 	}
@@ -257,11 +458,5 @@ func (s *fenceSet) pop(gone func(string)) (explicitLost bool) {
 
 // Len returns how many key and bulk fences live, for tests and stats.
 func (f *Fences) Len() (keys, bulk int) {
-	for i := range f.keys {
-		sh := &f.keys[i]
-		sh.mu.Lock()
-		keys += len(sh.set.m) + len(sh.fills.m)
-		sh.mu.Unlock()
-	}
-	return keys, int(f.bulkCount.Load())
+	return int(f.keyCount[fillFence].Load() + f.keyCount[explicitFence].Load()), int(f.bulkCount.Load())
 }

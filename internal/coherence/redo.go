@@ -57,10 +57,14 @@ type Redo struct {
 	wg      sync.WaitGroup
 }
 
-// Add keeps p, replacing a pending write of the same target (p's own
-// DeleteShared decides: a later write whose shared update succeeded left
-// the newer entry, which must not be removed), and starts the loop. It reports whether the
-// oldest write was dropped to stay within MaxPending.
+// Add keeps p, the newest pending write per target: p replaces a pending
+// write of the same target that is not newer (p's own DeleteShared
+// decides: a later write whose shared update succeeded left the newer
+// entry, which must not be removed), and is itself dropped when a newer
+// one is pending (writes of one target may reach Add out of order: the
+// older one's redo would announce, or remove, what the newer one
+// replaced). It starts the loop, and reports whether the oldest write was
+// dropped to stay within MaxPending.
 func (r *Redo) Add(p Pending) (dropped bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -70,7 +74,9 @@ func (r *Redo) Add(p Pending) (dropped bool) {
 	if r.pending == nil {
 		r.pending = make(map[pendingID]Pending)
 	}
-	r.pending[p.id()] = p
+	if cur, ok := r.pending[p.id()]; !ok || !cur.Version.After(p.Version) {
+		r.pending[p.id()] = p
+	}
 	if len(r.pending) > MaxPending {
 		delete(r.pending, r.oldestLocked())
 		dropped = true

@@ -118,7 +118,7 @@ func CacheStatus(cache string, sv product.Served, err error) string {
 	case flightcache.OutcomeLoadedUncached:
 		// Forwarded, and stored nowhere: another instance held the
 		// product's lease past the coalesce wait, and its write is the
-		// one that lands.
+		// one that lands, or a newer write superseded this load.
 		e.Fwd, e.Detail, e.HasTTL = cachestatus.FwdMiss, "uncached", false
 	case flightcache.OutcomeCallerLeft:
 		// The client left before the answer was ready (productd answers

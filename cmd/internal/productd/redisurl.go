@@ -193,6 +193,9 @@ func parseRedisURL(raw string) (*redisTarget, error) {
 		if err != nil {
 			return nil, err
 		}
+		if len(segs) > 0 && q.Has("db") {
+			return nil, bad("the URL names the database twice, in its path and in db")
+		}
 		if sentinelParams(q) {
 			return nil, bad("sentinel_username and sentinel_password apply to redis+sentinel:// only")
 		}
@@ -210,6 +213,9 @@ func parseRedisURL(raw string) (*redisTarget, error) {
 			return nil, err
 		}
 		if v := q.Get("db"); q.Has("db") {
+			if len(segs) > 0 {
+				return nil, bad("the URL names the database twice, in its path and in db")
+			}
 			if db, err = strconv.Atoi(v); err != nil {
 				return nil, bad("the db parameter is not a number")
 			}
