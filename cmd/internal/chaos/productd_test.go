@@ -170,7 +170,9 @@ func TestProductdRunStrikesTheLeaderWithEachProcessFault(t *testing.T) {
 	}
 	start := time.Now()
 	reports, progress := runProgress(t, Config{Duration: 11 * time.Second, Instances: 2, Modes: []string{ModeProductd}, Seed: 1})
-	if took := time.Since(start); took > 45*time.Second {
+	// The bound catches a run that hangs, not a slow one: it includes
+	// building productd, which took 46 s beside a second make test.
+	if took := time.Since(start); took > 3*time.Minute {
 		t.Errorf("an 11s run took %v", took)
 	}
 	if len(reports) != 1 || reports[0].Mode != ModeProductd {
