@@ -16,10 +16,10 @@ BENCHOUT  ?= bench.txt
 # The module and version of each package a build compiles (modules).
 DEPVERSION = {{with .Module}}{{.Path}} {{.Version}}{{end}}
 
-.PHONY: test fmt-check vet vettool modules rules-check race chaos-short fuzz fuzz-short soak perf-report perf-report-quick lint bench stress demo chaos api-report
+.PHONY: test fmt-check vet vettool modules apicheck rules-check race chaos-short fuzz fuzz-short soak perf-report perf-report-quick lint bench stress demo chaos api-report release release-prepare
 
-## test: gofmt check, go vet, the repository's own analyzer, every module built and vetted outside the workspace, the Prometheus rules checked and unit-tested, the race-enabled test suite of every module (with the module checks of internal/archtest), every fuzz target for 3000 executions and a one-minute chaos run (needs Redis, PostgreSQL and redis-server; see README)
-test: fmt-check vet vettool modules rules-check race fuzz-short perf-report-quick chaos-short
+## test: gofmt check, go vet, the repository's own analyzer, every module built and vetted outside the workspace, the API-compatibility check against the last release point, the Prometheus rules checked and unit-tested, the race-enabled test suite of every module (with the module checks of internal/archtest and the release tool's tests), every fuzz target for 3000 executions and a one-minute chaos run (needs network for module downloads, Redis, PostgreSQL, redis-server and promtool; see README, "Tests").
+test: fmt-check vet vettool modules apicheck rules-check race fuzz-short perf-report-quick chaos-short
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -66,6 +66,19 @@ rules-check:
 
 race:
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+## apicheck: every released module's API (versions.txt) against the same module at the last release point (versions.txt's api-base, taken from git archive into a temporary directory) with apidiff; an incompatible change fails unless CHANGELOG.md's [Unreleased] section declares it under "### Breaking" (see CHANGELOG.md's head). Part of make test; needs the full history (not a shallow clone)
+APIDIFF ?= golang.org/x/exp/cmd/apidiff@v0.0.0-20261113113407-e3970619a1a4
+apicheck:
+	$(GO) run ./internal/release apicheck -apidiff $(APIDIFF)
+
+## release-prepare: VERSION=vX.Y.Z into versions.txt for every released module and into every go.mod's requirements on its siblings; commits nothing (README, "Releases")
+release-prepare:
+	$(GO) run ./internal/release prepare $(VERSION)
+
+## release: VERSION=vX.Y.Z after checks (a semantic version, a clean tree, a dated CHANGELOG.md section for it, versions.txt listing every module of go.work with VERSION for each released one, every go.mod requiring its siblings at VERSION, no such tag yet): tags HEAD vX.Y.Z (the core) and <dir>/vX.Y.Z for every other released module, records HEAD as the API release point in versions.txt (a commit of its own) and prints the git push commands; it pushes nothing. DRY_RUN=1 checks and prints the tags only. internal/release's tests run it in a copy of the repository (part of make test's race run)
+release:
+	$(GO) run ./internal/release tag $(if $(DRY_RUN),-n) $(VERSION)
 
 ## stress: the concurrency tests, many times under -race, to catch rare interleavings
 stress:
