@@ -16,10 +16,18 @@ BENCHOUT  ?= bench.txt
 # The module and version of each package a build compiles (modules).
 DEPVERSION = {{with .Module}}{{.Path}} {{.Version}}{{end}}
 
-.PHONY: test fmt-check vet vettool modules apicheck rules-check race chaos-short fuzz fuzz-short soak perf-report perf-report-quick lint bench stress demo chaos api-report release release-prepare
+.PHONY: test test-compiling test-waiting fmt-check vet vettool modules apicheck rules-check race chaos-short fuzz fuzz-short soak perf-report perf-report-quick lint bench stress demo chaos api-report release release-prepare
 
 ## test: gofmt check, go vet, the repository's own analyzer, every module built and vetted outside the workspace, the API-compatibility check against the last release point, the Prometheus rules checked and unit-tested, the race-enabled test suite of every module (with the module checks of internal/archtest and the release tool's tests), every fuzz target for 3000 executions and a one-minute chaos run (needs network for module downloads, Redis, PostgreSQL, redis-server and promtool; see README, "Tests").
-test: fmt-check vet vettool modules apicheck rules-check race fuzz-short perf-report-quick chaos-short
+## After the two quick checks, two streams run side by side (make -j2, each line printed whole): test-compiling, the checks that spend their time compiling and analysing (vet, vettool, modules, apicheck, fuzz-short, perf-report-quick), beside test-waiting, the race suite and the chaos run, whose tests spend most of theirs waiting on Redis, PostgreSQL, timers and child processes; on 2 cores the compiling stream fills the CPU those tests leave idle. Each stream runs its targets in order; the first failure fails make test once the other stream ends.
+test: fmt-check rules-check
+	@$(MAKE) --no-print-directory -j2 --output-sync=line test-compiling test-waiting
+
+test-compiling:
+	@$(MAKE) --no-print-directory -j1 vet vettool modules apicheck fuzz-short perf-report-quick
+
+test-waiting:
+	@$(MAKE) --no-print-directory -j1 race chaos-short
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
