@@ -22,7 +22,7 @@
 // CHANGELOG.md declares it under a "### Breaking" heading, naming it in
 // backquotes as the package's path inside the repository, a dot and the
 // identifier as apidiff names it, a method as Type.Method:
-// `memstore.New`, `flightcache.Options.Local`, `driver.Store.Get`
+// `memstore.New`, `flightcache.Options.Local`, `driver.SharedStore.Get`
 // (the core's root package is `flightcache`); a removed package is named
 // by its path alone.
 package main

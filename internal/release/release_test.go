@@ -29,10 +29,10 @@ func TestCheckVersionAcceptsSemanticVersionsOnly(t *testing.T) {
 
 func TestDeclaredReadsOnlyTheUnreleasedBreakingSubsection(t *testing.T) {
 	changelog := "# Changelog\n\n## [Unreleased]\n\n### Added\n\n- `memstore.Added`.\n\n" +
-		"### Breaking\n\n- `memstore.New` takes a context; `flightcache.Options.Local`\n  is gone (and `driver.Store.Get`).\n\n" +
+		"### Breaking\n\n- `memstore.New` takes a context; `flightcache.Options.Local`\n  is gone (and `driver.SharedStore.Get`).\n\n" +
 		"### Fixed\n\n- `flightcache.Fixed`.\n\n## [0.1.0] - 2026-12-02\n\n### Breaking\n\n- `flightcache.Old`.\n"
 	got := Declared(changelog)
-	want := []string{"driver.Store.Get", "flightcache.Options.Local", "memstore.New"}
+	want := []string{"driver.SharedStore.Get", "flightcache.Options.Local", "memstore.New"}
 	var names []string
 	for n := range got {
 		names = append(names, n)
@@ -67,7 +67,7 @@ func TestDeclarationNameQualifiesApidiffsNames(t *testing.T) {
 		{core, "New: changed from func() to func(int)", "flightcache.New"},
 		{core, "(*Cache).Get: removed", "flightcache.Cache.Get"},
 		{core, "Options.Local: removed", "flightcache.Options.Local"},
-		{core, "./driver.Store.Get: changed from func() to func(int)", "driver.Store.Get"},
+		{core, "./driver.SharedStore.Get: changed from func() to func(int)", "driver.SharedStore.Get"},
 		{core, "./driver.(*Bus).Close: removed", "driver.Bus.Close"},
 		{core, "package github.com/flightcache/flightcache/clock: removed", "clock"},
 		{mem, "New: removed", "memstore.New"},
