@@ -19,12 +19,12 @@ DEPVERSION = {{with .Module}}{{.Path}} {{.Version}}{{end}}
 .PHONY: test test-compiling test-waiting fmt-check vet vettool modules apicheck rules-check race chaos-short fuzz fuzz-short soak perf-report perf-report-quick lint bench stress demo chaos api-report release release-prepare
 
 ## test: gofmt check, go vet, the repository's own analyzer, every module built and vetted outside the workspace, the API-compatibility check against the last release point, the Prometheus rules checked and unit-tested, the race-enabled test suite of every module (with the module checks of internal/archtest and the release tool's tests), every fuzz target for 3000 executions and a one-minute chaos run (needs network for module downloads, Redis, PostgreSQL, redis-server and promtool; see README, "Tests").
-## After the two quick checks, two streams run side by side (make -j2, each line printed whole): test-compiling, the checks that spend their time compiling and analysing (vet, vettool, modules, apicheck, fuzz-short, perf-report-quick), beside test-waiting, the race suite and the chaos run, whose tests spend most of theirs waiting on Redis, PostgreSQL, timers and child processes; on 2 cores the compiling stream fills the CPU those tests leave idle. Each stream runs its targets in order; the first failure fails make test once the other stream ends.
-test: fmt-check rules-check
+## After the two quick checks and go vet, which compiles every package once (the build cache then holds what the tests' own go build of productd, chaos and the benchmarks need: with a cold cache those builds would otherwise count against their tests' time bounds), two streams run side by side (make -j2, each line printed whole): test-compiling, the checks that spend their time compiling and analysing (vettool, modules, apicheck, fuzz-short, perf-report-quick), beside test-waiting, the race suite and the chaos run, whose tests spend most of theirs waiting on Redis, PostgreSQL, timers and child processes; on 2 cores the compiling stream fills the CPU those tests leave idle. Each stream runs its targets in order; the first failure fails make test once the other stream ends.
+test: fmt-check rules-check vet
 	@$(MAKE) --no-print-directory -j2 --output-sync=line test-compiling test-waiting
 
 test-compiling:
-	@for t in vet vettool modules apicheck fuzz-short perf-report-quick; do $(MAKE) --no-print-directory $$t || exit 1; done
+	@for t in vettool modules apicheck fuzz-short perf-report-quick; do $(MAKE) --no-print-directory $$t || exit 1; done
 
 test-waiting:
 	@for t in race chaos-short; do $(MAKE) --no-print-directory $$t || exit 1; done
