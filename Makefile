@@ -16,10 +16,18 @@ BENCHOUT  ?= bench.txt
 # The module and version of each package a build compiles (modules).
 DEPVERSION = {{with .Module}}{{.Path}} {{.Version}}{{end}}
 
-.PHONY: test fmt-check vet vettool modules rules-check race chaos-short fuzz fuzz-short soak perf-report perf-report-quick lint bench stress demo chaos api-report http-conformance load-test
+.PHONY: test test-compiling test-waiting fmt-check vet vettool modules apicheck rules-check race chaos-short fuzz fuzz-short soak perf-report perf-report-quick lint bench stress demo chaos api-report release release-prepare http-conformance load-test
 
-## test: gofmt check, go vet, the repository's own analyzer, every module built and vetted outside the workspace, the Prometheus rules checked and unit-tested, the race-enabled test suite of every module (with the module checks of internal/archtest), every fuzz target for 3000 executions and a one-minute chaos run (needs Redis, PostgreSQL and redis-server; see README)
-test: fmt-check vet vettool modules rules-check race fuzz-short perf-report-quick chaos-short
+## test: gofmt check, go vet, the repository's own analyzer, every module built and vetted outside the workspace, the API-compatibility check against the last release point, the Prometheus rules checked and unit-tested, the race-enabled test suite of every module (with the module checks of internal/archtest and the release tool's tests), every fuzz target for 3000 executions and a one-minute chaos run (needs network for module downloads, Redis, PostgreSQL, redis-server and promtool; see README, "Tests").
+## After the two quick checks and go vet, which compiles every package once (the build cache then holds what the tests' own go build of productd, chaos and the benchmarks need: with a cold cache those builds would otherwise count against their tests' time bounds), two streams run side by side (make -j2, each line printed whole): test-compiling, the checks that spend their time compiling and analysing (vettool, modules, apicheck, fuzz-short, perf-report-quick), beside test-waiting, the race suite and the chaos run, whose tests spend most of theirs waiting on Redis, PostgreSQL, timers and child processes; on 2 cores the compiling stream fills the CPU those tests leave idle. Each stream runs its targets in order; the first failure fails make test once the other stream ends.
+test: fmt-check rules-check vet
+	@$(MAKE) --no-print-directory -j2 --output-sync=line test-compiling test-waiting
+
+test-compiling:
+	@for t in vettool modules apicheck fuzz-short perf-report-quick; do $(MAKE) --no-print-directory $$t || exit 1; done
+
+test-waiting:
+	@for t in race chaos-short; do $(MAKE) --no-print-directory $$t || exit 1; done
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -67,6 +75,19 @@ rules-check:
 race:
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 
+## apicheck: every released module's API (versions.txt) against the same module at the last release point (versions.txt's api-base, taken from git archive into a temporary directory) with apidiff; an incompatible change fails unless CHANGELOG.md's [Unreleased] section declares it under "### Breaking" (see CHANGELOG.md's head). Part of make test; needs the full history (not a shallow clone)
+APIDIFF ?= golang.org/x/exp/cmd/apidiff@v0.0.0-20261113113407-e3970619a1a4
+apicheck:
+	$(GO) run ./internal/release apicheck -apidiff $(APIDIFF)
+
+## release-prepare: VERSION=vX.Y.Z into versions.txt for every released module and into every go.mod's requirements on its siblings; commits nothing (README, "Releases")
+release-prepare:
+	$(GO) run ./internal/release prepare $(VERSION)
+
+## release: VERSION=vX.Y.Z after checks (a semantic version, a clean tree, a dated CHANGELOG.md section for it, versions.txt listing every module of go.work with VERSION for each released one, every go.mod requiring its siblings at VERSION, no such tag yet): tags HEAD vX.Y.Z (the core) and <dir>/vX.Y.Z for every other released module, records HEAD as the API release point in versions.txt (a commit of its own) and prints the git push commands; it pushes nothing. DRY_RUN=1 checks and prints the tags only. internal/release's tests run it in a copy of the repository (part of make test's race run)
+release:
+	$(GO) run ./internal/release tag $(if $(DRY_RUN),-n) $(VERSION)
+
 ## stress: the concurrency tests, many times under -race, to catch rare interleavings
 stress:
 	$(GO) test -race -count=20 -timeout 30m ./internal/flightgroup/ ./singleflight/ .
@@ -86,9 +107,11 @@ bench:
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count=$(COUNT) -benchtime=$(BENCHTIME) $(PKGS) | tee $(BENCHOUT)
 	$(GO) run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da $(BENCHOUT)
 
-## demo: the herd and its cure, in numbers
+## demo: the herd and its cure, in numbers. It says so before it compiles (about 2 minutes on a cold 2-core machine, seconds once cached), and the demo then prints each phase; DEMO_ARGS are its flags (e.g. DEMO_ARGS='-n 500')
 demo:
-	$(GO) run ./cmd/stampede
+	@d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
+	echo "demo: compiling cmd/stampede and the service it starts (about 2 minutes on a cold 2-core machine, seconds once cached)"; \
+	$(GO) build -o "$$d/stampede" ./cmd/stampede && "$$d/stampede" $(DEMO_ARGS)
 
 ## chaos-short: the history checker for about a minute with a fixed seed: 18 s per in-process mode, 12 s of productd processes (part of make test, so its time bounds get 250 ms more slack for a suite running beside it; exits 1 on any violation)
 chaos-short:

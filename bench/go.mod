@@ -3,13 +3,13 @@ module github.com/flightcache/flightcache/bench
 go 1.26.0
 
 require (
-	github.com/flightcache/flightcache v0.0.0-00010101000000-000000000000
-	github.com/flightcache/flightcache/bloomguard v0.0.0-00010101000000-000000000000
-	github.com/flightcache/flightcache/memstore v0.0.0-00010101000000-000000000000
-	github.com/flightcache/flightcache/otelflight v0.0.0-00010101000000-000000000000
-	github.com/flightcache/flightcache/promflight v0.0.0-00010101000000-000000000000
-	github.com/flightcache/flightcache/redislease v0.0.0-00010101000000-000000000000
-	github.com/flightcache/flightcache/redisstore v0.0.0-00010101000000-000000000000
+	github.com/flightcache/flightcache v0.1.0
+	github.com/flightcache/flightcache/bloomguard v0.1.0
+	github.com/flightcache/flightcache/memstore v0.1.0
+	github.com/flightcache/flightcache/otelflight v0.1.0
+	github.com/flightcache/flightcache/promflight v0.1.0
+	github.com/flightcache/flightcache/redislease v0.1.0
+	github.com/flightcache/flightcache/redisstore v0.1.0
 	github.com/go-redis/cache/v9 v9.0.0
 	github.com/maypok86/otter/v2 v2.4.0
 	github.com/prometheus/client_golang v1.25.0

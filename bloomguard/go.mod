@@ -4,7 +4,7 @@ go 1.25.0
 
 require (
 	github.com/bits-and-blooms/bloom/v3 v3.7.1
-	github.com/flightcache/flightcache v0.0.0-00010101000000-000000000000
+	github.com/flightcache/flightcache v0.1.0
 )
 
 require github.com/bits-and-blooms/bitset v1.24.2 // indirect

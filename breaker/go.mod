@@ -3,7 +3,7 @@ module github.com/flightcache/flightcache/breaker
 go 1.25.0
 
 require (
-	github.com/flightcache/flightcache v0.0.0-00010101000000-000000000000
+	github.com/flightcache/flightcache v0.1.0
 	github.com/sony/gobreaker/v2 v2.4.0
 )
 

@@ -3,13 +3,13 @@ module github.com/flightcache/flightcache/cmd
 go 1.26.0
 
 require (
-	github.com/flightcache/flightcache v0.0.0-00010101000000-000000000000
-	github.com/flightcache/flightcache/bloomguard v0.0.0-00010101000000-000000000000
-	github.com/flightcache/flightcache/breaker v0.0.0-00010101000000-000000000000
-	github.com/flightcache/flightcache/memstore v0.0.0-00010101000000-000000000000
-	github.com/flightcache/flightcache/promflight v0.0.0-00010101000000-000000000000
-	github.com/flightcache/flightcache/redislease v0.0.0-00010101000000-000000000000
-	github.com/flightcache/flightcache/redisstore v0.0.0-00010101000000-000000000000
+	github.com/flightcache/flightcache v0.1.0
+	github.com/flightcache/flightcache/bloomguard v0.1.0
+	github.com/flightcache/flightcache/breaker v0.1.0
+	github.com/flightcache/flightcache/memstore v0.1.0
+	github.com/flightcache/flightcache/promflight v0.1.0
+	github.com/flightcache/flightcache/redislease v0.1.0
+	github.com/flightcache/flightcache/redisstore v0.1.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -29,8 +29,8 @@ require (
 	github.com/bits-and-blooms/bloom/v3 v3.7.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
-	github.com/flightcache/flightcache/grpcflight v0.0.0-00010101000000-000000000000
-	github.com/flightcache/flightcache/httpflight v0.0.0-00010101000000-000000000000
+	github.com/flightcache/flightcache/grpcflight v0.1.0
+	github.com/flightcache/flightcache/httpflight v0.1.0
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect

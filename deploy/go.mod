@@ -3,9 +3,9 @@ module github.com/flightcache/flightcache/deploy
 go 1.26.0
 
 require (
-	github.com/flightcache/flightcache v0.0.0-00010101000000-000000000000
-	github.com/flightcache/flightcache/memstore v0.0.0-00010101000000-000000000000
-	github.com/flightcache/flightcache/promflight v0.0.0-00010101000000-000000000000
+	github.com/flightcache/flightcache v0.1.0
+	github.com/flightcache/flightcache/memstore v0.1.0
+	github.com/flightcache/flightcache/promflight v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	go.uber.org/goleak v1.3.0

@@ -3,7 +3,7 @@ module github.com/flightcache/flightcache/grpcflight
 go 1.26.0
 
 require (
-	github.com/flightcache/flightcache v0.0.0-00010101000000-000000000000
+	github.com/flightcache/flightcache v0.1.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )

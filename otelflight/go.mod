@@ -3,8 +3,8 @@ module github.com/flightcache/flightcache/otelflight
 go 1.26.0
 
 require (
-	github.com/flightcache/flightcache v0.0.0-00010101000000-000000000000
-	github.com/flightcache/flightcache/memstore v0.0.0-00010101000000-000000000000
+	github.com/flightcache/flightcache v0.1.0
+	github.com/flightcache/flightcache/memstore v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0

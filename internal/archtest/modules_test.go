@@ -25,9 +25,24 @@ import (
 // repoRoot is the repository's root, from this directory.
 const repoRoot = "../.."
 
-// pseudo is the version every module requires its siblings at while they are
-// developed together; the replace directives point them at the checkout.
-const pseudo = "v0.0.0-00010101000000-000000000000"
+// releaseVersion is the version every module requires its siblings at:
+// the core's line "module . vX.Y.Z" of versions.txt, the version of the
+// modules' next (or last) release (make release-prepare sets both); the
+// replace directives point the siblings at the checkout.
+func releaseVersion(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot, "versions.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "module" && f[1] == "." {
+			return f[2]
+		}
+	}
+	t.Fatal(`versions.txt has no line "module . vX.Y.Z"`)
+	return ""
+}
 
 // goOutside runs the go command in dir as a user outside this repository's
 // workspace would: GOWORK=off, and -mod=mod so that a scratch module's
@@ -144,10 +159,11 @@ func TestCoreModuleRequiresNoModule(t *testing.T) {
 
 // Every go.mod requires only what its module's packages and tests import:
 // go mod tidy, outside the workspace, leaves each unchanged. A non-root
-// module requires its siblings at the pseudo-version and replaces every
+// module requires its siblings at versions.txt's version and replaces every
 // sibling in its graph with the checkout, so that it builds outside the
 // workspace too (make test builds and vets each so).
 func TestEveryModuleIsTidy(t *testing.T) {
+	version := releaseVersion(t)
 	for _, dir := range moduleDirs(t) {
 		t.Run(dir, func(t *testing.T) {
 			abs := filepath.Join(repoRoot, dir)
@@ -163,8 +179,8 @@ func TestEveryModuleIsTidy(t *testing.T) {
 				replaced[r.Old.Path] = true
 			}
 			for _, r := range mf.Require {
-				if isOurs(r.Path) && r.Version != pseudo {
-					t.Errorf("%s requires %s@%s, want %s (see the versioning note in docs/ARCHITECTURE.md)", dir, r.Path, r.Version, pseudo)
+				if isOurs(r.Path) && r.Version != version {
+					t.Errorf("%s requires %s@%s, want %s as versions.txt says (make release-prepare; see the versioning note in docs/ARCHITECTURE.md)", dir, r.Path, r.Version, version)
 				}
 				if isOurs(r.Path) && !replaced[r.Path] {
 					t.Errorf("%s requires %s without a replace directive to the checkout", dir, r.Path)
@@ -184,10 +200,11 @@ func scratch(t *testing.T, mods []string, pkgs []string) string {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
+	version := releaseVersion(t)
 	var gomod, gosum strings.Builder
 	gomod.WriteString("module example.com/scratch\n\ngo 1.26.0\n\nrequire (\n")
 	for _, m := range mods {
-		gomod.WriteString("\t" + m + " " + pseudo + "\n")
+		gomod.WriteString("\t" + m + " " + version + "\n")
 	}
 	gomod.WriteString(")\n\nreplace (\n")
 	seen := map[string]bool{}

@@ -83,6 +83,7 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 		return 2
 	}
 	if *batch {
+		fmt.Fprintf(stderr, "stampede: batch herd: %d batches of %d ids, in-process productd per mode\n", *batches, *bsize)
 		return runBatchMain(ctx, BatchConfig{Batches: *batches, Size: *bsize, Pool: *bpool, Catalog: base.Catalog, OriginLatency: *latency}, *asJSON, stdout, stderr)
 	}
 	if *n < 1 {
@@ -90,6 +91,7 @@ func mainWith(ctx context.Context, base Config, args []string, stdout, stderr io
 		return 1
 	}
 	cfg := base
+	cfg.Log = stderr
 	cfg.N, cfg.Concurrency, cfg.Key, cfg.Duration = *n, *conc, *key, *duration
 	cfg.OriginLatency, cfg.TTL = *latency, *ttl
 	cfg.Instances, cfg.Redis, cfg.DB = *inst, *redisURL, *db

@@ -207,11 +207,13 @@ func RunStaleness(ctx context.Context, cfg Config) (*StalenessResult, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	cfg.logf("building productd for %d instances (go build %s)", cfg.Instances, productdPackage)
 	bin, err := buildProductd(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
 	args := instanceArgs(cfg, ModeStaleness, ModeCluster, instanceDB(cfg, dir))
+	cfg.logf("mode %s: starting %d productd processes, then %d writes", ModeStaleness, cfg.Instances, cfg.Rounds)
 	tg, err := startInstancesWith(ctx, cfg, bin, args)
 	if err != nil {
 		return nil, err

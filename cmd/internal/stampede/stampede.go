@@ -97,6 +97,10 @@ type Config struct {
 	StalenessTimeout time.Duration
 	// Progress, when set, receives a progress bar (stderr on a terminal).
 	Progress io.Writer
+	// Log, when set, receives one line per phase of the run (building,
+	// starting the servers, waiting for the hot entry to expire, firing
+	// the traffic), so that a run is never silent; Main sets it to stderr.
+	Log io.Writer
 	// Logger receives the in-process servers' logs; default: discarded.
 	Logger *slog.Logger
 	// WriteToken is the bearer token of productd's writes, sent with the
@@ -283,6 +287,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 		defer os.RemoveAll(dir)
 		if cfg.Instances > 0 {
+			cfg.logf("building productd for %d instances (go build %s)", cfg.Instances, productdPackage)
 			if bin, err = buildProductd(ctx, dir); err != nil {
 				return nil, err
 			}
@@ -309,10 +314,13 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		var err error
 		switch {
 		case cfg.Instances > 0:
+			cfg.logf("mode %s: starting %d productd processes", mode, cfg.Instances)
 			tg, err = startInstances(ctx, cfg, bin, mode, instanceDB(cfg, dir))
 		case len(cfg.Targets) == 0:
+			cfg.logf("mode %s: starting productd in-process (SQLite, memory tier, origin latency %s) and seeding its catalog", mode, cfg.OriginLatency)
 			tg, err = startInProcess(ctx, cfg, mode, filepath.Join(dir, "products.db"))
 		default:
+			cfg.logf("mode %s: against %s", mode, strings.Join(cfg.Targets, ", "))
 			tg = remoteTarget(client, cfg.Targets)
 		}
 		if err != nil {
@@ -332,6 +340,13 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		results = append(results, r)
 	}
 	return results, nil
+}
+
+// logf writes one line about the run's progress to cfg.Log, if set.
+func (c *Config) logf(format string, args ...any) {
+	if c.Log != nil {
+		fmt.Fprintf(c.Log, "stampede: "+format+"\n", args...)
+	}
 }
 
 // startInProcess starts a productd configured for mode on loopback.
@@ -464,6 +479,11 @@ func runMode(ctx context.Context, cfg Config, client *http.Client, tg *target, m
 	// invalidated), so that it arrives at a cache that had the value a
 	// moment ago, as in production; continuous traffic starts at once and
 	// runs across the expiries.
+	if continuous {
+		cfg.logf("mode %s: loading the hot product", mode)
+	} else {
+		cfg.logf("mode %s: loading the hot product and waiting for its entry to expire", mode)
+	}
 	warnings, err := loadHotEntry(ctx, cfg, client, tg.bases, path, !continuous)
 	if err != nil {
 		return Result{}, err
@@ -498,6 +518,11 @@ func runMode(ctx context.Context, cfg Config, client *http.Client, tg *target, m
 
 	var samples []sample
 	var done atomic.Int64
+	if continuous {
+		cfg.logf("mode %s: continuous traffic from %d workers for %s", mode, workers, cfg.Duration)
+	} else {
+		cfg.logf("mode %s: firing a herd of %d requests at once", mode, cfg.N)
+	}
 	stopProgress := progress(cfg.Progress, mode, &done, cfg.N, continuous, cfg.Duration, start)
 	if continuous {
 		samples = runContinuous(ctx, client, tg.bases, path, workers, cfg.Duration, &done)

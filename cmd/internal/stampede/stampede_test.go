@@ -85,6 +85,18 @@ func TestStampedeJSONShowsOneOriginQueryForFlightcacheAndManyForNaive(t *testing
 	if !strings.Contains(stderr.String(), "report: "+report) {
 		t.Fatalf("the report path is not printed on stderr with -json: %q", stderr.String())
 	}
+	// The run says what it does at each phase (on stderr, stdout stays
+	// JSON), so that a first run is never silent.
+	for _, phase := range []string{
+		"stampede: mode naive: starting productd in-process",
+		"stampede: mode flightcache: loading the hot product and waiting for its entry to expire",
+		"stampede: mode flightcache: firing a herd of 300 requests",
+		"stampede: mode early-refresh: continuous traffic",
+	} {
+		if !strings.Contains(stderr.String(), phase) {
+			t.Errorf("stderr does not say %q: %q", phase, stderr.String())
+		}
+	}
 	html, err := os.ReadFile(report)
 	if err != nil {
 		t.Fatal(err)
