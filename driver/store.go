@@ -151,8 +151,8 @@ type LocalRanger[V any] interface {
 // round trip. A Cache whose shared tier implements it serves a batch
 // (GetMany, FetchMany) with one GetMany for all the keys the local tier
 // missed and one SetMany per loader call for the write-back, instead of a
-// round trip per key. Package redisstore implements it (MGET, or pipelined
-// GETs on a Redis Cluster, whose keys live in different slots).
+// round trip per key. Package redisstore implements it (a pipeline of
+// bounded reads, one per node on a Redis Cluster).
 //
 // The contract per key is SharedStore's: a missing key, or one past its
 // StaleUntil, is not found; errors are expected and count as misses or as

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -12,23 +11,15 @@ import (
 
 var _ driver.BatchSharedStore = (*Store)(nil)
 
-// maxMGetKeys bounds the keys of one MGET: one command of 10,000 keys
-// would make Redis build its whole reply, up to 10,000 payloads, in one
-// go, holding every other client back meanwhile, and make the client
-// buffer it whole; chunks of 512 interleave with other clients' commands
-// and still cost one round trip, pipelined.
-const maxMGetKeys = 512
-
-// GetMany reads keys in one round trip: MGET on a single Redis (or a
-// Sentinel-managed primary), one per 512 keys, pipelined; pipelined GETs on
-// a Cluster or a Ring, whose keys may live on different nodes (go-redis
-// sends one pipeline per node, so it is one round trip per node involved,
-// in parallel). Each payload is decoded exactly as Get decodes it, checked
-// against the key it was read under: a corrupt entry, or another key's, is
-// that key's *CorruptError and a miss; the other keys are unaffected. An
-// invalid key is that key's error and is not sent. A Redis failure of the
-// whole read is returned as err; one that hit only some of the MGETs is
-// their keys' error.
+// GetMany reads keys in one round trip: one pipeline of the bounded
+// GETRANGE that Get sends, which the client sends to each node involved in
+// parallel on a Cluster or a Ring. Each answer goes through the same
+// checks as Get's, so a key over MaxPayload costs at most MaxPayload+1
+// bytes and is repaired, a key of another type is repaired, and a corrupt
+// entry, or another key's, is that key's *CorruptError and a miss; the
+// other keys are unaffected. An invalid key is that key's error and is not
+// sent. A Redis failure of the whole read is returned as err; one that hit
+// only some of the commands is their keys' error.
 func (s *Store) GetMany(ctx context.Context, keys []string) ([]driver.Lookup, error) {
 	out := make([]driver.Lookup, len(keys))
 	rks := make([]string, 0, len(keys))
@@ -48,83 +39,30 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([]driver.Lookup, er
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 
-	now := time.Now()
-	if _, single := s.client.(*redis.Client); single {
-		var cmds []*redis.SliceCmd
-		if len(rks) <= maxMGetKeys {
-			cmds = []*redis.SliceCmd{s.client.MGet(ctx, rks...)}
-		} else {
-			cmds = make([]*redis.SliceCmd, 0, (len(rks)+maxMGetKeys-1)/maxMGetKeys)
-			_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-				for from := 0; from < len(rks); from += maxMGetKeys {
-					cmds = append(cmds, p.MGet(ctx, rks[from:min(from+maxMGetKeys, len(rks))]...))
-				}
-				return nil
-			})
-		}
-		failed := 0
-		for c, cmd := range cmds {
-			from := c * maxMGetKeys
-			chunk := rks[from:min(from+maxMGetKeys, len(rks))]
-			vals, err := cmd.Result()
-			if err == nil && len(vals) != len(chunk) {
-				err = fmt.Errorf("MGET returned %d values for %d keys", len(vals), len(chunk))
-			}
-			if err != nil {
-				failed++
-				if failed == len(cmds) {
-					return nil, fmt.Errorf("redisstore: MGET: %w", err)
-				}
-				for n := range chunk {
-					out[idx[from+n]].Err = fmt.Errorf("redisstore: MGET: %w", err)
-				}
-				continue
-			}
-			for n, v := range vals {
-				i := idx[from+n]
-				switch p := v.(type) {
-				case nil: // missing
-				case string:
-					out[i].Entry, out[i].Found, out[i].Err = s.decode(chunk[n], []byte(p), now)
-				default:
-					out[i].Err = &CorruptError{KeyHandle: keyHandle(chunk[n]), Reason: fmt.Sprintf("MGET returned a %T", v)}
-				}
-			}
-		}
-		return out, nil
-	}
-
-	// Cluster (keys in different slots) and Ring: no multi-key command,
-	// but a pipeline, which the client splits by node.
 	cmds := make([]*redis.StringCmd, len(rks))
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for n, rk := range rks {
-			cmds[n] = p.Get(ctx, rk)
+			cmds[n] = p.GetRange(ctx, rk, 0, int64(s.maxPayload))
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) && allFailed(cmds) {
-		return nil, fmt.Errorf("redisstore: pipelined GET: %w", err)
+	if err != nil && allFailed(cmds) {
+		return nil, fmt.Errorf("redisstore: pipelined GETRANGE: %w", err)
 	}
+	now := time.Now()
 	for n, cmd := range cmds {
 		i := idx[n]
 		payload, err := cmd.Bytes()
-		switch {
-		case errors.Is(err, redis.Nil):
-		case err != nil:
-			out[i].Err = fmt.Errorf("redisstore: GET: %w", err)
-		default:
-			out[i].Entry, out[i].Found, out[i].Err = s.decode(rks[n], payload, now)
-		}
+		out[i].Entry, out[i].Found, out[i].Err = s.read(ctx, rks[n], payload, err, now)
 	}
 	return out, nil
 }
 
-// allFailed reports whether every command failed with something else than
-// a missing key: then the round trip itself failed.
+// allFailed reports whether every command failed other than with
+// WRONGTYPE, which is one key's content: then the round trip itself failed.
 func allFailed(cmds []*redis.StringCmd) bool {
 	for _, c := range cmds {
-		if err := c.Err(); err == nil || errors.Is(err, redis.Nil) {
+		if err := c.Err(); err == nil || redis.HasErrorPrefix(err, "WRONGTYPE") {
 			return false
 		}
 	}

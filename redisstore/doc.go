@@ -19,10 +19,9 @@
 // The batch operations (driver.BatchSharedStore) take one round trip
 // for many keys:
 //
-//	GetMany: MGET   <prefix><key1> <prefix><key2> …  (single node, Sentinel:
-//	                                                  one per 512 keys, pipelined)
-//	         GET    per key, pipelined                (Cluster, Ring: the client
-//	                                                  sends one pipeline per node)
+//	GetMany: GETRANGE <prefix><key> 0 <MaxPayload> per key, pipelined
+//	         (Cluster, Ring: the client sends one pipeline per node; never
+//	         MGET, which would copy a planted oversized value whole)
 //	SetMany: SET … PX (or DEL) per key, pipelined
 //
 // Redis therefore drops an entry by itself at its StaleUntil; the PX is

@@ -115,3 +115,63 @@ func TestPoisonedKeyIsABoundedMissAndIsRepaired(t *testing.T) {
 		})
 	}
 }
+
+// A batch read meets the same poisoned keys as Get does: the 64 MiB value
+// and the list are their own keys' misses, read without copying the value
+// and repaired, and the batch's other keys are served.
+func TestPoisonedKeysInABatchAreBoundedMissesAndAreRepaired(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	var read atomic.Int64
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return countingConn{Conn: c, read: &read}, nil
+		}})
+	t.Cleanup(func() { client.Close() })
+	store := newRedisStore(t, client, uniquePrefix(t))
+	ctx := context.Background()
+	huge, err := store.RedisKey("p:huge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := store.RedisKey("p:list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Set(ctx, huge, strings.Repeat("x", 64<<20), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.RPush(ctx, list, "a", "b").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var o origin
+	writer := newCache(t, flightcache.Options[*product]{Shared: store})
+	mustFetch(t, writer, "p:1", o.load("1"))
+
+	read.Store(0)
+	got, err := store.GetMany(ctx, []string{"p:huge", "p:1", "p:list"})
+	if err != nil {
+		t.Fatalf("GetMany: %v", err)
+	}
+	if n := read.Load(); n > 2*redisstore.DefaultMaxPayload {
+		t.Fatalf("the client read %d bytes from Redis, want at most %d: the poisoned value was copied", n, 2*redisstore.DefaultMaxPayload)
+	}
+	var ce *redisstore.CorruptError
+	if got[0].Found || !errors.As(got[0].Err, &ce) || !errors.Is(got[0].Err, redisstore.ErrPayloadTooLarge) {
+		t.Errorf("the 64 MiB key: found %v, err %v; want a *CorruptError matching ErrPayloadTooLarge", got[0].Found, got[0].Err)
+	}
+	if !got[1].Found || got[1].Err != nil {
+		t.Errorf("the healthy key: found %v, err %v; want it served", got[1].Found, got[1].Err)
+	}
+	if got[2].Found || !errors.Is(got[2].Err, redisstore.ErrWrongType) {
+		t.Errorf("the list: found %v, err %v; want ErrWrongType", got[2].Found, got[2].Err)
+	}
+	for _, rk := range []string{huge, list} {
+		if n, err := client.Exists(ctx, rk).Result(); err != nil || n != 0 {
+			t.Errorf("%s still exists (%d, %v): not repaired", rk, n, err)
+		}
+	}
+}

@@ -268,6 +268,14 @@ func (s *Store) Get(ctx context.Context, key string) (driver.Entry, bool, error)
 
 	// A missing key reads as "": no envelope is empty, so "" is a miss.
 	payload, err := s.client.GetRange(ctx, rk, 0, int64(s.maxPayload)).Bytes()
+	return s.read(ctx, rk, payload, err, time.Now())
+}
+
+// read turns the answer to GETRANGE rk 0 MaxPayload (payload, or the
+// command's error) into Get's answer at now, repairing a key that holds
+// something no Store writes: Get and GetMany both read through it, so they
+// bound, repair and refuse exactly the same things.
+func (s *Store) read(ctx context.Context, rk string, payload []byte, err error, now time.Time) (driver.Entry, bool, error) {
 	switch {
 	case redis.HasErrorPrefix(err, "WRONGTYPE"):
 		return driver.Entry{}, false, s.repair(ctx, rk, "not a string", ErrWrongType)
@@ -278,7 +286,7 @@ func (s *Store) Get(ctx context.Context, key string) (driver.Entry, bool, error)
 	case len(payload) > s.maxPayload:
 		return driver.Entry{}, false, s.repair(ctx, rk, fmt.Sprintf("larger than MaxPayload (%d bytes)", s.maxPayload), ErrPayloadTooLarge)
 	}
-	return s.decode(rk, payload, time.Now())
+	return s.decode(rk, payload, now)
 }
 
 // repair deletes the Redis key rk, which holds something no Store writes

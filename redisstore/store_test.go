@@ -344,12 +344,15 @@ func (h *faultHook) DialHook(next redis.DialHook) redis.DialHook {
 	}
 }
 
+func (h *faultHook) fails(cmd redis.Cmder) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return (h.failReads && (cmd.Name() == "getrange" || cmd.Name() == "get" || cmd.Name() == "mget")) || (h.failWrites && (cmd.Name() == "set" || cmd.Name() == "del"))
+}
+
 func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.mu.Lock()
-		fail := (h.failReads && (cmd.Name() == "getrange" || cmd.Name() == "get" || cmd.Name() == "mget")) || (h.failWrites && (cmd.Name() == "set" || cmd.Name() == "del"))
-		h.mu.Unlock()
-		if fail {
+		if h.fails(cmd) {
 			cmd.SetErr(errInjected)
 			return errInjected
 		}
@@ -357,8 +360,20 @@ func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// ProcessPipelineHook fails a whole pipeline, as a lost round trip would,
+// when one of its commands is to fail.
 func (h *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if h.fails(c) {
+				for _, c := range cmds {
+					c.SetErr(errInjected)
+				}
+				return errInjected
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
 
 func TestInjectedFaultsSurfaceAsErrorsAndRecover(t *testing.T) {
