@@ -9,8 +9,8 @@
 //
 // The curves (bench/singleflight's BenchmarkCurve*, the hit paths and
 // instances of package bench, redislease's BenchmarkCurveFollower*,
-// cmd/internal/productd's BenchmarkCurveProductd, and httpflight's
-// BenchmarkCurveHit and BenchmarkCurveHerd):
+// cmd/internal/productd's BenchmarkCurveProductd, httpflight's
+// BenchmarkCurveHit and BenchmarkCurveHerd, and grpcflight's BenchmarkUnary):
 //   - engine ns and allocations per caller against waiters per key (1 to
 //     100,000), against golang.org/x/sync/singleflight and
 //     resenje.org/singleflight;
@@ -34,7 +34,9 @@
 //     writing the same bytes (httpflight's BenchmarkCurveHit);
 //   - httpflight's upstream requests per herd and p99 against herd size
 //     (10 to 10,000 concurrent requests for a cold URL, in process;
-//     BenchmarkCurveHerd).
+//     BenchmarkCurveHerd);
+//   - grpcflight's hit through the server interceptor against a bare unary
+//     call over loopback (grpcflight's BenchmarkUnary, a table).
 //
 // Each point is the median of -count runs. PERFREPORT_QUICK, set by
 // -quick, makes the benchmarks skip their largest points.
@@ -145,6 +147,12 @@ var suites = []suite{
 		charts: []chart{
 			{"httpflight-herd-upstream.svg", "httpflight: upstream requests per herd against herd size", "BenchmarkCurveHerd", "herd", "upstream-req/herd", "upstream requests per herd"},
 			{"httpflight-herd-p99.svg", "httpflight: a herd's p99 latency against herd size (upstream 5 ms)", "BenchmarkCurveHerd", "herd", "p99-ms", "p99 ms"},
+		},
+	},
+	{
+		pkg: "./grpcflight", bench: "^BenchmarkUnary$", benchtime: "2s",
+		tables: []table{
+			{"grpcflight: a unary call over loopback, bare and a hit through the server interceptor", "BenchmarkUnary", []string{"ns/op", "allocs/op"}},
 		},
 	},
 }
