@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flightcache/flightcache/internal/testenv"
 )
 
 // writeClock records when the leader's fenced write (the complete script)
@@ -73,7 +75,7 @@ func BenchmarkFollowerLatency(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	reportLatencies(b, lat)
+	testenv.ReportLatencies(b, lat)
 }
 
 // BenchmarkColdMiss measures a cold miss of one instance in cluster mode,

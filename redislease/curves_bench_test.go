@@ -3,7 +3,6 @@ package redislease
 import (
 	"context"
 	"errors"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -107,20 +106,6 @@ func (p *followerProbe) ObserveFlight(e singleflight.Event) {
 	}
 }
 
-// reportLatencies reports the p50 and p99 of lat, in milliseconds.
-func reportLatencies(b *testing.B, lat []time.Duration) {
-	b.Helper()
-	if len(lat) == 0 {
-		b.Fatal("no latency measured")
-	}
-	slices.Sort(lat)
-	q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / 1e6 }
-	b.ReportMetric(q(0.5), "p50-ms")
-	b.ReportMetric(q(0.99), "p99-ms")
-	// An iteration's time is the set-up of one key's herd, not a cost.
-	b.ReportMetric(0, "ns/op")
-}
-
 // benchFollowers measures flightcache: a leader instance and n follower
 // instances, each its own client, coordinator and Cache, with waiters
 // callers each. Per iteration one key: the leader's load is held until
@@ -189,7 +174,7 @@ func benchFollowers(b *testing.B, n, waiters int) {
 			b.Fatalf("%d origin calls for one key, want 1", c)
 		}
 	}
-	reportLatencies(b, lat)
+	testenv.ReportLatencies(b, lat)
 }
 
 // floorInstance stands in for a follower instance at the loopback floor:
@@ -281,5 +266,5 @@ func benchFloor(b *testing.B, n, waiters int) {
 			lat = append(lat, t.Sub(published))
 		}
 	}
-	reportLatencies(b, lat)
+	testenv.ReportLatencies(b, lat)
 }

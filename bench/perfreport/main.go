@@ -8,8 +8,9 @@
 //	go run ./bench/perfreport -count 5 -out /tmp/perf
 //
 // The curves (bench/singleflight's BenchmarkCurve*, the hit paths and
-// instances of package bench, redislease's BenchmarkCurveFollower*, and
-// cmd/internal/productd's BenchmarkCurveProductd):
+// instances of package bench, redislease's BenchmarkCurveFollower*,
+// cmd/internal/productd's BenchmarkCurveProductd, httpflight's
+// BenchmarkCurveHit and BenchmarkCurveHerd, and grpcflight's BenchmarkUnary):
 //   - engine ns and allocations per caller against waiters per key (1 to
 //     100,000), against golang.org/x/sync/singleflight and
 //     resenje.org/singleflight;
@@ -27,7 +28,15 @@
 //     Redis): no peer library coalesces across instances;
 //   - productd's warm-hit requests per second and p99 against keep-alive
 //     connections (1, 8, 50), with the ratio to the ceiling, a bare
-//     net/http handler writing the same bytes.
+//     net/http handler writing the same bytes;
+//   - httpflight's hit requests per second and p99 against keep-alive
+//     connections (1, 8, 50), with the ratio to a bare net/http handler
+//     writing the same bytes (httpflight's BenchmarkCurveHit);
+//   - httpflight's upstream requests per herd and p99 against herd size
+//     (10 to 10,000 concurrent requests for a cold URL, in process;
+//     BenchmarkCurveHerd);
+//   - grpcflight's hit through the server interceptor against a bare unary
+//     call over loopback (grpcflight's BenchmarkUnary, a table).
 //
 // Each point is the median of -count runs. PERFREPORT_QUICK, set by
 // -quick, makes the benchmarks skip their largest points.
@@ -123,6 +132,28 @@ var suites = []suite{
 		},
 		ref:     "bare",
 		refNote: "the ceiling: a bare net/http handler writing the same headers and body bytes, driven by the same load generator",
+	},
+	{
+		pkg: "./httpflight", bench: "^BenchmarkCurveHit$", benchtime: "10x",
+		charts: []chart{
+			{"httpflight-hit-rps.svg", "httpflight: hit requests per second against connections", "BenchmarkCurveHit", "connections", "req/s", "requests per second"},
+			{"httpflight-hit-p99.svg", "httpflight: hit p99 latency against connections", "BenchmarkCurveHit", "connections", "p99-ms", "p99 ms"},
+		},
+		ref:     "bare",
+		refNote: "the ceiling: a bare net/http handler writing the bytes of the middleware's hit (its headers, Age and Cache-Status included, and body), driven by the same load generator",
+	},
+	{
+		pkg: "./httpflight", bench: "^BenchmarkCurveHerd$", benchtime: "5x",
+		charts: []chart{
+			{"httpflight-herd-upstream.svg", "httpflight: upstream requests per herd against herd size", "BenchmarkCurveHerd", "herd", "upstream-req/herd", "upstream requests per herd"},
+			{"httpflight-herd-p99.svg", "httpflight: a herd's p99 latency against herd size (upstream 5 ms)", "BenchmarkCurveHerd", "herd", "p99-ms", "p99 ms"},
+		},
+	},
+	{
+		pkg: "./grpcflight", bench: "^BenchmarkUnary$", benchtime: "2s",
+		tables: []table{
+			{"grpcflight: a unary call over loopback, bare and a hit through the server interceptor", "BenchmarkUnary", []string{"ns/op", "allocs/op"}},
+		},
 	},
 }
 

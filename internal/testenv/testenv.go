@@ -139,3 +139,19 @@ func CurvePoints(limit int, xs ...int) []int {
 	}
 	return out
 }
+
+// ReportLatencies reports the p50 and p99 of lat, in milliseconds, as the
+// metrics p50-ms and p99-ms that perfreport's curves read, and 0 ns/op:
+// an iteration's time is the set-up of a herd or a batch, not a cost. It
+// sorts lat.
+func ReportLatencies(b *testing.B, lat []time.Duration) {
+	b.Helper()
+	if len(lat) == 0 {
+		b.Fatal("no latency measured")
+	}
+	slices.Sort(lat)
+	q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / 1e6 }
+	b.ReportMetric(q(0.5), "p50-ms")
+	b.ReportMetric(q(0.99), "p99-ms")
+	b.ReportMetric(0, "ns/op")
+}
