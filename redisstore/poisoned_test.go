@@ -27,6 +27,21 @@ func (c countingConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// countingClient is a client of the Redis at addr whose connections add
+// the bytes they read to read.
+func countingClient(t *testing.T, addr string, read *atomic.Int64) *redis.Client {
+	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return countingConn{Conn: c, read: read}, nil
+		}})
+	t.Cleanup(func() { client.Close() })
+	return client
+}
+
 // failureCounter is a SharedBreaker that never opens and counts the calls
 // the Cache reports as failures of the tier.
 type failureCounter struct{ failures atomic.Int64 }
@@ -64,15 +79,7 @@ func TestPoisonedKeyIsABoundedMissAndIsRepaired(t *testing.T) {
 			t.Parallel()
 			srv := testenv.StartRedis(t)
 			var read atomic.Int64
-			client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true,
-				Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-					c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-					if err != nil {
-						return nil, err
-					}
-					return countingConn{Conn: c, read: &read}, nil
-				}})
-			t.Cleanup(func() { client.Close() })
+			client := countingClient(t, srv.Addr, &read)
 			store := newRedisStore(t, client, uniquePrefix(t))
 			ctx := context.Background()
 			rk, err := store.RedisKey("p:poisoned")
@@ -122,15 +129,7 @@ func TestPoisonedKeyIsABoundedMissAndIsRepaired(t *testing.T) {
 func TestPoisonedKeysInABatchAreBoundedMissesAndAreRepaired(t *testing.T) {
 	srv := testenv.StartRedis(t)
 	var read atomic.Int64
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true,
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return countingConn{Conn: c, read: &read}, nil
-		}})
-	t.Cleanup(func() { client.Close() })
+	client := countingClient(t, srv.Addr, &read)
 	store := newRedisStore(t, client, uniquePrefix(t))
 	ctx := context.Background()
 	huge, err := store.RedisKey("p:huge")
