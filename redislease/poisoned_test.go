@@ -3,7 +3,6 @@ package redislease
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,18 +13,6 @@ import (
 	"github.com/flightcache/flightcache/redisstore"
 	"github.com/redis/go-redis/v9"
 )
-
-// countingConn counts the bytes the client reads from Redis.
-type countingConn struct {
-	net.Conn
-	read *atomic.Int64
-}
-
-func (c countingConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.read.Add(int64(n))
-	return n, err
-}
 
 // In cluster mode the read-or-claim script reads the value key: a planted
 // 64 MiB value, or a key of another type at the value, lease, token or
@@ -59,13 +46,7 @@ func TestPoisonedKeysInClusterModeAreBoundedMissesAndAreRepaired(t *testing.T) {
 			srv := testenv.StartRedis(t)
 			var read atomic.Int64
 			opts := clientOptions(srv.Addr)
-			opts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
-				c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-				if err != nil {
-					return nil, err
-				}
-				return countingConn{Conn: c, read: &read}, nil
-			}
+			opts.Dialer = testenv.CountingDialer(&read)
 			client := redis.NewClient(opts)
 			t.Cleanup(func() { client.Close() })
 			var failures atomic.Int64

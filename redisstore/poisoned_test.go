@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,29 +14,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// countingConn counts the bytes the client reads from Redis.
-type countingConn struct {
-	net.Conn
-	read *atomic.Int64
-}
-
-func (c countingConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.read.Add(int64(n))
-	return n, err
-}
-
 // countingClient is a client of the Redis at addr whose connections add
 // the bytes they read to read.
 func countingClient(t *testing.T, addr string, read *atomic.Int64) *redis.Client {
-	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true,
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return countingConn{Conn: c, read: read}, nil
-		}})
+	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, Dialer: testenv.CountingDialer(read)})
 	t.Cleanup(func() { client.Close() })
 	return client
 }
