@@ -53,3 +53,19 @@ func Example() {
 		fmt.Printf("%s fresh=%v\n", e.Value, now.Before(e.FreshUntil))
 	}
 }
+
+// A client with go-redis client-side caching on is refused: its GETs would
+// be answered by a second cache underneath the Cache's, without versions
+// or fences. Building the client does not talk to Redis, nor does New.
+func ExampleCheckClient() {
+	client := redis.NewClient(&redis.Options{
+		Addr:                  "127.0.0.1:6379",
+		Protocol:              3,
+		ClientSideCacheConfig: &redis.ClientSideCacheConfig{},
+	})
+	defer client.Close()
+
+	_, err := redisstore.New(client, redisstore.Options{Prefix: "myapp:users:v1:"})
+	fmt.Println(errors.Is(err, redisstore.ErrClientSideCaching))
+	// Output: true
+}
