@@ -13,6 +13,7 @@ package bench_test
 import (
 	"fmt"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,14 +32,17 @@ const (
 	memData = 16 + 112
 )
 
-var memKeys, memValues = func() ([]string, [][]byte) {
+// memKeysAndValues builds the keys and values once, when the benchmark first runs
+// (not at package initialisation: the package's other tests and
+// benchmarks do not need 130 MB).
+var memKeysAndValues = sync.OnceValues(func() ([]string, [][]byte) {
 	keys, values := make([]string, memEntries), make([][]byte, memEntries)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("key:%07d", i)
 		values[i] = make([]byte, memValue)
 	}
 	return keys, values
-}()
+})
 
 // heapAfterGC is the live heap once the garbage collector has run.
 func heapAfterGC() uint64 {
@@ -74,6 +78,7 @@ func measureEntries(b *testing.B, fill func() (keep any, held int)) {
 
 // BenchmarkMemoryPerEntry: 1M keys, 100-byte values. Run with -benchtime 1x.
 func BenchmarkMemoryPerEntry(b *testing.B) {
+	memKeys, memValues := memKeysAndValues()
 	now := time.Now()
 	meta := driver.Meta{FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(2 * time.Hour), LoadedAt: now}
 	b.Run("impl=flightcache-memstore", func(b *testing.B) {
