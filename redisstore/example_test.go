@@ -14,9 +14,10 @@ import (
 
 // Example compiles but does not run under go test: it needs a Redis server.
 func Example() {
-	// Any UniversalClient works: NewClient, NewFailoverClient (Sentinel) or
-	// NewClusterClient. ContextTimeoutEnabled lets ctx (the Cache's
-	// SharedTimeout) bound a stuck socket; see "Timeouts and retries".
+	// Any UniversalClient without client-side caching works: NewClient,
+	// NewFailoverClient (Sentinel) or NewClusterClient.
+	// ContextTimeoutEnabled lets ctx (the Cache's SharedTimeout) bound a
+	// stuck socket; see "Timeouts and retries".
 	client := redis.NewUniversalClient(&redis.UniversalOptions{
 		Addrs:                 []string{"127.0.0.1:6379"},
 		ContextTimeoutEnabled: true,
