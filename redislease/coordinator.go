@@ -120,7 +120,10 @@ var _ driver.Coordinator = (*Coordinator)(nil)
 // prefix, PUBLISH and SUBSCRIBE, sharded on a Cluster, on a channel under
 // it) and returns an error matching ErrNoPermission, naming what is
 // missing, if it may not: an ACL user without the prefix's channels would
-// lose cluster coalescing and the bus silently.
+// lose cluster coalescing and the bus silently. A client with go-redis
+// client-side caching on (on a Cluster: any master's client) is refused
+// with an error matching redisstore.ErrClientSideCaching; see
+// redisstore.CheckClient.
 func New(ctx context.Context, client redis.UniversalClient, store *redisstore.Store, opts Options) (*Coordinator, error) {
 	switch {
 	case client == nil:
@@ -129,6 +132,9 @@ func New(ctx context.Context, client redis.UniversalClient, store *redisstore.St
 		return nil, &flightcache.ConfigError{Field: "store", Reason: "is nil"}
 	case !store.HashTag():
 		return nil, &flightcache.ConfigError{Field: "store", Reason: "must be built with redisstore.Options.HashTag, so a key's value, lease and token share a Redis Cluster slot"}
+	}
+	if err := redisstore.CheckClient(client); err != nil {
+		return nil, err
 	}
 	c := &Coordinator{client: client, store: store, leaseTTL: opts.LeaseTTL, failWindow: opts.FailureWindow, timeout: opts.Timeout, subs: make(map[string]*subscriber)}
 	if c.leaseTTL == 0 {
@@ -171,10 +177,16 @@ func New(ctx context.Context, client redis.UniversalClient, store *redisstore.St
 	var err error
 	if c.cluster != nil {
 		err = c.cluster.ForEachMaster(pctx, func(ctx context.Context, m *redis.Client) error {
+			if err := redisstore.CheckClient(m); err != nil {
+				return err
+			}
 			return m.Ping(ctx).Err()
 		})
 	} else {
 		err = client.Ping(pctx).Err()
+	}
+	if errors.Is(err, redisstore.ErrClientSideCaching) {
+		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: cluster coalescing was asked for, but PING failed (ask for process-local coalescing explicitly if that is what you want): %w", ErrUnreachable, err)

@@ -212,4 +212,14 @@
 // same deadline; on the hot path a failed read is a miss anyway, so a retry
 // buys little and a breaker (package breaker) does the job better: it stops
 // paying even the one deadline per call while Redis is down.
+//
+// # No client-side caching underneath
+//
+// A go-redis client with client-side caching on (ClientSideCacheConfig or
+// ClientSideCache, RESP3 CLIENT TRACKING) would answer the Store's reads
+// from a cache of its own, under the Cache's memory tier: without versions,
+// past every fence, with no staleness bound by default. New refuses such a
+// client with an error matching ErrClientSideCaching (CheckClient says
+// where it looks). For local hits use the Cache's memory tier, with a Bus
+// to keep the instances' copies coherent.
 package redisstore

@@ -14,9 +14,10 @@ import (
 
 // Example compiles but does not run under go test: it needs a Redis server.
 func Example() {
-	// Any UniversalClient works: NewClient, NewFailoverClient (Sentinel) or
-	// NewClusterClient. ContextTimeoutEnabled lets ctx (the Cache's
-	// SharedTimeout) bound a stuck socket; see "Timeouts and retries".
+	// Any UniversalClient without client-side caching works: NewClient,
+	// NewFailoverClient (Sentinel) or NewClusterClient.
+	// ContextTimeoutEnabled lets ctx (the Cache's SharedTimeout) bound a
+	// stuck socket; see "Timeouts and retries".
 	client := redis.NewUniversalClient(&redis.UniversalOptions{
 		Addrs:                 []string{"127.0.0.1:6379"},
 		ContextTimeoutEnabled: true,
@@ -52,4 +53,20 @@ func Example() {
 	case ok:
 		fmt.Printf("%s fresh=%v\n", e.Value, now.Before(e.FreshUntil))
 	}
+}
+
+// A client with go-redis client-side caching on is refused: its GETs would
+// be answered by a second cache underneath the Cache's, without versions
+// or fences. Building the client does not talk to Redis, nor does New.
+func ExampleCheckClient() {
+	client := redis.NewClient(&redis.Options{
+		Addr:                  "127.0.0.1:6379",
+		Protocol:              3,
+		ClientSideCacheConfig: &redis.ClientSideCacheConfig{},
+	})
+	defer client.Close()
+
+	_, err := redisstore.New(client, redisstore.Options{Prefix: "myapp:users:v1:"})
+	fmt.Println(errors.Is(err, redisstore.ErrClientSideCaching))
+	// Output: true
 }

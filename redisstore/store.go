@@ -97,10 +97,15 @@ const hashTagLen = 18
 var _ driver.SharedStore = (*Store)(nil)
 
 // New returns a Store that keeps entries in Redis through client. Options
-// out of range are reported as a *flightcache.ConfigError.
+// out of range are reported as a *flightcache.ConfigError. A client with
+// go-redis client-side caching on is refused with an error matching
+// ErrClientSideCaching; see CheckClient.
 func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if client == nil {
 		return nil, &flightcache.ConfigError{Field: "client", Reason: "is nil"}
+	}
+	if err := CheckClient(client); err != nil {
+		return nil, err
 	}
 	s := &Store{client: client, prefix: opts.Prefix, maxPayload: opts.MaxPayload, timeout: opts.Timeout, hashTag: opts.HashTag}
 	if s.prefix == "" {

@@ -40,6 +40,7 @@ func BenchmarkLeader(b *testing.B) {
 		b.Run(bc.name+"/impl=flightcache", func(b *testing.B) {
 			g := singleflight.New[string, int]()
 			b.ReportAllocs()
+			defer reportCPU(b, 1)()
 			for i := 0; b.Loop(); i++ {
 				v, _, _ := g.Do(ctx, benchKeys[i&1023], func(context.Context) (int, error) { return 1, nil })
 				sinkInt += v
@@ -48,6 +49,7 @@ func BenchmarkLeader(b *testing.B) {
 		b.Run(bc.name+"/impl=resenje", func(b *testing.B) {
 			var g resenje.Group[string, int]
 			b.ReportAllocs()
+			defer reportCPU(b, 1)()
 			for i := 0; b.Loop(); i++ {
 				v, _, _ := g.Do(ctx, benchKeys[i&1023], func(context.Context) (int, error) { return 1, nil })
 				sinkInt += v
@@ -57,6 +59,7 @@ func BenchmarkLeader(b *testing.B) {
 			b.Run(bc.name+"/impl=xsync", func(b *testing.B) {
 				var g xsync.Group
 				b.ReportAllocs()
+				defer reportCPU(b, 1)()
 				for i := 0; b.Loop(); i++ {
 					v, _, _ := g.Do(benchKeys[i&1023], func() (any, error) { return 1, nil })
 					sinkInt += v.(int)
@@ -139,6 +142,7 @@ const hotKeyCallers = 1000
 func hotKey(b *testing.B, do func(key string, fn func() int)) {
 	const callers = hotKeyCallers
 	b.ReportAllocs()
+	defer reportCPU(b, callers)()
 	var execs int64
 	for i := 0; b.Loop(); i++ {
 		key := benchKeys[i&1023]

@@ -31,6 +31,7 @@ func BenchmarkFloorLeaderCancellable(b *testing.B) {
 	defer cancel()
 	b.Run("impl=goroutine-handoff", func(b *testing.B) {
 		b.ReportAllocs()
+		defer reportCPU(b, 1)()
 		for b.Loop() {
 			done := make(chan struct{})
 			go func() { close(done) }()
@@ -44,6 +45,7 @@ func BenchmarkFloorLeaderCancellable(b *testing.B) {
 	// (the goroutine's closure then holds the result's destination too).
 	b.Run("impl=goroutine-handoff-result", func(b *testing.B) {
 		b.ReportAllocs()
+		defer reportCPU(b, 1)()
 		for i := 0; b.Loop(); i++ {
 			done := make(chan struct{})
 			var v int
