@@ -29,7 +29,9 @@ const maxRefreshJoins = 3
 // regardless). A loader's "not found" (ErrNotFound) replaces the value
 // with a tombstone and is returned. On failure the held value is kept,
 // and served as before, and the loader's error is returned; the failure
-// throttle counts it as any failed load.
+// throttle counts it as any failed load. A Set, Delete or invalidation of
+// key that finishes while the Refresh loads wins over it, as over any
+// load: the Refresh returns what it loaded and stores nothing.
 //
 // An invalid key is a *KeyError and a nil load an error matching
 // singleflight.ErrNilFunc; a caller whose ctx has ended gets ctx.Err()

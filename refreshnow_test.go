@@ -250,6 +250,32 @@ func TestRefreshThatJoinedADoubleCheckHitLoadsAnyway(t *testing.T) {
 	}
 }
 
+// A Set made while a Refresh loads wins: the Refresh's older load is
+// returned to its caller but stored nowhere.
+func TestSetDuringARefreshWins(t *testing.T) {
+	shared := newMapShared(nil)
+	c := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: shared, TTL: time.Hour})
+	var o origin
+	mustFetch(t, c, "p:1", o.load("1"))
+	started, gate := make(chan struct{}, 1), make(chan struct{})
+	done := refreshAsync(c, "p:1", gatedLoad(&o, started, gate))
+	<-started
+	if err := c.Set(context.Background(), "p:1", &product{ID: "1", Price: 100}); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	if a := <-done; a.err != nil || a.v.Price != 2 {
+		t.Fatalf("Refresh = %+v, %v; want its own load #2", a.v, a.err)
+	}
+	if r := mustFetch(t, c, "p:1", o.load("1")); r.Value.Price != 100 {
+		t.Fatalf("Get after the Set = %+v, want the Set's value", r.Value)
+	}
+	other := newCache(t, flightcache.Options[*product]{Shared: shared, TTL: time.Hour})
+	if r := mustFetch(t, other, "p:1", o.load("1")); r.Value.Price != 100 {
+		t.Fatalf("shared tier = %+v, want the Set's value", r.Value)
+	}
+}
+
 func TestRefreshRefusesAnInvalidKeyWithATypedError(t *testing.T) {
 	c := newCache(t, flightcache.Options[*product]{})
 	var o origin
