@@ -2,6 +2,7 @@ package redislease
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -168,3 +169,37 @@ func TestPeekWithAFrozenRedisReadsAbsentWithinSharedTimeout(t *testing.T) {
 		t.Fatalf("origin called %d times, want 1", n)
 	}
 }
+
+// A Refresh whose load fails in cluster mode keeps the held value on every
+// instance: both go on serving it, and the shared entry is untouched.
+func TestFailedRefreshKeepsTheValueOnEveryInstance(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	a := newInstance(t, newClient(t, addr), prefix, withBusFor)
+	b := newInstance(t, newClient(t, addr), prefix, withBusFor)
+	busUp(t, a, b)
+	ctx := context.Background()
+	old := &origin{value: "v1"}
+	for _, in := range []*instance{a, b} {
+		if _, err := in.cache.Get(ctx, "product:42", old.load); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failing := &origin{err: errOriginDown}
+	if _, err := a.cache.Refresh(ctx, "product:42", failing.load); !errors.Is(err, errOriginDown) {
+		t.Fatalf("failed Refresh = %v, want the loader's error", err)
+	}
+	for _, in := range []*instance{a, b} {
+		if r, err := in.cache.Fetch(ctx, "product:42", old.load); err != nil || r.Value != "v1" || !r.Outcome.Hit() {
+			t.Fatalf("Get after a failed Refresh = %+v, %v; want the held v1", r, err)
+		}
+	}
+	fresh := newInstance(t, newClient(t, addr), prefix, withBusFor)
+	if v, ok := fresh.cache.Peek(ctx, "product:42"); !ok || v != "v1" {
+		t.Fatalf("a new instance's Peek after a failed Refresh = %q, %v; want the shared v1", v, ok)
+	}
+	if n := old.calls.Load(); n != 1 {
+		t.Fatalf("origin called %d times for v1, want 1", n)
+	}
+}
+
+var errOriginDown = errors.New("origin down")
