@@ -82,6 +82,10 @@ type flight[V any] struct {
 	// noStore: the loader called NoStore, so nothing was stored (the
 	// Outcome stays OutcomeLoaded); a Refresh then announces nothing.
 	noStore bool
+	// announced: a Refresh led this flight and published the new value's
+	// Invalidation (see Refresh); a Refresh that joined it does not again.
+	// Written by the leader before the flight's result is handed over.
+	announced bool
 	// wallEnd is when the load ended on the wall clock, read precisely
 	// (see loadOrigin): the shared tier's LoadedAt for item. Zero when
 	// nothing was loaded (found).

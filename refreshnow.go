@@ -50,13 +50,32 @@ func (c *Cache[V]) Refresh(ctx context.Context, key string, load LoadFunc[V]) (V
 	if load == nil {
 		return zero, fmt.Errorf("flightcache: nil LoadFunc for Refresh: %w", singleflight.ErrNilFunc)
 	}
-	var fl *flight[V]
+	var (
+		fl   *flight[V]
+		perr error // the announcement's error, written by lead before it returns
+	)
 	for range maxRefreshJoins {
 		m := &miss[V]{c: c, key: key, load: load, forced: true}
+		// Led by this Refresh, the flight announces the new value
+		// itself, so that a caller who leaves does not keep the other
+		// instances from hearing of the value it goes on to store.
+		lead := func(ctx context.Context) (*flight[V], error) {
+			fl, err := m.run(ctx)
+			if err == nil && fl.storedLoad() {
+				perr = c.announceRefresh(ctx, key, fl)
+				fl.announced = true
+			}
+			return fl, err
+		}
 		var err error
-		fl, _, err = c.group.Do(ctx, key, m.run)
+		fl, _, err = c.group.Do(ctx, key, lead)
 		if err != nil {
 			return zero, fromEngine(err)
+		}
+		if !m.led.Load() && !fl.announced && fl.storedLoad() {
+			// A joined load (a Get's) replaced the value too, and
+			// nobody announced it.
+			perr = c.announceRefresh(ctx, key, fl)
 		}
 		// A flight of this Refresh loaded or was handed a newer load; a
 		// joined one loaded too, unless its double-check found the held
@@ -66,12 +85,15 @@ func (c *Cache[V]) Refresh(ctx context.Context, key string, load LoadFunc[V]) (V
 			break
 		}
 	}
-	var perr error
-	if !fl.found && !fl.uncached && !fl.noStore && !fl.wallEnd.IsZero() {
-		perr = c.announceRefresh(ctx, key, fl)
-	}
 	r, err := c.answer(&fl.item, OutcomeLoaded, c.opts.Now(), fl.notFound)
 	return r.Value, joinPublished(err, perr)
+}
+
+// storedLoad reports whether fl loaded a value (or a tombstone) and stored
+// it: not a value found or handed over, not one a newer write superseded,
+// not one its loader said NoStore of.
+func (fl *flight[V]) storedLoad() bool {
+	return !fl.found && !fl.uncached && !fl.noStore && !fl.wallEnd.IsZero()
 }
 
 // announceRefresh tells the other instances, as Set does (announce), that

@@ -203,3 +203,42 @@ func TestFailedRefreshKeepsTheValueOnEveryInstance(t *testing.T) {
 }
 
 var errOriginDown = errors.New("origin down")
+
+// A Refresh whose caller leaves while it loads goes on: the new value is
+// stored, and the other instance still hears of it and drops its copy.
+func TestRefreshWhoseCallerLeftStillReplacesTheOtherInstancesCopy(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	a := newInstance(t, newClient(t, addr), prefix, withBusFor)
+	b := newInstance(t, newClient(t, addr), prefix, withBusFor)
+	busUp(t, a, b)
+	ctx := context.Background()
+	old := &origin{value: "v1"}
+	for _, in := range []*instance{b, b} {
+		if _, err := in.cache.Get(ctx, "product:42", old.load); err != nil {
+			t.Fatal(err)
+		}
+	}
+	applied := b.rec.count(driver.EventInvalidationApplied)
+	fresh := &origin{value: "v2", gate: make(chan struct{}), started: make(chan int64, 1)}
+	rctx, cancel := context.WithCancel(ctx)
+	left := make(chan error, 1)
+	go func() {
+		_, err := a.cache.Refresh(rctx, "product:42", fresh.load)
+		left <- err
+	}()
+	<-fresh.started
+	cancel()
+	if err := <-left; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Refresh whose caller left = %v, want context.Canceled", err)
+	}
+	close(fresh.gate)
+	eventually(t, 10*time.Second, "b applied a's invalidation", func() bool {
+		return b.rec.count(driver.EventInvalidationApplied) > applied
+	})
+	if r, err := b.cache.Fetch(ctx, "product:42", old.load); err != nil || r.Value != "v2" {
+		t.Fatalf("b's read after the Refresh = %+v, %v; want v2", r, err)
+	}
+	if n, m := old.calls.Load(), fresh.calls.Load(); n != 1 || m != 1 {
+		t.Fatalf("origin called %d and %d times, want 1 and 1", n, m)
+	}
+}
