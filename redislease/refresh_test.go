@@ -242,3 +242,44 @@ func TestRefreshWhoseCallerLeftStillReplacesTheOtherInstancesCopy(t *testing.T) 
 		t.Fatalf("origin called %d and %d times, want 1 and 1", n, m)
 	}
 }
+
+// Peek on another instance honours what a Get honours: after a Delete or
+// an InvalidatePrefix made elsewhere (applied through the Bus), the key
+// reads absent, though the shared tier still holds the prefix's entry.
+func TestPeekOnAnotherInstanceIsAbsentAfterDeleteOrInvalidatePrefix(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	a := newInstance(t, newClient(t, addr), prefix, withBusFor)
+	b := newInstance(t, newClient(t, addr), prefix, withBusFor)
+	busUp(t, a, b)
+	ctx := context.Background()
+	o := &origin{value: "v1"}
+	for _, k := range []string{"product:1|en", "product:2|en"} {
+		if _, err := b.cache.Get(ctx, k, o.load); err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := b.cache.Peek(ctx, k); !ok || v != "v1" {
+			t.Fatalf("b's Peek of %s = %q, %v", k, v, ok)
+		}
+	}
+	applied := b.rec.count(driver.EventInvalidationApplied)
+	if err := a.cache.Delete(ctx, "product:1|en"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.cache.InvalidatePrefix(ctx, "product:2|"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "b applied both invalidations", func() bool {
+		return b.rec.count(driver.EventInvalidationApplied) >= applied+2
+	})
+	if _, ok, err := a.store.Get(ctx, "product:2|en"); err != nil || !ok {
+		t.Fatalf("the shared entry of product:2|en: %v, %v; the test needs it to outlive the invalidation", ok, err)
+	}
+	for _, k := range []string{"product:1|en", "product:2|en"} {
+		if v, ok := b.cache.Peek(ctx, k); ok {
+			t.Fatalf("b's Peek of %s after the invalidation = %q, want absent", k, v)
+		}
+	}
+	if n := o.calls.Load(); n != 2 {
+		t.Fatalf("origin called %d times, want 2 (Peek never loads)", n)
+	}
+}
