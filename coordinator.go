@@ -150,7 +150,7 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 				}
 				c.emit(ctx, kind, driver.TierShared, nil)
 			}
-			if read && !cl.Read { // asked to read-or-claim, and it did not read
+			if read && !cl.Read && !m.forced { // asked to read-or-claim, and it did not read
 				if fl, ok := m.readAfterClaim(ctx, t, cl.Lease); ok {
 					return fl, nil
 				}
@@ -160,7 +160,17 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 		if (cl.Done == 0 && cl.Read) || (cl.Done != 0 && cl.Waited == 0) {
 			// Read-or-claim found a value and took no lease, or a load
 			// that had ended before this Claim began (driver.Grant.Waited):
-			// either way a read of the shared tier, not a wake-up.
+			// either way a read of the shared tier, not a wake-up. A
+			// Refresh serves no such read: it notes what it replaces and
+			// claims again, to load.
+			if m.forced {
+				if cl.Current != nil {
+					held := c.fromWall(cl.Current.Meta)
+					m.replaces(&held)
+				}
+				after, read = cl.Done, false
+				continue
+			}
 			if it, ok := m.recheck(ctx, c.opts.Now(), t, cl.Current, cl.Done != 0 && !cl.Read); ok {
 				return &flight[V]{item: it, found: true}, nil
 			}
@@ -215,7 +225,8 @@ func (m *miss[V]) lead(ctx context.Context, t coherence.Ticket, lease driver.Lea
 		m.failLease(ctx, lease, err)
 		return fl, err
 	}
-	fl = m.completeLease(ctx, t, lease, fl, pol.noStore.Load(), &ended)
+	fl.noStore = pol.noStore.Load()
+	fl = m.completeLease(ctx, t, lease, fl, fl.noStore, &ended)
 	if m.newerThan != 0 {
 		m.c.refreshDone(m)
 	}
@@ -229,7 +240,7 @@ func (m *miss[V]) loadWithoutLease(ctx context.Context, t coherence.Ticket, stor
 	if err != nil {
 		return fl, err
 	}
-	if store && !pol.noStore.Load() {
+	if fl.noStore = pol.noStore.Load(); store && !fl.noStore {
 		fl.writeErr = m.writeBack(ctx, t, fl)
 	}
 	fl.uncached = !store
@@ -242,11 +253,12 @@ func (m *miss[V]) loadWithoutLease(ctx context.Context, t coherence.Ticket, stor
 // waitTimedOut applies OnCoalesceTimeout. A stale value is served by the
 // caller (settle) on the error; loading here, with nothing to serve, skips
 // the lease and the write: the leader is still at work, and its fenced
-// write is the one that should land. An early refresh never loads here:
-// the value it refreshes is still fresh, and the lease holder stores the
-// new one; a load it could not store would be an origin call for nothing.
+// write is the one that should land. An early refresh or a Refresh never
+// loads here: the value it refreshes is still fresh, and the lease holder
+// stores the new one; a load it could not store would be an origin call
+// for nothing.
 func (m *miss[V]) waitTimedOut(ctx context.Context, t coherence.Ticket, err error) (*flight[V], error) {
-	if m.c.opts.OnCoalesceTimeout == WaitFail || m.hasStale || m.newerThan != 0 {
+	if m.c.opts.OnCoalesceTimeout == WaitFail || m.hasStale || m.newerThan != 0 || m.forced {
 		return nil, err
 	}
 	return m.loadWithoutLease(ctx, t, false)

@@ -44,7 +44,9 @@
 // (OutcomeFiltered) without touching the shared tier or the origin, which
 // turns away floods of made-up keys (package bloomguard). Set and Delete win over a load in flight for
 // the same key: its late write-back is dropped, so it cannot resurrect an
-// older value.
+// older value. Refresh reloads a key now through its flight while Gets go
+// on being served the held value, and Peek reads the tiers as a Get would
+// without ever loading.
 //
 // A caller whose context has already ended gets its error and starts
 // nothing; after Close every call gets ErrClosed, and a load still running

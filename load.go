@@ -41,6 +41,15 @@ type miss[V any] struct {
 	// mode's wait bound serves it rather than loading. Written before the
 	// flight. (It fits in sharedDown's padding: the size stays 64.)
 	hasStale bool
+	// forced: the miss is a Refresh's (refreshnow.go), which loads even
+	// though a fresh value is held. Its double-check serves nothing, and
+	// newerThan is then the read time (UnixNano, this Cache's clock) of
+	// the newest value the flight found held, which it replaces: only a
+	// value read later, handed over by a load it waited for (another
+	// instance's, or a newer write's that refused its own), stands in for
+	// its own load. Written before the flight; newerThan then by run only.
+	// (In the padding too.)
+	forced bool
 	// loadCtx is the flight's loader context, for the Tracer. Written and
 	// read by the caller only, after the flight answered.
 	loadCtx context.Context
@@ -70,6 +79,13 @@ type flight[V any] struct {
 	remote bool
 	// uncached: the load stored nothing by design (OutcomeLoadedUncached).
 	uncached bool
+	// noStore: the loader called NoStore, so nothing was stored (the
+	// Outcome stays OutcomeLoaded); a Refresh then announces nothing.
+	noStore bool
+	// announced: a Refresh led this flight and published the new value's
+	// Invalidation (see Refresh); a Refresh that joined it does not again.
+	// Written by the leader before the flight's result is handed over.
+	announced bool
 	// wallEnd is when the load ended on the wall clock, read precisely
 	// (see loadOrigin): the shared tier's LoadedAt for item. Zero when
 	// nothing was loaded (found).
@@ -107,7 +123,15 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 	// that claims the key (read-or-claim, see coordinated): the
 	// double-check reads only the local tier here.
 	now := c.opts.Now()
-	if it, ok := m.recheck(ctx, now, t, nil, c.opts.Coordinator == nil); ok {
+	if m.forced {
+		// A Refresh loads whatever is held; it only notes what it
+		// replaces, for a wake-up in cluster mode (see coordinated).
+		if c.opts.Local != nil {
+			if it, ok := c.opts.Local.Get(m.key); ok {
+				m.replaces(&it.Meta)
+			}
+		}
+	} else if it, ok := m.recheck(ctx, now, t, nil, c.opts.Coordinator == nil); ok {
 		return &flight[V]{item: it, found: true}, nil
 	}
 	if c.throttle != nil {
@@ -125,7 +149,7 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 	if err != nil {
 		return fl, err
 	}
-	if !pol.noStore.Load() {
+	if fl.noStore = pol.noStore.Load(); !fl.noStore {
 		fl.writeErr = m.writeBack(ctx, t, fl)
 	}
 	if m.newerThan != 0 {
@@ -144,6 +168,9 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket, read *driver.Entry, look bool) (driver.Item[V], bool) {
 	c := m.c
 	usable := func(it *driver.Item[V]) bool {
+		if m.forced {
+			return now.Before(it.FreshUntil) && readAt(&it.Meta).UnixNano() > m.newerThan
+		}
 		return now.Before(it.FreshUntil) && it.FreshUntil.UnixNano() > m.newerThan
 	}
 	if c.opts.Local != nil {

@@ -9,7 +9,7 @@
 // The checks, each its own analyzer:
 //
 //   - loaderctx (LoaderCtx): a loader literal passed to Cache.Get, Fetch,
-//     GetMany, FetchMany or Group.Do, DoChan that uses the caller's
+//     GetMany, FetchMany, Refresh or Group.Do, DoChan that uses the caller's
 //     context from the enclosing function instead of its own parameter.
 //     The first caller to leave would then cancel the load shared by every
 //     waiter. A suggested fix uses the parameter.
@@ -17,7 +17,7 @@
 //     used there and dropped, which coalesces nothing. Tests and func main
 //     are exempt.
 //   - mutatehit (MutateHit): a write through a pointer, map or slice that
-//     Get or Fetch returned from a Cache provably built without
+//     Get, Fetch, Refresh or Peek returned from a Cache provably built without
 //     Options.Clone, which changes the value every other caller shares.
 //   - handkey (HandKey): a key built at the call site with fmt.Sprintf,
 //     strings.Join or +, where package key would name every dimension.

@@ -51,7 +51,7 @@ func runHandKey(pass *analysis.Pass) (any, error) {
 		cl := res.resolve(c.Node().(*ast.CallExpr))
 		var k ast.Expr
 		switch {
-		case cl.id.isCacheMethod("Get", "Fetch", "Set", "Delete"), cl.id.isGroupMethod("Do", "DoChan"):
+		case cl.id.isCacheMethod("Get", "Fetch", "Set", "Delete", "Refresh", "Peek"), cl.id.isGroupMethod("Do", "DoChan"):
 			if len(cl.args) > 1 {
 				k = cl.args[1]
 			}

@@ -212,7 +212,7 @@ func outerContexts(info *types.Info, lit *ast.FuncLit) []offence {
 // calleeName is how a message names what a loader was passed to.
 func calleeName(cl call) string {
 	switch {
-	case cl.id.isCacheMethod("Get", "Fetch", "GetMany", "FetchMany"), cl.id.isGroupMethod("Do", "DoChan"):
+	case cl.id.isCacheMethod("Get", "Fetch", "GetMany", "FetchMany", "Refresh"), cl.id.isGroupMethod("Do", "DoChan"):
 		return cl.id.recv + "." + cl.id.name
 	case cl.fn != nil:
 		return cl.fn.Name()

@@ -146,11 +146,11 @@ func runMutateHit(pass *analysis.Pass) (any, error) {
 			continue
 		}
 		cl := res.resolve(ce)
-		if !cl.id.isCacheMethod("Get", "Fetch") || cl.recv == nil || !cloneless(cl.recv) {
+		if !cl.id.isCacheMethod("Get", "Fetch", "Refresh", "Peek") || cl.recv == nil || !cloneless(cl.recv) {
 			continue
 		}
-		if cl.id.name == "Get" && sharesMemory(v.Type()) {
-			values[v] = "Get"
+		if cl.id.name != "Fetch" && sharesMemory(v.Type()) {
+			values[v] = cl.id.name
 		}
 		if cl.id.name == "Fetch" {
 			results[v] = "Fetch"

@@ -32,8 +32,10 @@ func (s *Server) Positives(ctx context.Context, tenant, id string, parts []strin
 	_, _, _ = s.group.Do(ctx, "p/"+id, load)                        // want `cache key built by hand with \+`
 	_ = s.group.DoChan(ctx, fmt.Sprintf("%s/%s", tenant, id), load) // want `cache key built by hand with fmt.Sprintf`
 	s.group.Forget("p/" + id)                                       // want `cache key built by hand with \+`
+	_, _ = s.cache.Refresh(ctx, "product:"+id, load)                // want `cache key built by hand with \+`
+	_, _ = s.cache.Peek(ctx, "product:"+id)                         // want `cache key built by hand with \+`
 	k := fmt.Sprintf("product:%s", id)
-	_, _ = s.cache.Get(ctx, k, load) // want `cache key built by hand with fmt.Sprintf \(line 35\)`
+	_, _ = s.cache.Get(ctx, k, load) // want `cache key built by hand with fmt.Sprintf \(line 37\)`
 }
 
 func (s *Server) Negatives(ctx context.Context, tenant, id string, n int) error {

@@ -33,6 +33,13 @@ func (s *Server) Get(ctx context.Context, id string) (*Product, error) {
 	})
 }
 
+// A Refresh's loader is shared as a Get's is.
+func (s *Server) Refresh(ctx context.Context, id string) (*Product, error) {
+	return s.cache.Refresh(ctx, id, func(context.Context) (*Product, error) {
+		return fetch(ctx, id) // want `loader passed to Cache.Refresh uses ctx from the enclosing function`
+	})
+}
+
 // A blank parameter gets named.
 func (s *Server) Blank(ctx context.Context, id string) (*Product, error) {
 	p, _, err := s.group.Do(ctx, id, func(_ context.Context) (*Product, error) {

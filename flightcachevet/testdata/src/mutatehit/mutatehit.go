@@ -78,6 +78,12 @@ func (s *Server) Writes(ctx context.Context, id string) error {
 		return err
 	}
 	res.Value.Views += 2 // want `write through the value Fetch returned`
+	if fresh, err := s.products.Refresh(ctx, id, load); err == nil {
+		fresh.Views = 0 // want `write through the value Refresh returned`
+	}
+	if held, ok := s.products.Peek(ctx, id); ok {
+		held.Views = 0 // want `write through the value Peek returned`
+	}
 	v := res.Value
 	v.Name = "y" // want `write through the value Fetch returned`
 	res.Age = 0  // the Result is the caller's own copy

@@ -49,6 +49,15 @@ func (c *Cache[V]) FetchMany(ctx context.Context, keys []string, load BatchLoadF
 	return nil
 }
 
+func (c *Cache[V]) Refresh(ctx context.Context, key string, load LoadFunc[V]) (V, error) {
+	return load(ctx)
+}
+
+func (c *Cache[V]) Peek(ctx context.Context, key string) (V, bool) {
+	var v V
+	return v, false
+}
+
 func (c *Cache[V]) Set(ctx context.Context, key string, v V) error { return nil }
 
 func (c *Cache[V]) Delete(ctx context.Context, key string) error { return nil }
