@@ -15,8 +15,11 @@ type BatcherOptions struct {
 	// MaxKeys bounds the keys of one origin call; 0 means 100.
 	MaxKeys int
 	// MaxDelay, when positive, bounds how long a key waits for the calls
-	// in progress to return: then its keys go in a call of their own
-	// (MaxInFlight permitting). 0: they wait for a return or for MaxKeys.
+	// in progress to return: then the waiting keys go in a call of their
+	// own (MaxInFlight permitting). 0: they wait for a return or for
+	// MaxKeys, so a slow or hung call holds the keys behind it until it
+	// returns; set MaxDelay to a few of the origin's round trips when its
+	// calls may be slow.
 	MaxDelay time.Duration
 	// MaxInFlight bounds the origin calls in progress at once; 0 means 8.
 	// Keys beyond it wait for a call to return, MaxDelay or not.
