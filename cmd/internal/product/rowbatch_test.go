@@ -22,9 +22,9 @@ type heldStatements struct {
 }
 
 func (h *heldStatements) GetMany(ctx context.Context, sel Selection) (map[string]Product, error) {
-	h.statements <- Selection{Tenant: sel.Tenant, Locale: sel.Locale, Currency: sel.Currency, IDs: slices.Clone(sel.IDs)}
 	first := false
-	h.once.Do(func() { first = true })
+	h.once.Do(func() { first = true }) // before the test hears of the statement
+	h.statements <- Selection{Tenant: sel.Tenant, Locale: sel.Locale, Currency: sel.Currency, IDs: slices.Clone(sel.IDs)}
 	if first {
 		<-h.release
 	}
