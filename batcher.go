@@ -55,9 +55,14 @@ type BatcherOptions struct {
 // The load's answer is shared out key by key: a key absent from the map is
 // ErrNotFound for itself alone; a *BatchError with Keys fails those keys
 // with their errors and serves the others from the map; any other error
-// fails the keys of that call only. SetTTL and NoStore on the call's ctx
-// apply to every key of the call. A Batcher is safe for concurrent use
-// and needs no Close: it runs goroutines only while calls are in progress.
+// fails the keys of that call only, and so does a panic (a
+// *singleflight.PanicError). SetTTL and NoStore on the call's ctx apply to
+// every key of the call.
+//
+// In cluster mode each key's flight claims its own lease before its load
+// joins a call: one load per key in the cluster, one lease round trip per
+// key. A Batcher is safe for concurrent use and needs no Close: it runs
+// goroutines only while calls are in progress.
 type Batcher[V any] struct {
 	load        BatchLoadFunc[V]
 	part        func(string) string
