@@ -21,7 +21,8 @@ import (
 // them, and returns what it found: a key absent from the map does not exist
 // and is cached negatively, like a LoadFunc's ErrNotFound. A key in the map
 // that was not asked for is ignored (and reported as EventUnrequestedKey).
-// An error fails every key of the call; the map is then ignored.
+// A *BatchError with Keys fails those keys alone, each with its error; any
+// other error fails every key of the call, and the map is then ignored.
 //
 // Its ctx is like a LoadFunc's: it carries the values of the batch's
 // caller, not its cancellation, and it ends at the loader timeout or on
@@ -41,15 +42,26 @@ type KeyResult[V any] struct {
 
 // BatchError is GetMany's error when some keys failed for another reason
 // than not existing. The values of the other keys are returned with it.
+//
+// A BatchLoadFunc returns one with Keys to fail single keys without
+// failing the others: each key of Keys gets its error (ErrNotFound
+// included), and the other keys are answered from the map as usual.
 type BatchError struct {
 	// Failed counts the failed keys.
 	Failed int
 	// Err is the first failure, in the order of the keys.
 	Err error
+	// Keys maps each failed key to its error. GetMany and
+	// Batcher.LoadMany fill it; a BatchLoadFunc sets it to fail those keys
+	// alone (Failed and Err may then stay zero).
+	Keys map[string]error
 }
 
 // Error counts the failed keys and gives the first failure.
 func (e *BatchError) Error() string {
+	if e.Err == nil && len(e.Keys) > 0 { // a loader's, with Keys only
+		return fmt.Sprintf("flightcache: %d keys of a batch failed", len(e.Keys))
+	}
 	return fmt.Sprintf("flightcache: %d keys of a batch failed, the first with: %v", e.Failed, e.Err)
 }
 
@@ -84,9 +96,10 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFun
 		case errors.Is(err, ErrNotFound):
 		default:
 			if be == nil {
-				be = &BatchError{Err: err}
+				be = &BatchError{Err: err, Keys: make(map[string]error)}
 			}
 			be.Failed++
+			be.Keys[keys[i]] = err
 		}
 	}
 	if be != nil {
@@ -514,6 +527,10 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		start = c.opts.Now()
 	}
 	found, err := callBatchLoader(lctx, load, ask)
+	var keyErrs map[string]error
+	if be := (*BatchError)(nil); errors.As(err, &be) && be.Keys != nil {
+		keyErrs, err = be.Keys, nil
+	}
 	end := c.opts.Now()
 	took, wallEnd := end.Sub(start), time.Time{}
 	if c.preciseLoadTime {
@@ -548,11 +565,33 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		flightgroup.StopTimeout(bk.f.Context())
 	}
 	c.reportUnrequested(fctx, found, ask)
+	// Keys the loader failed one by one (a *BatchError with Keys) get their
+	// errors; the others are answered from the map.
+	if len(keyErrs) > 0 {
+		todo = slices.DeleteFunc(todo, func(j int) bool {
+			kerr, ok := keyErrs[names[j]]
+			if !ok || kerr == nil || errors.Is(kerr, ErrNotFound) {
+				return false // ErrNotFound: absent from the map, a tombstone
+			}
+			if c.throttle != nil {
+				c.throttle.fail(names[j], kerr, end)
+			}
+			answers[j] = batchAnswer[V]{err: kerr}
+			return true
+		})
+		ask = ask[:0]
+		for _, j := range todo {
+			ask = append(ask, names[j])
+		}
+	}
 
 	ttl := min(time.Duration(pol.ttl.Load()), c.opts.MaxTTL) // SetTTL's, capped; 0: none
 	flights := make([]*flight[V], len(todo))
 	for n, j := range todo {
 		v, ok := found[names[j]]
+		if ok && keyErrs[names[j]] != nil { // ErrNotFound in Keys: the key does not exist
+			ok = false
+		}
 		fl := &flight[V]{item: driver.Item[V]{Value: v, Meta: driver.Meta{LoadDuration: took, LoadedAt: end, NotFound: !ok}}, wallEnd: wallEnd}
 		if !ok {
 			fl.notFound = ErrNotFound

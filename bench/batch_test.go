@@ -147,6 +147,22 @@ func BenchmarkBatchOverlapping(b *testing.B) {
 			c.FetchMany(ctx, keys, load)
 		})
 	})
+	b.Run("impl=flightcache-FetchMany-Batcher", func(b *testing.B) {
+		// The batches' loads share the Batcher's calls: the keys each
+		// batch leads merge into calls of up to 100 keys.
+		local, _ := memstore.New(memstore.Options[*product]{MaxEntries: 100 * benchKeys})
+		defer local.Close()
+		c, _ := flightcache.New(flightcache.Options[*product]{Local: local, TTL: time.Hour})
+		defer c.Close()
+		var (
+			once sync.Once
+			bt   *flightcache.Batcher[*product]
+		)
+		batchOverlapping(b, func(ctx context.Context, keys []string, load func(context.Context, []string) (map[string]*product, error)) {
+			once.Do(func() { bt, _ = flightcache.NewBatcher(load, flightcache.BatcherOptions{}) })
+			c.FetchMany(ctx, keys, bt.LoadMany)
+		})
+	})
 	b.Run("impl=sturdyc-GetOrFetchBatch", func(b *testing.B) {
 		sc := newSturdyc()
 		batchOverlapping(b, func(ctx context.Context, keys []string, load func(context.Context, []string) (map[string]*product, error)) {

@@ -11,10 +11,12 @@ require (
 	github.com/flightcache/flightcache/redislease v0.1.0
 	github.com/flightcache/flightcache/redisstore v0.1.0
 	github.com/go-redis/cache/v9 v9.0.0
+	github.com/graph-gophers/dataloader/v7 v7.1.0
 	github.com/maypok86/otter/v2 v2.4.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/viccon/sturdyc v1.1.5
+	github.com/vikstrous/dataloadgen v0.0.10
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	golang.org/x/sync v0.25.0
 	resenje.org/singleflight v0.4.3

@@ -211,3 +211,20 @@ type SpanInfo struct {
 	LoadCtx context.Context
 	Err     error
 }
+
+type batchMembersKey struct{}
+
+// WithBatchMembers returns ctx carrying members: the contexts of the
+// flights whose keys share one batched origin call. A Batcher puts them on
+// the context of the call, which belongs to none of them, so that a loader
+// or a tracer can link the call's span to each member's.
+func WithBatchMembers(ctx context.Context, members []context.Context) context.Context {
+	return context.WithValue(ctx, batchMembersKey{}, members)
+}
+
+// BatchMembers returns the member contexts WithBatchMembers put on ctx, nil
+// when ctx is not a batched call's. The slice must not be modified.
+func BatchMembers(ctx context.Context) []context.Context {
+	m, _ := ctx.Value(batchMembersKey{}).([]context.Context)
+	return m
+}

@@ -97,3 +97,22 @@ func endWith(span trace.Span, err error) {
 	}
 	span.End()
 }
+
+// BatchLinks returns a link to the load span of each flight that shares
+// the batched origin call of ctx (a flightcache.Batcher's call, see
+// driver.BatchMembers), for a batch loader that starts a span of its own:
+//
+//	ctx, span := tp.Tracer("products").Start(ctx, "products.load", trace.WithLinks(otelflight.BatchLinks(ctx)...))
+//
+// The call's context has no parent span, since it belongs to no caller;
+// the links tie it to every member's load. Nil when ctx is not a batched
+// call's.
+func BatchLinks(ctx context.Context) []trace.Link {
+	var links []trace.Link
+	for _, m := range driver.BatchMembers(ctx) {
+		if sc := trace.SpanContextFromContext(m); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
+	}
+	return links
+}

@@ -21,9 +21,10 @@ type BatchServed struct {
 
 // GetMany returns the products sel names. In flightcache mode every id is
 // read through the cache as Get reads it, and the ids no tier has are
-// loaded with one origin statement per chunk of the Cache's MaxBatchSize
-// (an id another request is loading at the moment is shared, not loaded
-// again). In naive mode each id is read with the naive Get. sel.IDs must be
+// loaded through the service's row Batcher, with the misses of concurrent
+// Gets and batches of the same selection: one origin statement per call of
+// at most MaxBatchIDs ids (an id another request is loading at the moment
+// is shared, not loaded again). In naive mode each id is read with the naive Get. sel.IDs must be
 // distinct and valid (NewRef). A failure of any id fails the call: the
 // first failure is returned, with the outcomes of every id.
 func (s *QueryService) GetMany(ctx context.Context, sel Selection) (BatchServed, error) {
@@ -60,40 +61,8 @@ func (s *QueryService) GetMany(ctx context.Context, sel Selection) (BatchServed,
 		return out, first
 	}
 
-	br, ok := s.repo.(BatchRepository)
-	if !ok {
-		br = Count(s.repo, nil) // one Get per id
-	}
-	// The loader gets the keys to load; idOf maps them back. It is
-	// read-only once built, so concurrent chunks may share it.
-	idOf := make(map[string]string, len(keys))
-	for i, k := range keys {
-		idOf[k] = sel.IDs[i]
-	}
-	load := func(ctx context.Context, ks []string) (map[string]Entry, error) {
-		part := Selection{Tenant: sel.Tenant, Locale: sel.Locale, Currency: sel.Currency, IDs: make([]string, len(ks))}
-		for i, k := range ks {
-			part.IDs[i] = idOf[k]
-		}
-		rows, err := br.GetMany(ctx, part)
-		if err != nil {
-			return nil, err
-		}
-		// No SetTTL: it would apply to every key of the call, found or
-		// not, while the Cache's own TTL (jittered per key) and
-		// NegativeTTL are the service's policy already. FreshUntil stays
-		// zero, so a later Get of such an entry reports its TTL as
-		// unknown rather than guess the jitter.
-		found := make(map[string]Entry, len(rows))
-		for i, id := range part.IDs {
-			if p, ok := rows[id]; ok {
-				found[ks[i]] = Entry{Product: p}
-			}
-		}
-		return found, nil
-	}
 	var first error
-	for i, r := range s.opts.Cache.FetchMany(ctx, keys, load) {
+	for i, r := range s.opts.Cache.FetchMany(ctx, keys, s.rows.LoadMany) {
 		out.Outcomes[r.Outcome]++
 		switch {
 		case errors.Is(r.Err, flightcache.ErrNotFound):

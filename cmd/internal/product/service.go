@@ -155,6 +155,8 @@ type QueryService struct {
 	// invalidateWarn rate-limits the warning about failed invalidations:
 	// with Redis down, every PUT would log one.
 	invalidateWarn *ratelog.Limiter
+	// rows batches the row loads of flightcache mode (rowbatch.go).
+	rows *flightcache.Batcher[Entry]
 }
 
 // NewQueryService returns a service over repo.
@@ -198,12 +200,17 @@ func NewQueryService(repo Repository, opts ServiceOptions) (*QueryService, error
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &QueryService{
+	s := &QueryService{
 		repo:           repo,
 		opts:           opts,
 		invalidateWarn: ratelog.New(opts.Logger, time.Second),
 		keys:           keyBuilder(opts.PolicyVersion),
-	}, nil
+	}
+	var err error
+	if s.rows, err = newRowBatcher(s); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // keyBuilder builds the cache keys of the policy version: every dimension
@@ -296,19 +303,7 @@ func (s *QueryService) Get(ctx context.Context, ref Ref) (Served, error) {
 	if s.opts.Mode == ModeNaive {
 		return s.getNaive(ctx, ref, k)
 	}
-	load := func(ctx context.Context) (Entry, error) {
-		p, err := s.repo.Get(ctx, ref)
-		if errors.Is(err, ErrNotFound) {
-			flightcache.SetTTL(ctx, s.opts.NegativeTTL)
-			return Entry{}, ErrNotFoundCached
-		}
-		if err != nil {
-			return Entry{}, err
-		}
-		ttl := s.jitteredTTL()
-		flightcache.SetTTL(ctx, ttl)
-		return Entry{Product: p, FreshUntil: s.opts.Now().Add(ttl)}, nil
-	}
+	load := s.loadRow(k) // concurrent misses share one statement
 	note := new(staleNote)
 	r, err := s.opts.Cache.Fetch(context.WithValue(ctx, staleNoteKey{}, note), k, load)
 	if r.Outcome == flightcache.OutcomeNegativeHit && s.opts.CreatedSince != nil && s.opts.CreatedSince(ctx, ref, s.opts.Now().Add(-r.Age)) {

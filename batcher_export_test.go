@@ -1,0 +1,13 @@
+package flightcache
+
+// Waiting counts the keys queued in b and not yet sent to the origin, so
+// that tests can wait for a state instead of sleeping.
+func (b *Batcher[V]) Waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, l := range b.lanes {
+		n += len(l.pending)
+	}
+	return n
+}
