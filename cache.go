@@ -603,7 +603,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	if encErr == nil {
 		// Before the write: from now on this instance takes no shared
 		// entry read before it for newer (see coherence.Fences).
-		c.fenceKey(ctx, key, version)
+		c.fenceKey(ctx, key, version, coherence.FromWrite)
 	}
 	it.FilledAt = now
 	err := c.explicit(ctx, key, func() error {
@@ -626,7 +626,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	}
 	if encErr != nil {
 		version = time.Now() // the shared entry is gone, not replaced
-		c.fenceKey(ctx, key, version)
+		c.fenceKey(ctx, key, version, coherence.FromWrite)
 	}
 	return joinPublished(err, c.announce(ctx, driver.InvalidationKey, key, version, err != nil))
 }
@@ -682,7 +682,7 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 	if err := c.admit(ctx, key); err != nil {
 		return err
 	}
-	c.fenceKey(ctx, key, time.Now())
+	c.fenceKey(ctx, key, time.Now(), coherence.FromWrite)
 	err := c.explicit(ctx, key, func() error {
 		if c.opts.Local != nil {
 			c.opts.Local.Delete(key)
@@ -696,7 +696,7 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 		c.writeFailed(ctx, driver.TierShared, err)
 	}
 	version := time.Now()
-	c.fenceKey(ctx, key, version)
+	c.fenceKey(ctx, key, version, coherence.FromWrite)
 	return joinPublished(err, c.announce(ctx, driver.InvalidationKey, key, version, err != nil))
 }
 

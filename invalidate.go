@@ -148,14 +148,15 @@ func (c *Cache[V]) invalidateBulk(ctx context.Context, kind driver.InvalidationK
 	return c.announce(ctx, kind, prefix, wall, false)
 }
 
-// fenceKey records an explicit write of key (Set, Delete, an invalidation
-// received) whose data dates from version (wall clock): the Set's own
+// fenceKey records an explicit write of key (Set, Delete: src
+// coherence.FromWrite) or an invalidation received (FromInvalidation)
+// whose data dates from version (wall clock): the Set's own
 // entry, or the moment of a Delete. From then on this instance takes no
 // shared entry read before it (coherence.Fences), warning when the table
 // had to drop an explicit fence early. It reports whether version is newer
 // than the key's fence was.
-func (c *Cache[V]) fenceKey(ctx context.Context, key string, version time.Time) bool {
-	_, fresh, dropped := c.coh.NoteKey(key, version, c.opts.Now(), true)
+func (c *Cache[V]) fenceKey(ctx context.Context, key string, version time.Time, src coherence.Source) bool {
+	_, fresh, dropped := c.coh.NoteKey(key, version, c.opts.Now(), src)
 	c.fencesDropped(ctx, false, dropped)
 	return fresh
 }
@@ -314,7 +315,7 @@ func (c *Cache[V]) received(inv driver.Invalidation) {
 		if c.admit(ctx, inv.Target) != nil {
 			break // no key of this Cache: nothing it could cover
 		}
-		fresh := c.fenceKey(ctx, inv.Target, inv.Version)
+		fresh := c.fenceKey(ctx, inv.Target, inv.Version, coherence.FromInvalidation)
 		held, dropped := c.applyKey(inv.Target, version)
 		applied = dropped || (fresh && !held)
 	case driver.InvalidationPrefix, driver.InvalidationAll:

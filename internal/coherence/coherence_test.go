@@ -96,11 +96,11 @@ func TestTicketRegistryHoldsOnlyKeysInProgress(t *testing.T) {
 
 func TestKeyFenceKeepsTheNewestVersionAndExpires(t *testing.T) {
 	f := Fences{Window: time.Minute}
-	if _, fresh, _ := f.NoteKey("k", at(5), base, true); !fresh {
+	if _, fresh, _ := f.NoteKey("k", at(5), base, FromWrite); !fresh {
 		t.Fatal("the first fence of a key is not fresh")
 	}
 	for _, old := range []int{5, 4} {
-		if prev, fresh, _ := f.NoteKey("k", at(old), base, true); fresh || !prev.Equal(at(5)) {
+		if prev, fresh, _ := f.NoteKey("k", at(old), base, FromWrite); fresh || !prev.Equal(at(5)) {
 			t.Fatalf("version %d after 5: fresh %v, prev %v", old, fresh, prev)
 		}
 	}
@@ -117,15 +117,15 @@ func TestKeyFenceKeepsTheNewestVersionAndExpires(t *testing.T) {
 	if f.Covered("k", at(0), true, later, 0) {
 		t.Fatal("an expired fence still covers")
 	}
-	if _, fresh, _ := f.NoteKey("k", at(1), later, true); !fresh {
+	if _, fresh, _ := f.NoteKey("k", at(1), later, FromWrite); !fresh {
 		t.Fatal("an expired key still deduplicates")
 	}
 }
 
 func TestKeyFencesCompareAtMicrosecondPrecision(t *testing.T) {
 	f := Fences{Window: time.Hour}
-	set := time.Unix(2000, 123456789) // a Set's entry, read at this instant
-	f.NoteKey("k", set, base, true)   // its fence, as another instance gets it
+	set := time.Unix(2000, 123456789)    // a Set's entry, read at this instant
+	f.NoteKey("k", set, base, FromWrite) // its fence, as another instance gets it
 	if f.Covered("k", set, true, base, 0) {
 		t.Fatal("a Set's own entry is covered by its own fence")
 	}
@@ -166,7 +166,7 @@ func TestFencesAreBoundedPerKindAndKeyFencesNeverPushOutBulkOnes(t *testing.T) {
 	f.NoteBulk("", wall, base) // a Clear
 	var dropped int64
 	for i := range MaxKeyFences + 10*keyFenceShards {
-		_, _, d := f.NoteKey(strconv.Itoa(i), wall, base, true)
+		_, _, d := f.NoteKey(strconv.Itoa(i), wall, base, FromWrite)
 		dropped = max(dropped, d)
 	}
 	keys, bulk := f.Len()
@@ -179,7 +179,7 @@ func TestFencesAreBoundedPerKindAndKeyFencesNeverPushOutBulkOnes(t *testing.T) {
 	// Fills do not count as explicit drops: they need no warning.
 	g := Fences{Window: time.Hour}
 	for i := range MaxKeyFences + 10*keyFenceShards {
-		if _, _, d := g.NoteKey(strconv.Itoa(i), wall, base, false); d != 0 {
+		if _, _, d := g.NoteKey(strconv.Itoa(i), wall, base, FromFill); d != 0 {
 			t.Fatalf("a fill's fence dropped early counted as an explicit drop (%d)", d)
 		}
 	}
@@ -204,7 +204,7 @@ func TestFillFencesAreBoundedByKeysNotByNotes(t *testing.T) {
 	f := Fences{Window: time.Hour}
 	for round := range 3 {
 		for i := range MaxFillFences {
-			if _, fresh, _ := f.NoteKey("key:"+strconv.Itoa(i), at(1+round), base, false); !fresh {
+			if _, fresh, _ := f.NoteKey("key:"+strconv.Itoa(i), at(1+round), base, FromFill); !fresh {
 				t.Fatalf("round %d, key %d: a newer fill did not raise the fence", round, i)
 			}
 		}
@@ -220,7 +220,7 @@ func TestFillFencesAreBoundedByKeysNotByNotes(t *testing.T) {
 	// Past the bound the table stays within it, and the newest fill is
 	// fenced.
 	for i := range 1000 {
-		f.NoteKey("more:"+strconv.Itoa(i), at(9), base, false)
+		f.NoteKey("more:"+strconv.Itoa(i), at(9), base, FromFill)
 	}
 	if keys, _ := f.Len(); keys != MaxFillFences {
 		t.Fatalf("%d key fences, want the bound %d", keys, MaxFillFences)
@@ -271,14 +271,15 @@ func TestFillNeverGoesBackToOlderData(t *testing.T) {
 	if !m.Covered("k", at(4), true, base, 0) || m.Covered("k", at(6), true, base, 0) {
 		t.Fatal("a fill's read time does not fence older shared entries")
 	}
-	// A load under an outdated ticket (an explicit write finished since
-	// it was taken) notes nothing, whatever its read time: it began
-	// before the write, and is older than it.
+	// A load under an outdated ticket (this instance's own explicit write
+	// finished since it was taken) writes and notes nothing, whatever its
+	// read time: on the writer's instance the write wins.
+	m.NoteKey("k", at(7), base, FromWrite)
 	if got := m.DecideFill("k", false, r(8), Held{}, base); got != FillSkip {
 		t.Fatalf("a load's fill under an outdated ticket: %v, want FillSkip", got)
 	}
 	if m.Covered("k", at(7), true, base, 0) {
-		t.Fatal("a load's fill under an outdated ticket raised the key's fence")
+		t.Fatal("a load outdated by this instance's write raised the key's fence")
 	}
 	// A shared read under an outdated ticket serves what the tier held,
 	// its newest state: later reads must not go back past it.
@@ -291,6 +292,40 @@ func TestFillNeverGoesBackToOlderData(t *testing.T) {
 	m.Close()
 	if got := m.DecideFill("k", true, r(9), Held{}, base); got != FillSkip {
 		t.Fatalf("a fill after Close: %v, want FillSkip", got)
+	}
+}
+
+// A load that began before an invalidation from another instance, and
+// served its callers a value read after the invalidated write, stores
+// nothing but records the version it served: the invalidated write's older
+// shared entry is then absent, so those callers' next read does not go back
+// to it. (The interleaving of TestConcurrentWritesAndReadsNeverRegressPerReader
+// that served 92, then the Set of 91.)
+func TestALoadServedUnderAnOutdatedTicketRaisesTheVersionUnlessThisInstanceWrote(t *testing.T) {
+	var m Model
+	m.Window = time.Hour
+	load := Read{Wall: at(8)}
+	m.NoteKey("k", at(7), base, FromInvalidation) // the Set of 91, heard of
+	if got := m.DecideFill("k", false, load, Held{}, base); got != FillSkip {
+		t.Fatalf("a load under an outdated ticket: %v, want FillSkip", got)
+	}
+	if !m.Covered("k", at(7), true, base, 0) {
+		t.Fatal("after a load served a value read at 8, the invalidated write's entry read at 7 is still served")
+	}
+	if m.Covered("k", at(8), true, base, 0) {
+		t.Fatal("the load's own version is covered")
+	}
+	// On the writer's own instance the write stays the newest version.
+	m.NoteKey("w", at(7), base, FromWrite)
+	m.DecideFill("w", false, load, Held{}, base)
+	if m.Covered("w", at(7), true, base, 0) {
+		t.Fatal("a load outdated by this instance's Set made the Set's own entry absent")
+	}
+	// An older load raises nothing.
+	m.NoteKey("o", at(9), base, FromInvalidation)
+	m.DecideFill("o", false, load, Held{}, base)
+	if !m.Covered("o", at(8), true, base, 0) || m.Covered("o", at(9), true, base, 0) {
+		t.Fatal("an older load moved the key's version")
 	}
 }
 
@@ -467,7 +502,7 @@ func TestConcurrentFillsStayWithinTheBound(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range perG {
-				f.NoteKey(strconv.Itoa(g)+":"+strconv.Itoa(i), at(1), base, false)
+				f.NoteKey(strconv.Itoa(g)+":"+strconv.Itoa(i), at(1), base, FromFill)
 			}
 		}()
 	}

@@ -80,13 +80,16 @@ const (
 //
 //   - after Close nothing is written;
 //   - a load under a ticket outdated by an explicit write or an
-//     invalidation writes nothing and notes nothing: an operation that
-//     began before an explicit write is older than it, whatever instant
-//     it read its source (a load that began before a Set may read the
-//     origin after it), so it must neither replace what the write left
-//     nor raise the key's fence past the write's version (which would
-//     make the write's own shared entry look older, and the next Get
-//     reload over it);
+//     invalidation writes nothing: an operation that began before an
+//     explicit write is older than it, whatever instant it read its
+//     source (a load that began before a Set may read the origin after
+//     it), so it must not replace what the write left. Its callers are
+//     served its value all the same, so it raises the key's version to
+//     its own (NoteServed), unless this instance's own explicit write is
+//     the newest version known: on the instance that made it, an explicit
+//     write wins (its own shared entry must not look older, or the next
+//     Get would reload over it), while on the others the value served
+//     must not be followed by an older shared entry (monotonic reads);
 //   - a shared read under an outdated ticket writes nothing either, but
 //     its entry was the shared tier's newest state and is served: it
 //     raises the key's fence and drops a held copy read earlier
@@ -102,12 +105,18 @@ const (
 // that does not keep read times): it is neither noted nor compared with
 // the fence.
 func (m *Model) DecideFill(key string, current bool, read Read, held Held, now time.Time) FillVerdict {
-	if m.Closed.Load() || (!current && !read.FromTier) {
+	if m.Closed.Load() {
+		return FillSkip
+	}
+	if !current && !read.FromTier {
+		if !read.Wall.IsZero() {
+			m.NoteServed(key, read.Wall, now)
+		}
 		return FillSkip
 	}
 	var prev time.Time
 	if !read.Wall.IsZero() {
-		prev, _, _ = m.NoteKey(key, read.Wall, now, false)
+		prev, _, _ = m.NoteKey(key, read.Wall, now, FromFill)
 	}
 	switch {
 	case !current:

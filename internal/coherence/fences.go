@@ -103,13 +103,42 @@ type fenceShard struct {
 	_     [40]byte             // keep neighbouring shards' mutexes apart
 }
 
-// keyFence is one key's fence: the newest version noted for it.
+// keyFence is one key's fence: the newest version noted for it, and where
+// that version came from.
 type keyFence struct {
-	key        string
-	version    time.Time // wall clock, to the microsecond
-	expires    time.Time // the Cache's clock
+	key     string
+	version time.Time // wall clock, to the microsecond
+	expires time.Time // the Cache's clock
+	// src is the source of version (the newest note's); kind is the list
+	// the record sits in, explicit once any explicit note was made.
+	src        Source
 	kind       fenceKind
 	prev, next *keyFence
+}
+
+// Source is where a key's version came from.
+type Source uint8
+
+// The sources of a version.
+const (
+	// FromFill: a read-path fill or a load served, read at the version.
+	FromFill Source = iota
+	// FromWrite: an explicit write of this instance (Set, Delete).
+	FromWrite
+	// FromInvalidation: an invalidation of the key received from another
+	// instance.
+	FromInvalidation
+)
+
+// String returns "fill", "write" or "invalidation".
+func (s Source) String() string {
+	switch s {
+	case FromWrite:
+		return "write"
+	case FromInvalidation:
+		return "invalidation"
+	}
+	return "fill"
 }
 
 // fenceKind indexes a shard's lists and the Fences' counters.
@@ -226,22 +255,36 @@ type fenceRecord struct {
 }
 
 // NoteKey raises key's fence to version (wall clock) at now (the Cache's
-// clock), explicit telling an explicit write or an invalidation from a
-// fill. It returns the fence before (zero when none lived) and reports
+// clock), src telling a fill from an explicit write or an invalidation.
+// It returns the fence before (zero when none lived) and reports
 // whether version is newer than it, and how many explicit key fences were
 // ever dropped early when this note dropped one (0 otherwise). A key's
 // fence is one record, updated in place: noting a key again costs no
 // room.
-func (f *Fences) NoteKey(key string, version, now time.Time, explicit bool) (prev time.Time, fresh bool, dropped int64) {
+func (f *Fences) NoteKey(key string, version, now time.Time, src Source) (prev time.Time, fresh bool, dropped int64) {
+	return f.noteKey(key, version, now, src, false)
+}
+
+// NoteServed records that a load whose ticket was outdated served its
+// value, read at version, to its callers without storing it: the key's
+// fence rises to version unless this instance's own explicit write is the
+// newest version known (an explicit write wins on the instance that made
+// it). A later shared read of anything older than the value served is
+// then absent, so that none of those callers' next reads goes back.
+func (f *Fences) NoteServed(key string, version, now time.Time) {
+	f.noteKey(key, version, now, FromFill, true)
+}
+
+func (f *Fences) noteKey(key string, version, now time.Time, src Source, underWrite bool) (prev time.Time, fresh bool, dropped int64) {
 	version = version.Truncate(time.Microsecond)
 	kind := fillFence
-	if explicit {
+	if src != FromFill {
 		kind = explicitFence
 	}
 	sh := &f.keys[maphash.String(fenceSeed, key)&(keyFenceShards-1)]
 	sh.mu.Lock()
 	prev, seen := f.floor(sh, key, now)
-	if seen && !version.After(prev) {
+	if seen && (!version.After(prev) || underWrite && sh.m[key].src == FromWrite) {
 		sh.mu.Unlock()
 		return prev, false, 0
 	}
@@ -268,7 +311,7 @@ func (f *Fences) NoteKey(key string, version, now time.Time, explicit bool) (pre
 			r.kind = explicitFence
 		}
 	}
-	r.version, r.expires = version, now.Add(f.Window)
+	r.version, r.expires, r.src = version, now.Add(f.Window), src
 	sh.pushFront(r)
 	kind = r.kind
 	lost := f.trim(sh, kind, r)
