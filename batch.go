@@ -515,12 +515,12 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	}
 	found, err := callBatchLoader(lctx, load, ask)
 	end := c.opts.Now()
-	took, wallEnd := end.Sub(start), time.Time{}
+	took, version := end.Sub(start), time.Time{}
 	if c.preciseLoadTime {
 		took = time.Since(start)
-		wallEnd = start.Add(took).Round(0)
+		version = start.Round(0)
 	} else {
-		wallEnd = time.Now().Round(0)
+		version = time.Now().Add(-took).Round(0)
 	}
 	if endSpan != nil {
 		endSpan(err)
@@ -553,7 +553,7 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	flights := make([]*flight[V], len(todo))
 	for n, j := range todo {
 		v, ok := found[names[j]]
-		fl := &flight[V]{item: driver.Item[V]{Value: v, Meta: driver.Meta{LoadDuration: took, LoadedAt: end, NotFound: !ok}}, wallEnd: wallEnd}
+		fl := &flight[V]{item: driver.Item[V]{Value: v, Meta: driver.Meta{LoadDuration: took, LoadedAt: end, Version: version, NotFound: !ok}}}
 		if !ok {
 			fl.notFound = ErrNotFound
 		}
@@ -702,7 +702,7 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []c
 	if writeShared {
 		entries = make([]driver.Entry, len(keys))
 		for n, fl := range flights {
-			e, err := c.encode(&fl.item, fl.wallEnd)
+			e, err := c.encode(&fl.item)
 			if err != nil {
 				fl.writeErr = err
 				c.writeFailed(ctx, driver.TierShared, err)
@@ -735,7 +735,7 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []c
 	c.coh.FillAll(keys, tickets, func(current []bool) {
 		for n, fl := range flights {
 			tier = driver.TierLocal
-			ok, _, _ := c.fillLocked(current[n], keys[n], &fl.item, coherence.Read{Wall: c.wallRead(&fl.item, fl.wallEnd)})
+			ok, _, _ := c.fillLocked(current[n], keys[n], &fl.item, false)
 			tier = driver.TierShared
 			if !ok {
 				fl.uncached = true // an explicit write or a newer read won, or the Cache closed

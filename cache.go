@@ -166,6 +166,7 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 	// A write-back of a load that began before a fence can land after
 	// it and live TTL + StaleFor from then.
 	c.coh.Window = o.TTL + o.StaleFor + o.LoaderTimeout + 2*o.SharedTimeout
+	c.coh.LocalOnly = o.Shared == nil
 	c.redo.Do, c.redo.Min, c.redo.Max = c.redoOne, o.SharedTimeout, maxRedoBackoff
 	if o.Bus != nil {
 		// Down until the Bus says the subscription works: until then
@@ -586,19 +587,20 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 		v = c.opts.Clone(v)
 	}
 	now := c.opts.Now()
-	it := driver.Item[V]{Value: v, Meta: driver.Meta{LoadedAt: now}}
+	// The Set's version: the instant its data was made, on the wall
+	// clock, read precisely. It is the Version of the very entry the
+	// other instances read from the shared tier, and the Version of the
+	// Invalidation they hear of.
+	version := time.Now().Round(0)
+	it := driver.Item[V]{Value: v, Meta: driver.Meta{LoadedAt: now, Version: version}}
 	it.FreshUntil = now.Add(c.jittered(c.opts.TTL))
 	it.StaleUntil = it.FreshUntil.Add(c.opts.StaleFor)
 	var (
 		e      driver.Entry
 		encErr error
 	)
-	// The Set's version for the other instances: the wall-clock read time
-	// of the very entry they will read from the shared tier, read
-	// precisely (see toWall).
-	version := time.Now().Round(0)
 	if c.opts.Shared != nil {
-		e, encErr = c.encode(&it, version)
+		e, encErr = c.encode(&it)
 	}
 	if encErr == nil {
 		// Before the write: from now on this instance takes no shared
@@ -729,27 +731,25 @@ func (c *Cache[V]) Close() error {
 // shared hit, a leader's loaded value after its fenced write; a load's
 // write-back, which needs neither of fill's answers, hands fillLocked to
 // Tickets.Fill itself) under ticket t, under the key's lock and the bulk
-// lock (coherence.Tickets.Fill). wall is the item's read time as the
-// shared tier has it (see coherence.Read); fromTier says it is an entry
-// as a tier held it (coherence.Read.FromTier). It returns the fresh copy
-// held that is newer than it when there is one: a shared read serves that
-// instead, or, if the copy is untrusted (the Bus is down), treats the
-// entry as absent and loads (the load paths serve their own value: their
-// callers asked before the held copy arrived). older reports an item read
-// before something this instance already filled, served, wrote or was
-// told of: a shared read treats it as absent.
-func (c *Cache[V]) fill(t coherence.Ticket, key string, it *driver.Item[V], wall time.Time, fromTier bool) (newer *driver.Item[V], older bool) {
+// lock (coherence.Tickets.Fill). fromTier says it is an entry as a tier
+// held it (coherence.Read.FromTier). It returns the fresh copy held that
+// is newer than it when there is one: a shared read serves that instead,
+// or, if the copy is untrusted (the Bus is down), treats the entry as
+// absent and loads (the load paths serve their own value: their callers
+// asked before the held copy arrived). older reports an item read before
+// something this instance already filled, served, wrote or was told of: a
+// shared read treats it as absent.
+func (c *Cache[V]) fill(t coherence.Ticket, key string, it *driver.Item[V], fromTier bool) (newer *driver.Item[V], older bool) {
 	c.coh.Fill(t, key, func(current bool) (stored bool) {
-		stored, newer, older = c.fillLocked(current, key, it, coherence.Read{Wall: wall, FromTier: fromTier})
+		stored, newer, older = c.fillLocked(current, key, it, fromTier)
 		return stored
 	}, nil)
 	return newer, older
 }
 
 // fillLocked is fill's decision (coherence.Model.DecideFill) and its local
-// write, under the key's lock and the bulk lock. read has the item's wall
-// read time and source; its local read time is filled in here.
-func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], read coherence.Read) (stored bool, newer *driver.Item[V], older bool) {
+// write, under the key's lock and the bulk lock.
+func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], fromTier bool) (stored bool, newer *driver.Item[V], older bool) {
 	var held *driver.Item[V]
 	if c.opts.Local != nil {
 		held, _ = c.opts.Local.Get(key)
@@ -757,12 +757,9 @@ func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], read
 	now := c.opts.Now()
 	h := coherence.Held{}
 	if held != nil {
-		// The item's read time on this clock only matters beside the
-		// held copy's.
-		read.Local = readAt(&it.Meta)
-		h = coherence.Held{Present: true, Fresh: now.Before(held.FreshUntil), Read: readAt(&held.Meta)}
+		h = coherence.Held{Present: true, Fresh: now.Before(held.FreshUntil), Version: held.Version}
 	}
-	switch c.coh.DecideFill(key, current, read, h, now) {
+	switch c.coh.DecideFill(key, current, coherence.Read{Version: it.Version, FromTier: fromTier}, h, now) {
 	case coherence.FillWrite:
 		if c.opts.Local != nil {
 			cp := *it
@@ -778,18 +775,6 @@ func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], read
 		return false, nil, true
 	}
 	return false, nil, false
-}
-
-// wallRead is the read time of a loaded item as the shared tier has it
-// (LoadedAt − LoadDuration, on the wall clock; see toWall): loadedAt, the
-// load's precise wall-clock end, less its duration; zero without a shared
-// tier, where no fence is ever asked (coherence.Fences.Covered) and none
-// is kept.
-func (c *Cache[V]) wallRead(it *driver.Item[V], loadedAt time.Time) time.Time {
-	if c.opts.Shared == nil || loadedAt.IsZero() {
-		return time.Time{}
-	}
-	return loadedAt.Add(-it.LoadDuration)
 }
 
 // jittered shortens d by a random fraction of at most c.jitter, so values

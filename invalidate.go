@@ -20,9 +20,9 @@ import (
 // every other instance drops its copies that are older than the write.
 //
 // Versions. An Invalidation carries Version, the wall-clock time at which
-// the writer's change was complete; an item's version is the time its data
-// was read from its source (Meta.LoadedAt minus Meta.LoadDuration: the
-// start of the load, or the time of the Set). An item read before the
+// the writer's change was complete; an item's is Meta.Version, the
+// wall-clock time its data was read from its source (the start of the
+// load, or the time of the Set). An item read before the
 // Invalidation's Version (plus Options.ClockSkew) is older and is dropped;
 // a newer one is kept, so an invalidation that arrives late, twice or out
 // of order never evicts a value loaded after the write. Writes a process
@@ -36,11 +36,6 @@ import (
 // Bus is back the local tier is cleared (resynchronised) before long TTLs
 // are trusted again. docs/ARCHITECTURE.md has the sequence diagrams and the
 // bounds.
-
-// readAt is the version of an item: when its data was read from its source.
-func readAt(m *driver.Meta) time.Time {
-	return m.LoadedAt.Add(-m.LoadDuration)
-}
 
 // This file is the Cache's side of cross-instance invalidation; package
 // driver has the contracts (Bus, Invalidation). The story of one write, say Delete on
@@ -69,7 +64,7 @@ func readAt(m *driver.Meta) time.Time {
 // stale (coherence.Trust): the Bus is down and the item entered the local
 // tier more than BusDownTTL ago.
 func (c *Cache[V]) untrusted(it *driver.Item[V], now time.Time) bool {
-	return c.coh.Down() && !c.coh.Trusted(it.FilledAt, readAt(&it.Meta), now)
+	return c.coh.Down() && !c.coh.Trusted(it.FilledAt, it.LoadedAt, now)
 }
 
 // BusState returns the state of the Cache's subscription to its Bus:
@@ -144,7 +139,7 @@ func (c *Cache[V]) invalidateBulk(ctx context.Context, kind driver.InvalidationK
 	}
 	wall := time.Now()
 	c.noteBulk(ctx, prefix, wall)
-	c.applyBulk(prefix, c.opts.Now())
+	c.applyBulk(prefix, wall)
 	return c.announce(ctx, kind, prefix, wall, false)
 }
 
@@ -217,7 +212,7 @@ func (c *Cache[V]) publishVia(ctx context.Context, kind driver.InvalidationKind,
 }
 
 // applyKey drops the local copy of key if it was read before version
-// (this Cache's clock) plus ClockSkew, makes the read-path writes of key
+// (wall clock) plus ClockSkew, makes the read-path writes of key
 // in progress write nothing (an explicit write, coherence.Tickets) and
 // the next Get start a new flight. It reports whether a copy was held and
 // whether it was dropped.
@@ -228,7 +223,7 @@ func (c *Cache[V]) applyKey(key string, version time.Time) (held, dropped bool) 
 		}
 		it, ok := c.opts.Local.Get(key)
 		held = ok
-		if ok && coherence.Invalidates(version, readAt(&it.Meta), c.opts.ClockSkew) {
+		if ok && coherence.Invalidates(version, it.Version, c.opts.ClockSkew) {
 			c.opts.Local.Delete(key)
 			dropped = true
 		}
@@ -250,7 +245,7 @@ func (c *Cache[V]) applyBulk(prefix string, version time.Time) (dropped int) {
 		return 0
 	}
 	for k, it := range r.All() {
-		if strings.HasPrefix(k, prefix) && coherence.Invalidates(version, readAt(&it.Meta), c.opts.ClockSkew) {
+		if strings.HasPrefix(k, prefix) && coherence.Invalidates(version, it.Version, c.opts.ClockSkew) {
 			c.opts.Local.Delete(k)
 			dropped++
 		}
@@ -268,10 +263,11 @@ func (c *Cache[V]) outdateInFlight(prefix string) {
 
 // resync empties the local tier after the Bus was down: whatever it holds
 // may have missed invalidations. It is applyBulk of every key with a
-// version no item can be newer than (LoadedAt is never ahead of now plus
-// ClockSkew), so reads in progress write nothing either.
+// version no item can be newer than (a Version is read from this host's
+// wall clock, or refused ahead of it by more than ClockSkew), so reads in
+// progress write nothing either.
 func (c *Cache[V]) resync() {
-	c.applyBulk("", c.opts.Now().Add(MaxTTL))
+	c.applyBulk("", time.Now().Add(MaxTTL))
 }
 
 // busHandler is the Cache's BusHandler. The Bus calls it one message at a
@@ -306,9 +302,7 @@ func (c *Cache[V]) received(inv driver.Invalidation) {
 				slog.String("cache", c.opts.Name), slog.Int64("suppressed", suppressed))
 		}
 	}
-	// Fences compare wall-clock times; the local tier's items are on this
-	// Cache's clock.
-	version := shiftTime(inv.Version, time.Duration(c.opts.Now().UnixNano()-wallNow.UnixNano()))
+	version := inv.Version
 	applied := false
 	switch inv.Kind {
 	case driver.InvalidationKey:

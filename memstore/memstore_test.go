@@ -56,6 +56,8 @@ func TestSetGetDeleteRoundTripsItem(t *testing.T) {
 	v := "hello"
 	want := item(&v, clk.Now(), time.Minute, time.Hour)
 	want.NotFound = true
+	want.Version = time.Unix(1700000000, 123456789) // wall clock, not the store's
+	want.LoadedAt = clk.Now()
 
 	if _, ok := s.Get("k"); ok {
 		t.Fatal("Get on empty store: found")
@@ -66,7 +68,8 @@ func TestSetGetDeleteRoundTripsItem(t *testing.T) {
 		t.Fatal("Get after Set: not found")
 	}
 	if got.Value != want.Value || !got.FreshUntil.Equal(want.FreshUntil) || !got.StaleUntil.Equal(want.StaleUntil) ||
-		got.LoadDuration != want.LoadDuration || got.NotFound != want.NotFound {
+		got.LoadDuration != want.LoadDuration || got.NotFound != want.NotFound ||
+		!got.Version.Equal(want.Version) || !got.LoadedAt.Equal(want.LoadedAt) {
 		t.Fatalf("Get = %+v, want %+v", got, want)
 	}
 

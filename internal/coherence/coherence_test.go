@@ -236,10 +236,10 @@ func TestFillFencesAreBoundedByKeysNotByNotes(t *testing.T) {
 func TestFillNeverGoesBackToOlderData(t *testing.T) {
 	var m Model
 	m.Window = time.Hour
-	r := func(s int) Read { return Read{Local: base.Add(time.Duration(s) * time.Second), Wall: at(s)} }
+	r := func(s int) Read { return Read{Version: at(s)} }
 	tier := func(s int) Read { rd := r(s); rd.FromTier = true; return rd }
 	held := func(s int, fresh bool) Held {
-		return Held{Present: true, Fresh: fresh, Read: base.Add(time.Duration(s) * time.Second)}
+		return Held{Present: true, Fresh: fresh, Version: at(s)}
 	}
 	for _, c := range []struct {
 		name    string
@@ -304,7 +304,7 @@ func TestFillNeverGoesBackToOlderData(t *testing.T) {
 func TestALoadServedUnderAnOutdatedTicketRaisesTheVersionUnlessThisInstanceWrote(t *testing.T) {
 	var m Model
 	m.Window = time.Hour
-	load := Read{Wall: at(8)}
+	load := Read{Version: at(8)}
 	m.NoteKey("k", at(7), base, FromInvalidation) // the Set of 91, heard of
 	if got := m.DecideFill("k", false, load, Held{}, base); got != FillSkip {
 		t.Fatalf("a load under an outdated ticket: %v, want FillSkip", got)
