@@ -507,20 +507,18 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	if c.opts.Tracer != nil {
 		lctx, endSpan = c.opts.Tracer.StartLoad(lctx, c.opts.Name)
 	}
-	var start time.Time // as in loadOrigin
+	var start, wallStart time.Time // as in loadOrigin
 	if c.preciseLoadTime {
 		start = time.Now()
+		wallStart = start
 	} else {
-		start = c.opts.Now()
+		start, wallStart = c.opts.Now(), time.Now()
 	}
 	found, err := callBatchLoader(lctx, load, ask)
 	end := c.opts.Now()
-	took, version := end.Sub(start), time.Time{}
+	took, version := end.Sub(start), wallStart.Round(0)
 	if c.preciseLoadTime {
 		took = time.Since(start)
-		version = start.Round(0)
-	} else {
-		version = time.Now().Add(-took).Round(0)
 	}
 	if endSpan != nil {
 		endSpan(err)
@@ -575,6 +573,9 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		}
 		if c.throttle != nil {
 			c.throttle.succeed(names[j])
+		}
+		if pol.tagged.Load() {
+			c.tagLoaded(pol, fl)
 		}
 		flights[n] = fl
 	}

@@ -167,6 +167,9 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 	// it and live TTL + StaleFor from then.
 	c.coh.Window = o.TTL + o.StaleFor + o.LoaderTimeout + 2*o.SharedTimeout
 	c.coh.LocalOnly = o.Shared == nil
+	// A tag fence must outlive every value read before it, whatever TTL
+	// its loader set.
+	c.coh.Tags.Window = o.MaxTTL + o.StaleFor + o.LoaderTimeout + 2*o.SharedTimeout
 	c.redo.Do, c.redo.Min, c.redo.Max = c.redoOne, o.SharedTimeout, maxRedoBackoff
 	if o.Bus != nil {
 		// Down until the Bus says the subscription works: until then
@@ -290,7 +293,7 @@ func (c *Cache[V]) hitLocal(ctx context.Context, key string, load LoadFunc[V]) (
 		return r, false, nil
 	}
 	now := c.opts.Now()
-	if !now.Before(it.FreshUntil) || c.untrusted(it, now) {
+	if !now.Before(it.FreshUntil) || c.untrusted(it, now) || (len(it.Tags) != 0 && c.tagsCover(it, now) != coherence.TagsClear) {
 		return r, false, nil
 	}
 	if it.NotFound || c.opts.Observer != nil || c.opts.Clone != nil || (c.opts.EarlyRefresh && load != nil) {
@@ -453,12 +456,14 @@ const (
 
 // localState is the one rule for serving a local item, fresh or as the
 // stale fallback: an untrusted item (the Bus is down, see untrusted) is
-// neither. hitLocal inlines the fresh case.
+// neither, nor is one a tag invalidation covers; one a tag expiry covers
+// is stale at most (see tags.go). hitLocal inlines the fresh case.
 func (c *Cache[V]) localState(it *driver.Item[V], now time.Time) itemState {
+	tags := c.tagsCover(it, now)
 	switch {
-	case c.untrusted(it, now):
+	case c.untrusted(it, now) || tags == coherence.TagsInvalidated:
 		return itemUnusable
-	case now.Before(it.FreshUntil):
+	case now.Before(it.FreshUntil) && tags == coherence.TagsClear:
 		return itemFresh
 	case !it.NotFound && now.Before(it.StaleUntil):
 		return itemStale
@@ -562,7 +567,8 @@ func (c *Cache[V]) admit(ctx context.Context, key string) error {
 	return nil
 }
 
-// Set stores v under key in every tier, with the Cache's TTL. It wins over a
+// Set stores v under key in every tier, with the Cache's TTL, tagged with
+// the tags of WithTags on ctx, if any. It wins over a
 // load of key in flight: that load's write-back is skipped, and later Gets
 // never share that load. A shared-tier failure is returned (the local tier
 // has v by then); a value the codec cannot encode is removed from the
@@ -583,6 +589,10 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	if err := c.admit(ctx, key); err != nil {
 		return err
 	}
+	tags, err := explicitTags(ctx)
+	if err != nil {
+		return err
+	}
 	if c.opts.Clone != nil {
 		v = c.opts.Clone(v)
 	}
@@ -592,7 +602,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	// other instances read from the shared tier, and the Version of the
 	// Invalidation they hear of.
 	version := time.Now().Round(0)
-	it := driver.Item[V]{Value: v, Meta: driver.Meta{LoadedAt: now, Version: version}}
+	it := driver.Item[V]{Value: v, Meta: driver.Meta{LoadedAt: now, Version: version, Tags: tags}}
 	it.FreshUntil = now.Add(c.jittered(c.opts.TTL))
 	it.StaleUntil = it.FreshUntil.Add(c.opts.StaleFor)
 	var (
@@ -608,7 +618,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 		c.fenceKey(ctx, key, version, coherence.FromWrite)
 	}
 	it.FilledAt = now
-	err := c.explicit(ctx, key, func() error {
+	err = c.explicit(ctx, key, func() error {
 		if c.opts.Local != nil {
 			c.opts.Local.Set(key, it)
 		}
@@ -757,7 +767,8 @@ func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], from
 	now := c.opts.Now()
 	h := coherence.Held{}
 	if held != nil {
-		h = coherence.Held{Present: true, Fresh: now.Before(held.FreshUntil), Version: held.Version}
+		fresh := now.Before(held.FreshUntil) && c.tagsCover(held, now) == coherence.TagsClear
+		h = coherence.Held{Present: true, Fresh: fresh, Version: held.Version}
 	}
 	switch c.coh.DecideFill(key, current, coherence.Read{Version: it.Version, FromTier: fromTier}, h, now) {
 	case coherence.FillWrite:

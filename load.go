@@ -209,28 +209,26 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 	// clock. Its duration (took: LoadDuration, XFetch's Δ) is on the
 	// precise real clock when Options.Now was left to its default, which
 	// may be coarse (see Cache.preciseLoadTime), so that sub-millisecond
-	// loads keep a non-zero Δ. Its Version, the instant it began on the
-	// wall clock, is read precisely too: the wall clock's end less took,
-	// never a conversion of the coarse clock, whose lag varies by a tick
-	// and by far more on a starved host and would order two loads begun a
-	// moment apart the wrong way round. (Inline, not a helper: a cold
-	// Get's depth is kept, see internal/archtest; batch.go's load does the
-	// same.)
-	var start time.Time
+	// loads keep a non-zero Δ. Its Version is the instant it began, read
+	// precisely from the wall clock whatever Options.Now is: never a
+	// conversion of the Cache's clock, whose lag (a tick, far more on a
+	// starved host) would order two loads begun a moment apart the wrong
+	// way round, and a fake clock none at all. (Inline, not a helper: a
+	// cold Get's depth is kept, see internal/archtest; batch.go's load
+	// does the same.)
+	var start, wallStart time.Time
 	if c.preciseLoadTime {
 		start = time.Now()
+		wallStart = start
 	} else {
-		start = c.opts.Now()
+		start, wallStart = c.opts.Now(), time.Now()
 	}
 	v, err := m.load(lctx)
 	returned = true
 	end := c.opts.Now()
-	took, version := end.Sub(start), time.Time{}
+	took, version := end.Sub(start), wallStart.Round(0)
 	if c.preciseLoadTime {
 		took = time.Since(start)
-		version = start.Round(0)
-	} else {
-		version = time.Now().Add(-took).Round(0)
 	}
 	if endSpan != nil {
 		endSpan(err)
@@ -268,6 +266,9 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 	fl.item.StaleUntil = fl.item.FreshUntil
 	if !fl.item.NotFound {
 		fl.item.StaleUntil = fl.item.StaleUntil.Add(c.opts.StaleFor)
+	}
+	if pol.tagged.Load() {
+		c.tagLoaded(pol, fl)
 	}
 	return fl, pol, nil
 }

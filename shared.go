@@ -203,6 +203,14 @@ func (c *Cache[V]) acceptShared(ctx context.Context, key string, e *driver.Entry
 		// absent, so that the next load overwrites it.
 		return nil
 	}
+	tags := c.sharedTagsCover(&m, now)
+	if tags == coherence.TagsInvalidated {
+		return nil
+	}
+	if tags == coherence.TagsExpired && now.Before(m.FreshUntil) {
+		// Stale from now on: the fallback of the load that replaces it.
+		m.FreshUntil = now
+	}
 	if !now.Before(m.StaleUntil) {
 		return nil
 	}

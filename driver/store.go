@@ -35,6 +35,12 @@ type Meta struct {
 	// it: the Cache derives it from those two when a store returns it
 	// zero. A LocalStore keeps it as given.
 	Version time.Time
+	// Tags are the value's tags (flightcache.SetTags, WithTags): an
+	// invalidation of one of them (InvalidateTag, ExpireTag) covers the
+	// value if its data was read before it. Stores keep them as given and
+	// never modify the slice, which values loaded together share. nil for
+	// an untagged value.
+	Tags []string
 }
 
 // Item is what the local, typed tier stores.

@@ -17,6 +17,8 @@ type Model struct {
 	// record and compare no version (a slow load is cached even when a
 	// faster one began after it).
 	LocalOnly bool
+	// Tags are the tag fences (see TagFences).
+	Tags TagFences
 	// Closed is set once, by Close, and never cleared: from then on
 	// nothing is written, and the Cache refuses every call. Read it with
 	// Load; only Close sets it. (A field, not a method: the read path
