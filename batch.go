@@ -168,7 +168,7 @@ func (b *batch[V]) run() {
 		if c.opts.Local != nil && len(k) > 0 && len(k) <= c.opts.MaxKeyLen && !c.coh.Closed.Load() {
 			if it, ok := c.opts.Local.Get(k); ok {
 				switch c.localState(it, b.now) {
-				case itemFresh:
+				case coherence.Fresh:
 					if it.NotFound || c.opts.Observer != nil || c.opts.Clone != nil || (c.opts.EarlyRefresh && b.load != nil) {
 						b.serve(i, it, driver.TierLocal)
 						continue
@@ -177,7 +177,7 @@ func (b *batch[V]) run() {
 					r := &b.res[i]
 					r.Value, r.Outcome, r.Age = it.Value, OutcomeHitLocal, age(it.LoadedAt, b.now.UnixNano())
 					continue
-				case itemStale:
+				case coherence.Stale:
 					stale = it
 				}
 			}
@@ -452,7 +452,7 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	todo := make([]int, 0, len(keys))
 	for j := range keys {
 		if c.opts.Local != nil {
-			if it, ok := c.opts.Local.Get(names[j]); ok && c.localState(it, now) == itemFresh {
+			if it, ok := c.opts.Local.Get(names[j]); ok && c.localState(it, now) == coherence.Fresh {
 				answers[j] = batchAnswer[V]{fl: &flight[V]{item: *it, found: true}}
 				continue
 			}

@@ -322,10 +322,10 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	if c.opts.Local != nil {
 		if it, ok := c.opts.Local.Get(key); ok {
 			switch c.localState(it, now) {
-			case itemFresh:
+			case coherence.Fresh:
 				r, err := c.serveFresh(ctx, key, load, it, now, driver.TierLocal)
 				return r, nil, err
-			case itemStale:
+			case coherence.Stale:
 				stale = it
 			}
 		}
@@ -445,30 +445,17 @@ func failed[V any](ctx context.Context, err error) Result[V] {
 	return Result[V]{Outcome: OutcomeLoadFailed}
 }
 
-// itemState is what a local item may be served as.
-type itemState uint8
+// localState is what a local item may be served as
+// (coherence.Model.LocalState, the one rule). hitLocal inlines its fresh
+// case.
+func (c *Cache[V]) localState(it *driver.Item[V], now time.Time) coherence.State {
+	return c.coh.LocalState(copyOf(&it.Meta, it.FilledAt), now).State
+}
 
-const (
-	itemUnusable itemState = iota // expired, or untrusted (see untrusted)
-	itemFresh                     // served as is
-	itemStale                     // only the fail-safe fallback (a value, not a tombstone)
-)
-
-// localState is the one rule for serving a local item, fresh or as the
-// stale fallback: an untrusted item (the Bus is down, see untrusted) is
-// neither, nor is one a tag invalidation covers; one a tag expiry covers
-// is stale at most (see tags.go). hitLocal inlines the fresh case.
-func (c *Cache[V]) localState(it *driver.Item[V], now time.Time) itemState {
-	tags := c.tagsCover(it, now)
-	switch {
-	case c.untrusted(it, now) || tags == coherence.TagsInvalidated:
-		return itemUnusable
-	case now.Before(it.FreshUntil) && tags == coherence.TagsClear:
-		return itemFresh
-	case !it.NotFound && now.Before(it.StaleUntil):
-		return itemStale
-	}
-	return itemUnusable
+// copyOf is what coherence judges of an item or entry with Meta m.
+func copyOf(m *driver.Meta, filledAt time.Time) coherence.Copy {
+	return coherence.Copy{Version: m.Version, FreshUntil: m.FreshUntil, StaleUntil: m.StaleUntil,
+		FilledAt: filledAt, LoadedAt: m.LoadedAt, NotFound: m.NotFound, Tags: m.Tags}
 }
 
 // serveFresh answers with a fresh item found in tier, starting an early

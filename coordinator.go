@@ -345,7 +345,7 @@ func (m *miss[V]) servedSuperseded(ctx context.Context, now time.Time, cur *driv
 		wall := time.Now()
 		local := c.fromWall(cur.Meta)
 		attrs = append(attrs,
-			slog.Bool("covered", c.covered(m.key, local.Version, now)),
+			slog.String("judgement", c.coh.AcceptShared(m.key, copyOf(&local, time.Time{}), now, c.opts.ClockSkew).String()),
 			slog.Bool("read_time_known", !local.Version.IsZero()),
 			slog.Duration("read_before_now", wall.Sub(local.Version)),
 			slog.Duration("fresh_for", local.FreshUntil.Sub(now)),

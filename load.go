@@ -143,7 +143,7 @@ func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket
 		return now.Before(it.FreshUntil) && it.FreshUntil.UnixNano() > m.newerThan
 	}
 	if c.opts.Local != nil {
-		if it, ok := c.opts.Local.Get(m.key); ok && c.localState(it, now) == itemFresh && usable(it) {
+		if it, ok := c.opts.Local.Get(m.key); ok && c.localState(it, now) == coherence.Fresh && usable(it) {
 			return *it, true
 		}
 	}

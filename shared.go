@@ -190,29 +190,23 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 }
 
 // acceptShared turns e, key's entry as read from the shared tier, into
-// the item a read serves at now, or nil when it must be treated as absent;
-// it is the one rule for Get, the flight's double-check, a refused
-// leader's read back and batches alike:
-// covered by a fence, past its StaleUntil, undecodable (a read failure
-// too), or read before something this instance served since. t is the
+// the item a read serves at now, or nil when it must be treated as absent,
+// for Get, the flight's double-check, a refused leader's read back and
+// batches alike: what coherence.Model.AcceptShared refuses, undecodable
+// (a read failure too), or read before something this instance served
+// since (DecideFill, under the key's lock). t is the
 // reader's ticket, under which the local tier gets a copy.
 func (c *Cache[V]) acceptShared(ctx context.Context, key string, e *driver.Entry, now time.Time, t coherence.Ticket) *driver.Item[V] {
 	m := c.fromWall(e.Meta)
-	if c.covered(key, m.Version, now) {
-		// Older than something this instance wrote, applied or served:
-		// absent, so that the next load overwrites it.
+	switch j := c.coh.AcceptShared(key, copyOf(&m, time.Time{}), now, c.opts.ClockSkew); {
+	case j.State == coherence.Unusable:
+		// Covered (older than something this instance wrote, applied or
+		// served: absent, so that the next load overwrites it), or
+		// expired.
 		return nil
-	}
-	tags := c.sharedTagsCover(&m, now)
-	if tags == coherence.TagsInvalidated {
-		return nil
-	}
-	if tags == coherence.TagsExpired && now.Before(m.FreshUntil) {
+	case j.Why == coherence.WhyTagExpired && now.Before(m.FreshUntil):
 		// Stale from now on: the fallback of the load that replaces it.
 		m.FreshUntil = now
-	}
-	if !now.Before(m.StaleUntil) {
-		return nil
 	}
 	it := &driver.Item[V]{Meta: m}
 	if !m.NotFound {
@@ -240,13 +234,6 @@ func (c *Cache[V]) acceptShared(ctx context.Context, key string, e *driver.Entry
 		return newer
 	}
 	return it
-}
-
-// covered reports whether a shared entry of key of version (zero when
-// unknown, see fromWall) must be treated as absent
-// (coherence.Fences.Covered).
-func (c *Cache[V]) covered(key string, version, now time.Time) bool {
-	return c.coh.Covered(key, version, !version.IsZero(), now, c.opts.ClockSkew)
 }
 
 // encode turns it into the entry the shared tier stores: its value through

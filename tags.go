@@ -181,15 +181,6 @@ func (c *Cache[V]) tagsCover(it *driver.Item[V], now time.Time) coherence.TagSta
 	return c.coh.Tags.Local(it.Tags, it.Version, now)
 }
 
-// sharedTagsCover is what the tag fences make of a shared entry with
-// Meta m, as fromWall made it.
-func (c *Cache[V]) sharedTagsCover(m *driver.Meta, now time.Time) coherence.TagState {
-	if len(m.Tags) == 0 || !c.coh.Tags.Live() {
-		return coherence.TagsClear
-	}
-	return c.coh.Tags.Shared(m.Tags, m.Version, !m.Version.IsZero(), now, c.opts.ClockSkew)
-}
-
 // tagLoaded puts the tags the loader set on the item it loaded, and keeps
 // the item from being stored (pol's NoStore) when the tags are out of
 // bounds (fl.writeErr says so) or one was fenced since the load began: a

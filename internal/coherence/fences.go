@@ -417,22 +417,32 @@ func (f *Fences) forgetLen(prefix string) {
 // is not known (known false: not kept, or ahead of this host's clock by
 // more than skew) is covered by bulk fences only. now is the Cache's clock.
 func (f *Fences) Covered(key string, read time.Time, known bool, now time.Time, skew time.Duration) bool {
+	return f.covering(key, read, known, now, skew).Why != WhyNone
+}
+
+// covering is Covered, saying which fence covers the entry: the key's
+// (its version and source) or a bulk one (its prefix and version).
+func (f *Fences) covering(key string, read time.Time, known bool, now time.Time, skew time.Duration) Judgement {
 	read = read.Truncate(time.Microsecond)
 	if known {
 		sh := &f.keys[maphash.String(fenceSeed, key)&(keyFenceShards-1)]
 		sh.mu.Lock()
 		v, ok := f.floor(sh, key, now)
+		var src Source
+		if ok {
+			src = sh.m[key].src
+		}
 		sh.mu.Unlock()
 		if ok && read.Before(v) {
-			return true
+			return Judgement{Why: WhyOlderThanKey, Fence: v, Source: src}
 		}
 	}
 	if f.bulkCount.Load() == 0 {
-		return false
+		return Judgement{}
 	}
 	v := f.bulkView.Load()
 	if v == nil {
-		return false
+		return Judgement{}
 	}
 	for _, n := range v.lens {
 		if n > len(key) {
@@ -444,10 +454,10 @@ func (f *Fences) Covered(key string, read time.Time, known bool, now time.Time, 
 			fe, ok = v.base[p]
 		}
 		if ok && now.Before(fe.expires) && (!known || read.Before(fe.version.Add(skew))) {
-			return true
+			return Judgement{Why: WhyBulk, Fence: fe.version, Prefix: p}
 		}
 	}
-	return false
+	return Judgement{}
 }
 
 // add records target at version, expiring at expires, dropping the oldest
