@@ -165,7 +165,7 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 	c.coh.DownTTL = o.BusDownTTL
 	// A write-back of a load that began before a fence can land after
 	// it and live TTL + StaleFor from then.
-	c.coh.Window = o.TTL + o.StaleFor + o.LoaderTimeout + 2*o.SharedTimeout
+	c.coh.SetWindow(o.TTL + o.StaleFor + o.LoaderTimeout + 2*o.SharedTimeout)
 	c.coh.LocalOnly = o.Shared == nil
 	// A tag fence must outlive every value read before it, whatever TTL
 	// its loader set.
@@ -601,7 +601,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	}
 	if encErr == nil {
 		// Before the write: from now on this instance takes no shared
-		// entry read before it for newer (see coherence.Fences).
+		// entry read before it for newer (see coherence.Ledger).
 		c.fenceKey(ctx, key, version, coherence.FromWrite)
 	}
 	it.FilledAt = now

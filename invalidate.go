@@ -52,7 +52,7 @@ import (
 //     updated before publishing.
 //
 // Every instance also keeps a fence per invalidation it applied or made
-// (coherence.Fences): for a while, a shared entry it covers that was read from
+// (coherence.Ledger, coherence.Fences): for a while, a shared entry it covers that was read from
 // its source before the fence's Version is treated as absent, and the next
 // load overwrites it. For a bulk invalidation (InvalidatePrefix, Clear)
 // that is the only way the shared tier forgets: Redis has no cheap "delete
@@ -147,7 +147,7 @@ func (c *Cache[V]) invalidateBulk(ctx context.Context, kind driver.InvalidationK
 // coherence.FromWrite) or an invalidation received (FromInvalidation)
 // whose data dates from version (wall clock): the Set's own
 // entry, or the moment of a Delete. From then on this instance takes no
-// shared entry read before it (coherence.Fences), warning when the table
+// shared entry read before it (coherence.Ledger), warning when the table
 // had to drop an explicit fence early. It reports whether version is newer
 // than the key's fence was.
 func (c *Cache[V]) fenceKey(ctx context.Context, key string, version time.Time, src coherence.Source) bool {

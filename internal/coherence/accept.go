@@ -124,12 +124,35 @@ func (j Judgement) String() string {
 // now is the Cache's clock, e.FreshUntil and e.StaleUntil too (the caller
 // converted them from the wall clock); e.Version is on the wall clock.
 func (m *Model) AcceptShared(key string, e Copy, now time.Time, skew time.Duration) Judgement {
-	known := !e.Version.IsZero()
-	if j := m.covering(key, e.Version, known, now, skew); j.Why != WhyNone {
+	if j := m.covering(key, e.Version, !e.Version.IsZero(), now, skew); j.Why != WhyNone {
 		return j
 	}
 	return m.serve(e, now, skew, true)
 }
+
+// Covered reports whether a shared entry of key whose data was read at
+// read (wall clock; known false when not known) is covered: read before
+// its key's newest version in the ledger (no skew: a Set's own entry is
+// read exactly at its version), or before a bulk fence of a prefix of its
+// key plus skew. An entry of unknown version is covered by bulk fences
+// only. now is the Cache's clock.
+func (m *Model) Covered(key string, read time.Time, known bool, now time.Time, skew time.Duration) bool {
+	return m.covering(key, read, known, now, skew).Why != WhyNone
+}
+
+// covering is Covered, with the fence that covers.
+func (m *Model) covering(key string, read time.Time, known bool, now time.Time, skew time.Duration) Judgement {
+	if known {
+		if v, src, ok := m.Newest(key, now); ok && read.Truncate(time.Microsecond).Before(v) {
+			return Judgement{Why: WhyOlderThanKey, Fence: v, Source: src}
+		}
+	}
+	return m.Fences.covering(key, read, known, now, skew)
+}
+
+// SetWindow sets how long the ledger's records and the bulk fences live.
+// Call it once, before use.
+func (m *Model) SetWindow(d time.Duration) { m.Ledger.Window, m.Fences.Window = d, d }
 
 // LocalState is the one rule for serving a local item, fresh or as the
 // stale fallback: an untrusted item (the Bus is down, see Trust) is

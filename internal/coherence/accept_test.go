@@ -11,7 +11,8 @@ import (
 // unexpected miss is explained from this package alone, without a Cache.
 func TestAnUnexpectedMissIsExplainedWithoutACache(t *testing.T) {
 	var m Model
-	m.Window, m.Tags.Window, m.DownTTL = time.Hour, time.Hour, time.Minute
+	m.SetWindow(time.Hour)
+	m.Tags.Window, m.DownTTL = time.Hour, time.Minute
 	m.NoteKey("set", at(5), base, FromWrite)
 	m.NoteKey("heard", at(5), base, FromInvalidation)
 	m.NoteServed("served", at(5), base)

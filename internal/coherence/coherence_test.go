@@ -95,7 +95,8 @@ func TestTicketRegistryHoldsOnlyKeysInProgress(t *testing.T) {
 }
 
 func TestKeyFenceKeepsTheNewestVersionAndExpires(t *testing.T) {
-	f := Fences{Window: time.Minute}
+	f := new(Model)
+	f.SetWindow(time.Minute)
 	if _, fresh, _ := f.NoteKey("k", at(5), base, FromWrite); !fresh {
 		t.Fatal("the first fence of a key is not fresh")
 	}
@@ -123,7 +124,8 @@ func TestKeyFenceKeepsTheNewestVersionAndExpires(t *testing.T) {
 }
 
 func TestKeyFencesCompareAtMicrosecondPrecision(t *testing.T) {
-	f := Fences{Window: time.Hour}
+	f := new(Model)
+	f.SetWindow(time.Hour)
 	set := time.Unix(2000, 123456789)    // a Set's entry, read at this instant
 	f.NoteKey("k", set, base, FromWrite) // its fence, as another instance gets it
 	if f.Covered("k", set, true, base, 0) {
@@ -135,7 +137,8 @@ func TestKeyFencesCompareAtMicrosecondPrecision(t *testing.T) {
 }
 
 func TestBulkFencesMatchPrefixesAndEntriesOfUnknownAge(t *testing.T) {
-	f := Fences{Window: time.Minute}
+	f := new(Model)
+	f.SetWindow(time.Minute)
 	f.NoteBulk("t=1|id=4|", wall, base)
 	f.NoteBulk("t=2|", wall, base)
 	for key, want := range map[string]bool{
@@ -162,14 +165,15 @@ func TestBulkFencesMatchPrefixesAndEntriesOfUnknownAge(t *testing.T) {
 }
 
 func TestFencesAreBoundedPerKindAndKeyFencesNeverPushOutBulkOnes(t *testing.T) {
-	f := Fences{Window: time.Hour}
+	f := new(Model)
+	f.SetWindow(time.Hour)
 	f.NoteBulk("", wall, base) // a Clear
 	var dropped int64
-	for i := range MaxKeyFences + 10*keyFenceShards {
+	for i := range MaxKeyFences + 10*ledgerShards {
 		_, _, d := f.NoteKey(strconv.Itoa(i), wall, base, FromWrite)
 		dropped = max(dropped, d)
 	}
-	keys, bulk := f.Len()
+	keys, bulk := f.Ledger.Len(), f.Fences.Len()
 	if keys > MaxKeyFences || dropped == 0 {
 		t.Fatalf("%d key fences (dropped %d), want at most %d", keys, dropped, MaxKeyFences)
 	}
@@ -177,8 +181,9 @@ func TestFencesAreBoundedPerKindAndKeyFencesNeverPushOutBulkOnes(t *testing.T) {
 		t.Fatal("key fences pushed the Clear's fence out")
 	}
 	// Fills do not count as explicit drops: they need no warning.
-	g := Fences{Window: time.Hour}
-	for i := range MaxKeyFences + 10*keyFenceShards {
+	g := new(Model)
+	g.SetWindow(time.Hour)
+	for i := range MaxKeyFences + 10*ledgerShards {
 		if _, _, d := g.NoteKey(strconv.Itoa(i), wall, base, FromFill); d != 0 {
 			t.Fatalf("a fill's fence dropped early counted as an explicit drop (%d)", d)
 		}
@@ -189,11 +194,11 @@ func TestFencesAreBoundedPerKindAndKeyFencesNeverPushOutBulkOnes(t *testing.T) {
 	for i := range MaxBulkBytes/4096 + 10 {
 		f.NoteBulk(strconv.Itoa(i)+long, wall, base)
 	}
-	if f.bulk.bytes > MaxBulkBytes {
-		t.Fatalf("bulk fences hold %d bytes, above the bound %d", f.bulk.bytes, MaxBulkBytes)
+	if f.Fences.bulk.bytes > MaxBulkBytes {
+		t.Fatalf("bulk fences hold %d bytes, above the bound %d", f.Fences.bulk.bytes, MaxBulkBytes)
 	}
-	if _, bulk := f.Len(); bulk != len(f.bulk.m) {
-		t.Fatalf("bulk count %d, want %d", bulk, len(f.bulk.m))
+	if bulk := f.Fences.Len(); bulk != len(f.Fences.bulk.m) {
+		t.Fatalf("bulk count %d, want %d", bulk, len(f.Fences.bulk.m))
 	}
 }
 
@@ -201,7 +206,8 @@ func TestFencesAreBoundedPerKindAndKeyFencesNeverPushOutBulkOnes(t *testing.T) {
 // again keeps one fence, updated in place, and MaxFillFences distinct keys
 // filled, each several times, are all still fenced.
 func TestFillFencesAreBoundedByKeysNotByNotes(t *testing.T) {
-	f := Fences{Window: time.Hour}
+	f := new(Model)
+	f.SetWindow(time.Hour)
 	for round := range 3 {
 		for i := range MaxFillFences {
 			if _, fresh, _ := f.NoteKey("key:"+strconv.Itoa(i), at(1+round), base, FromFill); !fresh {
@@ -209,7 +215,7 @@ func TestFillFencesAreBoundedByKeysNotByNotes(t *testing.T) {
 			}
 		}
 	}
-	if keys, _ := f.Len(); keys != MaxFillFences {
+	if keys := f.Ledger.Len(); keys != MaxFillFences {
 		t.Fatalf("%d key fences after filling %d keys 3 times, want one per key", keys, MaxFillFences)
 	}
 	for i := range MaxFillFences {
@@ -222,7 +228,7 @@ func TestFillFencesAreBoundedByKeysNotByNotes(t *testing.T) {
 	for i := range 1000 {
 		f.NoteKey("more:"+strconv.Itoa(i), at(9), base, FromFill)
 	}
-	if keys, _ := f.Len(); keys != MaxFillFences {
+	if keys := f.Ledger.Len(); keys != MaxFillFences {
 		t.Fatalf("%d key fences, want the bound %d", keys, MaxFillFences)
 	}
 	if !f.Covered("more:999", at(8), true, base, 0) {
@@ -235,7 +241,7 @@ func TestFillFencesAreBoundedByKeysNotByNotes(t *testing.T) {
 
 func TestFillNeverGoesBackToOlderData(t *testing.T) {
 	var m Model
-	m.Window = time.Hour
+	m.SetWindow(time.Hour)
 	r := func(s int) Read { return Read{Version: at(s)} }
 	tier := func(s int) Read { rd := r(s); rd.FromTier = true; return rd }
 	held := func(s int, fresh bool) Held {
@@ -303,7 +309,7 @@ func TestFillNeverGoesBackToOlderData(t *testing.T) {
 // that served 92, then the Set of 91.)
 func TestALoadServedUnderAnOutdatedTicketRaisesTheVersionUnlessThisInstanceWrote(t *testing.T) {
 	var m Model
-	m.Window = time.Hour
+	m.SetWindow(time.Hour)
 	load := Read{Version: at(8)}
 	m.NoteKey("k", at(7), base, FromInvalidation) // the Set of 91, heard of
 	if got := m.DecideFill("k", false, load, Held{}, base); got != FillSkip {
@@ -463,7 +469,8 @@ func TestRedoKeepsOneWritePerTargetAndIsBounded(t *testing.T) {
 // bulk invalidation being noted (here, bulkMu held throughout), and sees
 // every fence noted before, across the view's rebuilds.
 func TestBulkFencesAreReadWithoutALock(t *testing.T) {
-	f := Fences{Window: time.Hour}
+	f := new(Model)
+	f.SetWindow(time.Hour)
 	const n = 3*bulkDelta + 5
 	for i := range n {
 		f.NoteBulk("p"+strconv.Itoa(i)+":", at(i), base)
@@ -494,7 +501,8 @@ func TestBulkFencesAreReadWithoutALock(t *testing.T) {
 // Fills of more keys than the bound, from several goroutines, leave the
 // table at its bound, and the last key each one filled fenced.
 func TestConcurrentFillsStayWithinTheBound(t *testing.T) {
-	f := Fences{Window: time.Hour}
+	f := new(Model)
+	f.SetWindow(time.Hour)
 	const goroutines, perG = 4, MaxFillFences/4 + 1000
 	var wg sync.WaitGroup
 	for g := range goroutines {
@@ -509,7 +517,7 @@ func TestConcurrentFillsStayWithinTheBound(t *testing.T) {
 	wg.Wait()
 	// Two notes may trim at once: the table may end a few below its
 	// bound, never above it.
-	if keys, _ := f.Len(); keys > MaxFillFences || keys < MaxFillFences-goroutines {
+	if keys := f.Ledger.Len(); keys > MaxFillFences || keys < MaxFillFences-goroutines {
 		t.Fatalf("%d key fences, want the bound %d", keys, MaxFillFences)
 	}
 	for g := range goroutines {

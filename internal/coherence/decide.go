@@ -5,11 +5,13 @@ import (
 	"time"
 )
 
-// Model is one Cache's coherence state: its tickets, its fences and its
-// trust in the local tier. The zero value is ready once Fences.Window and
+// Model is one Cache's coherence state: its tickets, its ledger of
+// versions per key, its bulk and tag fences and its trust in the local
+// tier. The zero value is ready once SetWindow, Tags.Window and
 // Trust.DownTTL are set.
 type Model struct {
 	Tickets
+	Ledger
 	Fences
 	Trust
 	// LocalOnly is set once, before use, for a Cache without a shared
