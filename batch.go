@@ -181,7 +181,7 @@ func (b *batch[V]) run() {
 		if c.opts.Local != nil && len(k) > 0 && len(k) <= c.opts.MaxKeyLen && !c.coh.Closed.Load() {
 			if it, ok := c.opts.Local.Get(k); ok {
 				switch c.localState(it, b.now) {
-				case itemFresh:
+				case coherence.Fresh:
 					if it.NotFound || c.opts.Observer != nil || c.opts.Clone != nil || (c.opts.EarlyRefresh && b.load != nil) {
 						b.serve(i, it, driver.TierLocal)
 						continue
@@ -190,7 +190,7 @@ func (b *batch[V]) run() {
 					r := &b.res[i]
 					r.Value, r.Outcome, r.Age = it.Value, OutcomeHitLocal, age(it.LoadedAt, b.now.UnixNano())
 					continue
-				case itemStale:
+				case coherence.Stale:
 					stale = it
 				}
 			}
@@ -465,7 +465,7 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	todo := make([]int, 0, len(keys))
 	for j := range keys {
 		if c.opts.Local != nil {
-			if it, ok := c.opts.Local.Get(names[j]); ok && c.localState(it, now) == itemFresh {
+			if it, ok := c.opts.Local.Get(names[j]); ok && c.localState(it, now) == coherence.Fresh {
 				answers[j] = batchAnswer[V]{fl: &flight[V]{item: *it, found: true}}
 				continue
 			}
@@ -520,11 +520,12 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	if c.opts.Tracer != nil {
 		lctx, endSpan = c.opts.Tracer.StartLoad(lctx, c.opts.Name)
 	}
-	var start time.Time // as in loadOrigin
+	var start, wallStart time.Time // as in loadOrigin
 	if c.preciseLoadTime {
 		start = time.Now()
+		wallStart = start
 	} else {
-		start = c.opts.Now()
+		start, wallStart = c.opts.Now(), time.Now()
 	}
 	found, err := callBatchLoader(lctx, load, ask)
 	var keyErrs map[string]error
@@ -532,12 +533,9 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		keyErrs, err = be.Keys, nil
 	}
 	end := c.opts.Now()
-	took, wallEnd := end.Sub(start), time.Time{}
+	took, version := end.Sub(start), wallStart.Round(0)
 	if c.preciseLoadTime {
 		took = time.Since(start)
-		wallEnd = start.Add(took).Round(0)
-	} else {
-		wallEnd = time.Now().Round(0)
 	}
 	if endSpan != nil {
 		endSpan(err)
@@ -592,7 +590,7 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		if ok && keyErrs[names[j]] != nil { // ErrNotFound in Keys: the key does not exist
 			ok = false
 		}
-		fl := &flight[V]{item: driver.Item[V]{Value: v, Meta: driver.Meta{LoadDuration: took, LoadedAt: end, NotFound: !ok}}, wallEnd: wallEnd}
+		fl := &flight[V]{item: driver.Item[V]{Value: v, Meta: driver.Meta{LoadDuration: took, LoadedAt: end, Version: version, NotFound: !ok}}}
 		if !ok {
 			fl.notFound = ErrNotFound
 		}
@@ -614,6 +612,9 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		}
 		if c.throttle != nil {
 			c.throttle.succeed(names[j])
+		}
+		if pol.tagged.Load() {
+			c.tagLoaded(pol, fl)
 		}
 		flights[n] = fl
 	}
@@ -741,7 +742,7 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []c
 	if writeShared {
 		entries = make([]driver.Entry, len(keys))
 		for n, fl := range flights {
-			e, err := c.encode(&fl.item, fl.wallEnd)
+			e, err := c.encode(&fl.item)
 			if err != nil {
 				fl.writeErr = err
 				c.writeFailed(ctx, driver.TierShared, err)
@@ -774,7 +775,7 @@ func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []c
 	c.coh.FillAll(keys, tickets, func(current []bool) {
 		for n, fl := range flights {
 			tier = driver.TierLocal
-			ok, _, _ := c.fillLocked(current[n], keys[n], &fl.item, coherence.Read{Wall: c.wallRead(&fl.item, fl.wallEnd)})
+			ok, _, _ := c.fillLocked(current[n], keys[n], &fl.item, false)
 			tier = driver.TierShared
 			if !ok {
 				fl.uncached = true // an explicit write or a newer read won, or the Cache closed

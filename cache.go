@@ -165,7 +165,11 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 	c.coh.DownTTL = o.BusDownTTL
 	// A write-back of a load that began before a fence can land after
 	// it and live TTL + StaleFor from then.
-	c.coh.Window = o.TTL + o.StaleFor + o.LoaderTimeout + 2*o.SharedTimeout
+	c.coh.SetWindow(o.TTL + o.StaleFor + o.LoaderTimeout + 2*o.SharedTimeout)
+	c.coh.LocalOnly = o.Shared == nil
+	// A tag fence must outlive every value read before it, whatever TTL
+	// its loader set.
+	c.coh.Tags.Window = o.MaxTTL + o.StaleFor + o.LoaderTimeout + 2*o.SharedTimeout
 	c.redo.Do, c.redo.Min, c.redo.Max = c.redoOne, o.SharedTimeout, maxRedoBackoff
 	if o.Bus != nil {
 		// Down until the Bus says the subscription works: until then
@@ -289,7 +293,7 @@ func (c *Cache[V]) hitLocal(ctx context.Context, key string, load LoadFunc[V]) (
 		return r, false, nil
 	}
 	now := c.opts.Now()
-	if !now.Before(it.FreshUntil) || c.untrusted(it, now) {
+	if !now.Before(it.FreshUntil) || c.untrusted(it, now) || (len(it.Tags) != 0 && c.tagsCover(it, now) != coherence.TagsClear) {
 		return r, false, nil
 	}
 	if it.NotFound || c.opts.Observer != nil || c.opts.Clone != nil || (c.opts.EarlyRefresh && load != nil) {
@@ -318,10 +322,10 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	if c.opts.Local != nil {
 		if it, ok := c.opts.Local.Get(key); ok {
 			switch c.localState(it, now) {
-			case itemFresh:
+			case coherence.Fresh:
 				r, err := c.serveFresh(ctx, key, load, it, now, driver.TierLocal)
 				return r, nil, err
-			case itemStale:
+			case coherence.Stale:
 				stale = it
 			}
 		}
@@ -441,28 +445,17 @@ func failed[V any](ctx context.Context, err error) Result[V] {
 	return Result[V]{Outcome: OutcomeLoadFailed}
 }
 
-// itemState is what a local item may be served as.
-type itemState uint8
+// localState is what a local item may be served as
+// (coherence.Model.LocalState, the one rule). hitLocal inlines its fresh
+// case.
+func (c *Cache[V]) localState(it *driver.Item[V], now time.Time) coherence.State {
+	return c.coh.LocalState(copyOf(&it.Meta, it.FilledAt), now).State
+}
 
-const (
-	itemUnusable itemState = iota // expired, or untrusted (see untrusted)
-	itemFresh                     // served as is
-	itemStale                     // only the fail-safe fallback (a value, not a tombstone)
-)
-
-// localState is the one rule for serving a local item, fresh or as the
-// stale fallback: an untrusted item (the Bus is down, see untrusted) is
-// neither. hitLocal inlines the fresh case.
-func (c *Cache[V]) localState(it *driver.Item[V], now time.Time) itemState {
-	switch {
-	case c.untrusted(it, now):
-		return itemUnusable
-	case now.Before(it.FreshUntil):
-		return itemFresh
-	case !it.NotFound && now.Before(it.StaleUntil):
-		return itemStale
-	}
-	return itemUnusable
+// copyOf is what coherence judges of an item or entry with Meta m.
+func copyOf(m *driver.Meta, filledAt time.Time) coherence.Copy {
+	return coherence.Copy{Version: m.Version, FreshUntil: m.FreshUntil, StaleUntil: m.StaleUntil,
+		FilledAt: filledAt, LoadedAt: m.LoadedAt, NotFound: m.NotFound, Tags: m.Tags}
 }
 
 // serveFresh answers with a fresh item found in tier, starting an early
@@ -561,7 +554,8 @@ func (c *Cache[V]) admit(ctx context.Context, key string) error {
 	return nil
 }
 
-// Set stores v under key in every tier, with the Cache's TTL. It wins over a
+// Set stores v under key in every tier, with the Cache's TTL, tagged with
+// the tags of WithTags on ctx, if any. It wins over a
 // load of key in flight: that load's write-back is skipped, and later Gets
 // never share that load. A shared-tier failure is returned (the local tier
 // has v by then); a value the codec cannot encode is removed from the
@@ -582,31 +576,36 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	if err := c.admit(ctx, key); err != nil {
 		return err
 	}
+	tags, err := explicitTags(ctx)
+	if err != nil {
+		return err
+	}
 	if c.opts.Clone != nil {
 		v = c.opts.Clone(v)
 	}
 	now := c.opts.Now()
-	it := driver.Item[V]{Value: v, Meta: driver.Meta{LoadedAt: now}}
+	// The Set's version: the instant its data was made, on the wall
+	// clock, read precisely. It is the Version of the very entry the
+	// other instances read from the shared tier, and the Version of the
+	// Invalidation they hear of.
+	version := time.Now().Round(0)
+	it := driver.Item[V]{Value: v, Meta: driver.Meta{LoadedAt: now, Version: version, Tags: tags}}
 	it.FreshUntil = now.Add(c.jittered(c.opts.TTL))
 	it.StaleUntil = it.FreshUntil.Add(c.opts.StaleFor)
 	var (
 		e      driver.Entry
 		encErr error
 	)
-	// The Set's version for the other instances: the wall-clock read time
-	// of the very entry they will read from the shared tier, read
-	// precisely (see toWall).
-	version := time.Now().Round(0)
 	if c.opts.Shared != nil {
-		e, encErr = c.encode(&it, version)
+		e, encErr = c.encode(&it)
 	}
 	if encErr == nil {
 		// Before the write: from now on this instance takes no shared
-		// entry read before it for newer (see coherence.Fences).
-		c.fenceKey(ctx, key, version)
+		// entry read before it for newer (see coherence.Ledger).
+		c.fenceKey(ctx, key, version, coherence.FromWrite)
 	}
 	it.FilledAt = now
-	err := c.explicit(ctx, key, func() error {
+	err = c.explicit(ctx, key, func() error {
 		if c.opts.Local != nil {
 			c.opts.Local.Set(key, it)
 		}
@@ -626,7 +625,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	}
 	if encErr != nil {
 		version = time.Now() // the shared entry is gone, not replaced
-		c.fenceKey(ctx, key, version)
+		c.fenceKey(ctx, key, version, coherence.FromWrite)
 	}
 	return joinPublished(err, c.announce(ctx, driver.InvalidationKey, key, version, err != nil))
 }
@@ -682,7 +681,7 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 	if err := c.admit(ctx, key); err != nil {
 		return err
 	}
-	c.fenceKey(ctx, key, time.Now())
+	c.fenceKey(ctx, key, time.Now(), coherence.FromWrite)
 	err := c.explicit(ctx, key, func() error {
 		if c.opts.Local != nil {
 			c.opts.Local.Delete(key)
@@ -696,7 +695,7 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 		c.writeFailed(ctx, driver.TierShared, err)
 	}
 	version := time.Now()
-	c.fenceKey(ctx, key, version)
+	c.fenceKey(ctx, key, version, coherence.FromWrite)
 	return joinPublished(err, c.announce(ctx, driver.InvalidationKey, key, version, err != nil))
 }
 
@@ -729,27 +728,25 @@ func (c *Cache[V]) Close() error {
 // shared hit, a leader's loaded value after its fenced write; a load's
 // write-back, which needs neither of fill's answers, hands fillLocked to
 // Tickets.Fill itself) under ticket t, under the key's lock and the bulk
-// lock (coherence.Tickets.Fill). wall is the item's read time as the
-// shared tier has it (see coherence.Read); fromTier says it is an entry
-// as a tier held it (coherence.Read.FromTier). It returns the fresh copy
-// held that is newer than it when there is one: a shared read serves that
-// instead, or, if the copy is untrusted (the Bus is down), treats the
-// entry as absent and loads (the load paths serve their own value: their
-// callers asked before the held copy arrived). older reports an item read
-// before something this instance already filled, served, wrote or was
-// told of: a shared read treats it as absent.
-func (c *Cache[V]) fill(t coherence.Ticket, key string, it *driver.Item[V], wall time.Time, fromTier bool) (newer *driver.Item[V], older bool) {
+// lock (coherence.Tickets.Fill). fromTier says it is an entry as a tier
+// held it (coherence.Read.FromTier). It returns the fresh copy held that
+// is newer than it when there is one: a shared read serves that instead,
+// or, if the copy is untrusted (the Bus is down), treats the entry as
+// absent and loads (the load paths serve their own value: their callers
+// asked before the held copy arrived). older reports an item read before
+// something this instance already filled, served, wrote or was told of: a
+// shared read treats it as absent.
+func (c *Cache[V]) fill(t coherence.Ticket, key string, it *driver.Item[V], fromTier bool) (newer *driver.Item[V], older bool) {
 	c.coh.Fill(t, key, func(current bool) (stored bool) {
-		stored, newer, older = c.fillLocked(current, key, it, coherence.Read{Wall: wall, FromTier: fromTier})
+		stored, newer, older = c.fillLocked(current, key, it, fromTier)
 		return stored
 	}, nil)
 	return newer, older
 }
 
 // fillLocked is fill's decision (coherence.Model.DecideFill) and its local
-// write, under the key's lock and the bulk lock. read has the item's wall
-// read time and source; its local read time is filled in here.
-func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], read coherence.Read) (stored bool, newer *driver.Item[V], older bool) {
+// write, under the key's lock and the bulk lock.
+func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], fromTier bool) (stored bool, newer *driver.Item[V], older bool) {
 	var held *driver.Item[V]
 	if c.opts.Local != nil {
 		held, _ = c.opts.Local.Get(key)
@@ -757,12 +754,10 @@ func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], read
 	now := c.opts.Now()
 	h := coherence.Held{}
 	if held != nil {
-		// The item's read time on this clock only matters beside the
-		// held copy's.
-		read.Local = readAt(&it.Meta)
-		h = coherence.Held{Present: true, Fresh: now.Before(held.FreshUntil), Read: readAt(&held.Meta)}
+		fresh := now.Before(held.FreshUntil) && c.tagsCover(held, now) == coherence.TagsClear
+		h = coherence.Held{Present: true, Fresh: fresh, Version: held.Version}
 	}
-	switch c.coh.DecideFill(key, current, read, h, now) {
+	switch c.coh.DecideFill(key, current, coherence.Read{Version: it.Version, FromTier: fromTier}, h, now) {
 	case coherence.FillWrite:
 		if c.opts.Local != nil {
 			cp := *it
@@ -778,18 +773,6 @@ func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], read
 		return false, nil, true
 	}
 	return false, nil, false
-}
-
-// wallRead is the read time of a loaded item as the shared tier has it
-// (LoadedAt − LoadDuration, on the wall clock; see toWall): loadedAt, the
-// load's precise wall-clock end, less its duration; zero without a shared
-// tier, where no fence is ever asked (coherence.Fences.Covered) and none
-// is kept.
-func (c *Cache[V]) wallRead(it *driver.Item[V], loadedAt time.Time) time.Time {
-	if c.opts.Shared == nil || loadedAt.IsZero() {
-		return time.Time{}
-	}
-	return loadedAt.Add(-it.LoadDuration)
 }
 
 // jittered shortens d by a random fraction of at most c.jitter, so values

@@ -243,7 +243,7 @@ func (m *miss[V]) loadWithoutLease(ctx context.Context, t coherence.Ticket, stor
 	if fl.noStore = pol.noStore.Load(); store && !fl.noStore {
 		fl.writeErr = m.writeBack(ctx, t, fl)
 	}
-	fl.uncached = !store
+	fl.uncached = fl.uncached || !store
 	if m.newerThan != 0 {
 		m.c.refreshDone(m)
 	}
@@ -293,7 +293,7 @@ func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease d
 	c := m.c
 	var e *driver.Entry
 	if !noStore && c.coh.SharedWritable(coherence.Leased, false) {
-		if enc, err := c.encodeSafely(&fl.item, fl.wallEnd); err != nil {
+		if enc, err := c.encodeSafely(&fl.item); err != nil {
 			fl.writeErr = err
 			c.writeFailed(ctx, driver.TierShared, err)
 		} else {
@@ -336,7 +336,7 @@ func (m *miss[V]) completeLease(ctx context.Context, t coherence.Ticket, lease d
 		return fl
 	}
 	if e != nil {
-		c.fill(t, m.key, &fl.item, c.wallRead(&fl.item, fl.wallEnd), false)
+		c.fill(t, m.key, &fl.item, false)
 	}
 	return fl
 }
@@ -355,12 +355,11 @@ func (m *miss[V]) servedSuperseded(ctx context.Context, now time.Time, cur *driv
 	attrs := []slog.Attr{slog.String("cache", c.opts.Name), slog.Bool("newer_entry_handed_back", cur != nil), slog.Int64("suppressed", suppressed)}
 	if cur != nil {
 		wall := time.Now()
-		read := c.sharedReadAt(&cur.Meta)
 		local := c.fromWall(cur.Meta)
 		attrs = append(attrs,
-			slog.Bool("covered", c.covered(m.key, &cur.Meta, now)),
-			slog.Bool("read_time_known", !read.IsZero()),
-			slog.Duration("read_before_now", wall.Sub(readAt(&cur.Meta))),
+			slog.String("judgement", c.coh.AcceptShared(m.key, copyOf(&local, time.Time{}), now, c.opts.ClockSkew).String()),
+			slog.Bool("read_time_known", !local.Version.IsZero()),
+			slog.Duration("read_before_now", wall.Sub(local.Version)),
 			slog.Duration("fresh_for", local.FreshUntil.Sub(now)),
 			slog.Duration("stale_for", local.StaleUntil.Sub(now)),
 			slog.Duration("cache_clock_behind", wall.Sub(now)),

@@ -28,11 +28,17 @@ func fromEngine(err error) error {
 	return err
 }
 
-// ErrInvalidKey is matched (errors.Is) by every *KeyError.
-var ErrInvalidKey = errors.New("flightcache: invalid key")
-
-// ErrInvalidConfig is matched (errors.Is) by every *ConfigError.
-var ErrInvalidConfig = errors.New("flightcache: invalid config")
+// The errors of invalid input, each matched with errors.Is.
+var (
+	// ErrInvalidKey is matched by every *KeyError.
+	ErrInvalidKey = errors.New("flightcache: invalid key")
+	// ErrInvalidConfig is matched by every *ConfigError.
+	ErrInvalidConfig = errors.New("flightcache: invalid config")
+	// ErrInvalidTag is matched by the error of a call given a tag out of
+	// bounds: empty, longer than 128 bytes, not valid UTF-8, or more than
+	// 16 distinct tags on one value (see SetTags).
+	ErrInvalidTag = errors.New("flightcache: invalid tag")
+)
 
 // KeyError reports a key the Cache refused.
 type KeyError struct {

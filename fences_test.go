@@ -105,3 +105,55 @@ func TestFillsNeverPushASetsFenceOut(t *testing.T) {
 			v, logs.count("oldest fences were dropped early"))
 	}
 }
+
+// versionless is a shared tier that keeps LoadedAt and LoadDuration but
+// not Version, as redisstore's envelope does.
+type versionless struct{ *mapShared }
+
+func (s versionless) Set(ctx context.Context, key string, e driver.Entry) error {
+	e.Version = time.Time{}
+	return s.mapShared.Set(ctx, key, e)
+}
+
+// An entry's Version is derived, once, from what a store keeps
+// (LoadedAt − LoadDuration), and is exactly the version the writer
+// recorded: a Set's own entry read back is not older than the Set, and a
+// loaded entry read back is not older than the load that wrote it, so
+// neither is reloaded.
+func TestAVersionSurvivesAStoreThatKeepsOnlyLoadedAtAndLoadDuration(t *testing.T) {
+	shared := newMapShared(nil)
+	local := newLocal[*product](t, nil)
+	c := newCache(t, flightcache.Options[*product]{Local: local, Shared: versionless{shared}})
+	ctx := context.Background()
+	if err := c.Set(ctx, "set", &product{ID: "set", Price: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var o origin
+	slow := o.load("loaded")
+	mustGet(t, c, "loaded", slow)
+	for _, key := range []string{"set", "loaded"} {
+		if e, ok := shared.peek(key); !ok || !e.Version.IsZero() {
+			t.Fatalf("%s: the store kept a Version (%v, %v)", key, e.Version, ok)
+		}
+		local.Delete(key) // read the shared tier again
+		if r := mustGet(t, c, key, slow); r.Outcome != flightcache.OutcomeHitShared {
+			t.Errorf("%s read back from the shared tier: %v, want a shared hit (its own version taken for an older one)", key, r.Outcome)
+		}
+	}
+	if n := o.calls.Load(); n != 1 {
+		t.Errorf("%d loads, want 1", n)
+	}
+	// An entry that ended after the Set but was read before it (its load
+	// began earlier) is older: its derived Version is LoadedAt −
+	// LoadDuration, and this instance, having served the Set, treats it
+	// as absent.
+	e, _ := shared.peek("set")
+	data, _ := driver.JSONCodec[*product]{}.Marshal(&product{ID: "set", Price: 99})
+	shared.m["set"] = driver.Entry{Value: data, Meta: driver.Meta{
+		LoadedAt: e.LoadedAt.Add(time.Millisecond), LoadDuration: 2 * time.Millisecond,
+		FreshUntil: e.FreshUntil, StaleUntil: e.StaleUntil}}
+	local.Delete("set")
+	if r := mustGet(t, c, "set", slow); r.Value.Price == 99 {
+		t.Errorf("served an entry read before the Set it followed (%v)", r.Outcome)
+	}
+}

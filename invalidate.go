@@ -20,9 +20,9 @@ import (
 // every other instance drops its copies that are older than the write.
 //
 // Versions. An Invalidation carries Version, the wall-clock time at which
-// the writer's change was complete; an item's version is the time its data
-// was read from its source (Meta.LoadedAt minus Meta.LoadDuration: the
-// start of the load, or the time of the Set). An item read before the
+// the writer's change was complete; an item's is Meta.Version, the
+// wall-clock time its data was read from its source (the start of the
+// load, or the time of the Set). An item read before the
 // Invalidation's Version (plus Options.ClockSkew) is older and is dropped;
 // a newer one is kept, so an invalidation that arrives late, twice or out
 // of order never evicts a value loaded after the write. Writes a process
@@ -36,11 +36,6 @@ import (
 // Bus is back the local tier is cleared (resynchronised) before long TTLs
 // are trusted again. docs/ARCHITECTURE.md has the sequence diagrams and the
 // bounds.
-
-// readAt is the version of an item: when its data was read from its source.
-func readAt(m *driver.Meta) time.Time {
-	return m.LoadedAt.Add(-m.LoadDuration)
-}
 
 // This file is the Cache's side of cross-instance invalidation; package
 // driver has the contracts (Bus, Invalidation). The story of one write, say Delete on
@@ -57,7 +52,7 @@ func readAt(m *driver.Meta) time.Time {
 //     updated before publishing.
 //
 // Every instance also keeps a fence per invalidation it applied or made
-// (coherence.Fences): for a while, a shared entry it covers that was read from
+// (coherence.Ledger, coherence.Fences): for a while, a shared entry it covers that was read from
 // its source before the fence's Version is treated as absent, and the next
 // load overwrites it. For a bulk invalidation (InvalidatePrefix, Clear)
 // that is the only way the shared tier forgets: Redis has no cheap "delete
@@ -69,7 +64,7 @@ func readAt(m *driver.Meta) time.Time {
 // stale (coherence.Trust): the Bus is down and the item entered the local
 // tier more than BusDownTTL ago.
 func (c *Cache[V]) untrusted(it *driver.Item[V], now time.Time) bool {
-	return c.coh.Down() && !c.coh.Trusted(it.FilledAt, readAt(&it.Meta), now)
+	return c.coh.Down() && !c.coh.Trusted(it.FilledAt, it.LoadedAt, now)
 }
 
 // BusState returns the state of the Cache's subscription to its Bus:
@@ -144,18 +139,19 @@ func (c *Cache[V]) invalidateBulk(ctx context.Context, kind driver.InvalidationK
 	}
 	wall := time.Now()
 	c.noteBulk(ctx, prefix, wall)
-	c.applyBulk(prefix, c.opts.Now())
+	c.applyBulk(prefix, wall)
 	return c.announce(ctx, kind, prefix, wall, false)
 }
 
-// fenceKey records an explicit write of key (Set, Delete, an invalidation
-// received) whose data dates from version (wall clock): the Set's own
+// fenceKey records an explicit write of key (Set, Delete: src
+// coherence.FromWrite) or an invalidation received (FromInvalidation)
+// whose data dates from version (wall clock): the Set's own
 // entry, or the moment of a Delete. From then on this instance takes no
-// shared entry read before it (coherence.Fences), warning when the table
+// shared entry read before it (coherence.Ledger), warning when the table
 // had to drop an explicit fence early. It reports whether version is newer
 // than the key's fence was.
-func (c *Cache[V]) fenceKey(ctx context.Context, key string, version time.Time) bool {
-	_, fresh, dropped := c.coh.NoteKey(key, version, c.opts.Now(), true)
+func (c *Cache[V]) fenceKey(ctx context.Context, key string, version time.Time, src coherence.Source) bool {
+	_, fresh, dropped := c.coh.NoteKey(key, version, c.opts.Now(), src)
 	c.fencesDropped(ctx, false, dropped)
 	return fresh
 }
@@ -216,7 +212,7 @@ func (c *Cache[V]) publishVia(ctx context.Context, kind driver.InvalidationKind,
 }
 
 // applyKey drops the local copy of key if it was read before version
-// (this Cache's clock) plus ClockSkew, makes the read-path writes of key
+// (wall clock) plus ClockSkew, makes the read-path writes of key
 // in progress write nothing (an explicit write, coherence.Tickets) and
 // the next Get start a new flight. It reports whether a copy was held and
 // whether it was dropped.
@@ -227,7 +223,7 @@ func (c *Cache[V]) applyKey(key string, version time.Time) (held, dropped bool) 
 		}
 		it, ok := c.opts.Local.Get(key)
 		held = ok
-		if ok && coherence.Invalidates(version, readAt(&it.Meta), c.opts.ClockSkew) {
+		if ok && coherence.Invalidates(version, it.Version, c.opts.ClockSkew) {
 			c.opts.Local.Delete(key)
 			dropped = true
 		}
@@ -249,7 +245,7 @@ func (c *Cache[V]) applyBulk(prefix string, version time.Time) (dropped int) {
 		return 0
 	}
 	for k, it := range r.All() {
-		if strings.HasPrefix(k, prefix) && coherence.Invalidates(version, readAt(&it.Meta), c.opts.ClockSkew) {
+		if strings.HasPrefix(k, prefix) && coherence.Invalidates(version, it.Version, c.opts.ClockSkew) {
 			c.opts.Local.Delete(k)
 			dropped++
 		}
@@ -267,10 +263,11 @@ func (c *Cache[V]) outdateInFlight(prefix string) {
 
 // resync empties the local tier after the Bus was down: whatever it holds
 // may have missed invalidations. It is applyBulk of every key with a
-// version no item can be newer than (LoadedAt is never ahead of now plus
-// ClockSkew), so reads in progress write nothing either.
+// version no item can be newer than (a Version is read from this host's
+// wall clock, or refused ahead of it by more than ClockSkew), so reads in
+// progress write nothing either.
 func (c *Cache[V]) resync() {
-	c.applyBulk("", c.opts.Now().Add(MaxTTL))
+	c.applyBulk("", time.Now().Add(MaxTTL))
 }
 
 // busHandler is the Cache's BusHandler. The Bus calls it one message at a
@@ -305,16 +302,14 @@ func (c *Cache[V]) received(inv driver.Invalidation) {
 				slog.String("cache", c.opts.Name), slog.Int64("suppressed", suppressed))
 		}
 	}
-	// Fences compare wall-clock times; the local tier's items are on this
-	// Cache's clock.
-	version := shiftTime(inv.Version, time.Duration(c.opts.Now().UnixNano()-wallNow.UnixNano()))
+	version := inv.Version
 	applied := false
 	switch inv.Kind {
 	case driver.InvalidationKey:
 		if c.admit(ctx, inv.Target) != nil {
 			break // no key of this Cache: nothing it could cover
 		}
-		fresh := c.fenceKey(ctx, inv.Target, inv.Version)
+		fresh := c.fenceKey(ctx, inv.Target, inv.Version, coherence.FromInvalidation)
 		held, dropped := c.applyKey(inv.Target, version)
 		applied = dropped || (fresh && !held)
 	case driver.InvalidationPrefix, driver.InvalidationAll:
@@ -337,6 +332,15 @@ func (c *Cache[V]) received(inv driver.Invalidation) {
 			break
 		}
 		applied = c.applyBulk(prefix, version) > 0 || fresh
+	case driver.InvalidationTag, driver.InvalidationTagExpire:
+		if checkTag(inv.Target) != nil {
+			break
+		}
+		// Local items read up to ClockSkew after the writer's version may
+		// still be older than its change: the skew is part of the fence.
+		// A replay (on start-up, on BusUp) carries the original version,
+		// so it never moves the fence past what it was.
+		applied = c.noteTag(ctx, inv.Kind, inv.Target, inv.Version, version.Add(c.opts.ClockSkew))
 	}
 	if c.opts.Observer != nil {
 		kind := driver.EventInvalidationIgnored

@@ -86,10 +86,6 @@ type flight[V any] struct {
 	// Invalidation (see Refresh); a Refresh that joined it does not again.
 	// Written by the leader before the flight's result is handed over.
 	announced bool
-	// wallEnd is when the load ended on the wall clock, read precisely
-	// (see loadOrigin): the shared tier's LoadedAt for item. Zero when
-	// nothing was loaded (found).
-	wallEnd time.Time
 }
 
 // run is the flight, executed by the leader:
@@ -169,12 +165,12 @@ func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket
 	c := m.c
 	usable := func(it *driver.Item[V]) bool {
 		if m.forced {
-			return now.Before(it.FreshUntil) && readAt(&it.Meta).UnixNano() > m.newerThan
+			return now.Before(it.FreshUntil) && it.Version.UnixNano() > m.newerThan
 		}
 		return now.Before(it.FreshUntil) && it.FreshUntil.UnixNano() > m.newerThan
 	}
 	if c.opts.Local != nil {
-		if it, ok := c.opts.Local.Get(m.key); ok && c.localState(it, now) == itemFresh && usable(it) {
+		if it, ok := c.opts.Local.Get(m.key); ok && c.localState(it, now) == coherence.Fresh && usable(it) {
 			return *it, true
 		}
 	}
@@ -240,29 +236,26 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 	// clock. Its duration (took: LoadDuration, XFetch's Δ) is on the
 	// precise real clock when Options.Now was left to its default, which
 	// may be coarse (see Cache.preciseLoadTime), so that sub-millisecond
-	// loads keep a non-zero Δ. Its end on the wall clock (wallEnd, the
-	// shared tier's LoadedAt) is read precisely, so that wallEnd − took,
-	// the read time other instances' fences compare (coherence.Fences),
-	// is when the load began: converting end instead would carry the
-	// coarse clock's lag, which varies by a tick and by far more on a
-	// starved host, and order two loads begun a moment apart the wrong
-	// way round. (Inline, not a helper: a cold Get's depth is kept, see
-	// internal/archtest; batch.go's load does the same.)
-	var start time.Time
+	// loads keep a non-zero Δ. Its Version is the instant it began, read
+	// precisely from the wall clock whatever Options.Now is: never a
+	// conversion of the Cache's clock, whose lag (a tick, far more on a
+	// starved host) would order two loads begun a moment apart the wrong
+	// way round, and a fake clock none at all. (Inline, not a helper: a
+	// cold Get's depth is kept, see internal/archtest; batch.go's load
+	// does the same.)
+	var start, wallStart time.Time
 	if c.preciseLoadTime {
 		start = time.Now()
+		wallStart = start
 	} else {
-		start = c.opts.Now()
+		start, wallStart = c.opts.Now(), time.Now()
 	}
 	v, err := m.load(lctx)
 	returned = true
 	end := c.opts.Now()
-	took, wallEnd := end.Sub(start), time.Time{}
+	took, version := end.Sub(start), wallStart.Round(0)
 	if c.preciseLoadTime {
 		took = time.Since(start)
-		wallEnd = start.Add(took).Round(0)
-	} else {
-		wallEnd = time.Now().Round(0)
 	}
 	if endSpan != nil {
 		endSpan(err)
@@ -270,7 +263,7 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 	if c.opts.Observer != nil {
 		c.observe(driver.Event{Kind: driver.EventOriginCall, Ctx: ctx, Cache: c.opts.Name, Duration: took, Err: err})
 	}
-	fl := &flight[V]{wallEnd: wallEnd}
+	fl := &flight[V]{}
 	if c.opts.Tracer != nil {
 		fl.loadCtx = lctx
 	}
@@ -295,11 +288,14 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 	if c.throttle != nil {
 		c.throttle.succeed(m.key)
 	}
-	fl.item = driver.Item[V]{Value: v, Meta: driver.Meta{LoadDuration: took, LoadedAt: end, NotFound: fl.notFound != nil}}
+	fl.item = driver.Item[V]{Value: v, Meta: driver.Meta{LoadDuration: took, LoadedAt: end, Version: version, NotFound: fl.notFound != nil}}
 	fl.item.FreshUntil = end.Add(ttl)
 	fl.item.StaleUntil = fl.item.FreshUntil
 	if !fl.item.NotFound {
 		fl.item.StaleUntil = fl.item.StaleUntil.Add(c.opts.StaleFor)
+	}
+	if pol.tagged.Load() {
+		c.tagLoaded(pol, fl)
 	}
 	return fl, pol, nil
 }
@@ -331,15 +327,14 @@ func (m *miss[V]) writeBack(ctx context.Context, t coherence.Ticket, fl *flight[
 	// A write-back the fill refuses (a newer write, invalidation or read
 	// won, or the Cache closed) stores nothing in either tier: the
 	// Outcome says so (OutcomeLoadedUncached), not that it was stored.
-	var wall time.Time
 	local := func(current bool) bool {
-		stored, _, _ := c.fillLocked(current, m.key, it, coherence.Read{Wall: wall})
+		stored, _, _ := c.fillLocked(current, m.key, it, false)
 		fl.uncached = !stored
 		return stored
 	}
 	if c.opts.Shared == nil {
-		// The local tier is all there is: nothing to encode, no read time
-		// to fence (see wallRead), nothing to write after the local fill.
+		// The local tier is all there is: nothing to encode, nothing to
+		// write after the local fill.
 		tier = driver.TierLocal
 		c.coh.Fill(t, m.key, local, nil)
 		return nil
@@ -356,10 +351,9 @@ func (m *miss[V]) writeBack(ctx context.Context, t coherence.Ticket, fl *flight[
 		skipErr = errSkippedNoLease
 	}
 	if writeShared {
-		e, encErr = c.encode(it, fl.wallEnd)
+		e, encErr = c.encode(it)
 	}
 	tier = driver.TierLocal
-	wall = c.wallRead(it, fl.wallEnd)
 	c.coh.Fill(t, m.key, local, func() {
 		tier = driver.TierShared
 		switch {

@@ -1,6 +1,10 @@
 package flightcache
 
-import "context"
+import (
+	"context"
+
+	"github.com/flightcache/flightcache/internal/coherence"
+)
 
 // Peek returns the fresh value a Get of key would serve from the tiers,
 // and whether there is one, without loading and without joining or
@@ -25,7 +29,7 @@ func (c *Cache[V]) Peek(ctx context.Context, key string) (V, bool) {
 	}
 	now := c.opts.Now()
 	if c.opts.Local != nil {
-		if it, ok := c.opts.Local.Get(key); ok && c.localState(it, now) == itemFresh {
+		if it, ok := c.opts.Local.Get(key); ok && c.localState(it, now) == coherence.Fresh {
 			if it.NotFound { // a Get would answer ErrNotFound here
 				return zero, false
 			}

@@ -93,7 +93,7 @@ func (c *Cache[V]) Refresh(ctx context.Context, key string, load LoadFunc[V]) (V
 // it: not a value found or handed over, not one a newer write superseded,
 // not one its loader said NoStore of.
 func (fl *flight[V]) storedLoad() bool {
-	return !fl.found && !fl.uncached && !fl.noStore && !fl.wallEnd.IsZero()
+	return !fl.found && !fl.uncached && !fl.noStore && !fl.item.Version.IsZero()
 }
 
 // announceRefresh tells the other instances, as Set does (announce), that
@@ -105,15 +105,15 @@ func (fl *flight[V]) storedLoad() bool {
 // A shared write that failed is redone as Set's is (the shared entry is
 // removed), so that no instance goes on reading the replaced value there.
 func (c *Cache[V]) announceRefresh(ctx context.Context, key string, fl *flight[V]) error {
-	version := fl.wallEnd.Add(-fl.item.LoadDuration)
+	version := fl.item.Version
 	return c.announce(ctx, driver.InvalidationKey, key, version, c.opts.Shared != nil && fl.writeErr != nil)
 }
 
 // replaces notes in a Refresh's miss (forced) that the value it loads
-// replaces one read at readAt(held): only a value read later may stand in
+// replaces one read at held.Version: only a value read later may stand in
 // for its load.
 func (m *miss[V]) replaces(held *driver.Meta) {
-	if r := readAt(held).UnixNano(); r > m.newerThan {
+	if r := held.Version.UnixNano(); r > m.newerThan {
 		m.newerThan = r
 	}
 }

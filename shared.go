@@ -24,7 +24,8 @@ import (
 //     about the tier) or the error is about one entry or key (see
 //     entryLevel);
 //   - converts times between the Cache's clock (Options.Now) and the wall
-//     clock the shared tier holds (see toWall).
+//     clock the shared tier holds (see toWall), all but Version, which
+//     is on the wall clock in both tiers.
 
 // sharedCall runs call against the shared tier under the breaker and
 // SharedTimeout. keepCancel keeps ctx's cancellation (reads).
@@ -189,21 +190,23 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, now time.Time, t 
 }
 
 // acceptShared turns e, key's entry as read from the shared tier, into
-// the item a read serves at now, or nil when it must be treated as absent;
-// it is the one rule for Get, the flight's double-check, a refused
-// leader's read back and batches alike:
-// covered by a fence, past its StaleUntil, undecodable (a read failure
-// too), or read before something this instance served since. t is the
+// the item a read serves at now, or nil when it must be treated as absent,
+// for Get, the flight's double-check, a refused leader's read back and
+// batches alike: what coherence.Model.AcceptShared refuses, undecodable
+// (a read failure too), or read before something this instance served
+// since (DecideFill, under the key's lock). t is the
 // reader's ticket, under which the local tier gets a copy.
 func (c *Cache[V]) acceptShared(ctx context.Context, key string, e *driver.Entry, now time.Time, t coherence.Ticket) *driver.Item[V] {
-	if c.covered(key, &e.Meta, now) {
-		// Older than something this instance wrote, applied or served:
-		// absent, so that the next load overwrites it.
-		return nil
-	}
 	m := c.fromWall(e.Meta)
-	if !now.Before(m.StaleUntil) {
+	switch j := c.coh.AcceptShared(key, copyOf(&m, time.Time{}), now, c.opts.ClockSkew); {
+	case j.State == coherence.Unusable:
+		// Covered (older than something this instance wrote, applied or
+		// served: absent, so that the next load overwrites it), or
+		// expired.
 		return nil
+	case j.Why == coherence.WhyTagExpired && now.Before(m.FreshUntil):
+		// Stale from now on: the fallback of the load that replaces it.
+		m.FreshUntil = now
 	}
 	it := &driver.Item[V]{Meta: m}
 	if !m.NotFound {
@@ -214,7 +217,7 @@ func (c *Cache[V]) acceptShared(ctx context.Context, key string, e *driver.Entry
 		}
 		it.Value = v
 	}
-	newer, older := c.fill(t, key, it, c.sharedReadAt(&e.Meta), true)
+	newer, older := c.fill(t, key, it, true)
 	switch {
 	case older:
 		// Read before something this instance served since the check
@@ -233,37 +236,12 @@ func (c *Cache[V]) acceptShared(ctx context.Context, key string, e *driver.Entry
 	return it
 }
 
-// covered reports whether a shared entry of key with Meta m (wall clock)
-// must be treated as absent (coherence.Fences.Covered): its read time is
-// unknown when not kept, or when it is ahead of this host's clock by more
-// than ClockSkew (written by a host with a wrong clock, it must not pass
-// for newer than every fence).
-func (c *Cache[V]) covered(key string, m *driver.Meta, now time.Time) bool {
-	read := c.sharedReadAt(m)
-	return c.coh.Covered(key, read, !read.IsZero(), now, c.opts.ClockSkew)
-}
-
-// sharedReadAt is the read time fences see of a shared entry with Meta m
-// (wall clock): zero, unknown, when the store keeps no LoadedAt or when it
-// is ahead of this host's clock by more than ClockSkew (written by a host
-// with a wrong clock: it must neither pass for newer than every fence nor
-// raise the key's fence into the future, which would refuse every correct
-// entry of the key for the fence window).
-func (c *Cache[V]) sharedReadAt(m *driver.Meta) time.Time {
-	read := readAt(m)
-	if m.LoadedAt.IsZero() || read.After(time.Now().Add(c.opts.ClockSkew)) {
-		return time.Time{}
-	}
-	return read
-}
-
 // encode turns it into the entry the shared tier stores: its value through
-// the codec, its times on the wall clock, with loadedAt, the precise
-// wall-clock time it was made (see toWall). Encoding is CPU work in the
-// calling goroutine and has no deadline; only the store call is bounded by
-// SharedTimeout.
-func (c *Cache[V]) encode(it *driver.Item[V], loadedAt time.Time) (driver.Entry, error) {
-	e := driver.Entry{Meta: c.toWall(it.Meta, loadedAt)}
+// the codec, its times on the wall clock (see toWall). Encoding is CPU
+// work in the calling goroutine and has no deadline; only the store call
+// is bounded by SharedTimeout.
+func (c *Cache[V]) encode(it *driver.Item[V]) (driver.Entry, error) {
+	e := driver.Entry{Meta: toWall(it.Meta)}
 	if it.NotFound {
 		return e, nil
 	}
@@ -277,13 +255,13 @@ func (c *Cache[V]) encode(it *driver.Item[V], loadedAt time.Time) (driver.Entry,
 
 // encodeSafely is encode with a panic in the codec turned into an error
 // (whose text leaves out the panic value: it may hold the key).
-func (c *Cache[V]) encodeSafely(it *driver.Item[V], loadedAt time.Time) (e driver.Entry, err error) {
+func (c *Cache[V]) encodeSafely(it *driver.Item[V]) (e driver.Entry, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("flightcache: encode value: codec panicked (%T)", p)
 		}
 	}()
-	return c.encode(it, loadedAt)
+	return c.encode(it)
 }
 
 // setShared stores e under key in the shared tier.
@@ -299,12 +277,18 @@ func (c *Cache[V]) deleteShared(ctx context.Context, key string) error {
 // toWall converts the times in m from the Cache's clock to the wall clock,
 // for the shared tier: other processes compare them with their own clocks,
 // so they must be real times whatever Options.Now is (a fake clock in
-// tests, a coarse one on the hot path). loadedAt is m.LoadedAt on the wall
-// clock, read precisely when the item was made (miss.loadOrigin, Set), and
-// the two readings give the offset: LoadedAt − LoadDuration is the read
-// time fences order entries by, and an offset taken now, from the coarse
-// clock, would carry that clock's lag, a tick or more, into it.
-func (c *Cache[V]) toWall(m driver.Meta, loadedAt time.Time) driver.Meta {
+// tests, a coarse one on the hot path). m.Version is on the wall clock
+// already, read precisely when the item was made (miss.loadOrigin, Set):
+// the entry's LoadedAt is Version + LoadDuration, so that a store that
+// keeps only LoadedAt and LoadDuration gives the Version back exactly
+// (fromWall), and the offset of the other times is taken from the two
+// readings of the end of the load, not from the coarse clock now, whose
+// lag would shift them by a tick or more.
+func toWall(m driver.Meta) driver.Meta {
+	if m.Version.IsZero() {
+		return m
+	}
+	loadedAt := m.Version.Add(m.LoadDuration)
 	off := time.Duration(loadedAt.UnixNano() - m.LoadedAt.UnixNano())
 	m.FreshUntil = shiftTime(m.FreshUntil, off)
 	m.StaleUntil = shiftTime(m.StaleUntil, off)
@@ -319,10 +303,25 @@ func (c *Cache[V]) toWall(m driver.Meta, loadedAt time.Time) driver.Meta {
 // now + Options.MaxTTL, StaleUntil at most FreshUntil + StaleFor (FreshUntil for a
 // tombstone) and never before FreshUntil, LoadDuration at most the loader
 // timeout (XFetch would otherwise refresh on every hit), LoadedAt at most
-// now plus ClockSkew.
+// now plus ClockSkew. Version stays on the wall clock: derived from
+// LoadedAt − LoadDuration when the store keeps no Version, unknown (zero)
+// when ahead of this host's clock by more than ClockSkew.
 func (c *Cache[V]) fromWall(m driver.Meta) driver.Meta {
-	now := c.opts.Now()
-	off := time.Duration(now.UnixNano() - time.Now().UnixNano())
+	now, wallNow := c.opts.Now(), time.Now()
+	if m.Version.IsZero() && !m.LoadedAt.IsZero() {
+		// The one place a Version is derived: a store that keeps only
+		// LoadedAt and LoadDuration (redisstore's envelope) has the
+		// Version the Cache wrote (see toWall).
+		m.Version = m.LoadedAt.Add(-m.LoadDuration)
+	}
+	if m.Version.After(wallNow.Add(c.opts.ClockSkew)) {
+		// Written by a host with a wrong clock: unknown, so that it
+		// neither passes for newer than every fence nor raises the key's
+		// version into the future, which would refuse every correct
+		// entry of the key for the fence window.
+		m.Version = time.Time{}
+	}
+	off := time.Duration(now.UnixNano() - wallNow.UnixNano())
 	m.FreshUntil = shiftTime(m.FreshUntil, off)
 	m.StaleUntil = shiftTime(m.StaleUntil, off)
 	m.LoadedAt = shiftTime(m.LoadedAt, off)

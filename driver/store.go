@@ -25,6 +25,22 @@ type Meta struct {
 	// from it. A store that does not keep it leaves it zero, and the age of
 	// its values is then reported as unknown (0).
 	LoadedAt time.Time
+	// Version is the wall-clock instant the value's data was read from its
+	// origin (the start of the load, the instant of the Set), in both tiers
+	// whatever clock the Cache runs on; zero when unknown. Every coherence
+	// decision compares it: an invalidation drops the copies whose Version
+	// is older than its own, a shared entry older than what this instance
+	// already served or wrote is absent. The Cache writes entries whose
+	// Version is LoadedAt − LoadDuration, so a SharedStore need not keep
+	// it: the Cache derives it from those two when a store returns it
+	// zero. A LocalStore keeps it as given.
+	Version time.Time
+	// Tags are the value's tags (flightcache.SetTags, WithTags): an
+	// invalidation of one of them (InvalidateTag, ExpireTag) covers the
+	// value if its data was read before it. Stores keep them as given and
+	// never modify the slice, which values loaded together share. nil for
+	// an untagged value.
+	Tags []string
 }
 
 // Item is what the local, typed tier stores.

@@ -56,6 +56,8 @@ func TestSetGetDeleteRoundTripsItem(t *testing.T) {
 	v := "hello"
 	want := item(&v, clk.Now(), time.Minute, time.Hour)
 	want.NotFound = true
+	want.Version = time.Unix(1700000000, 123456789) // wall clock, not the store's
+	want.LoadedAt = clk.Now()
 
 	if _, ok := s.Get("k"); ok {
 		t.Fatal("Get on empty store: found")
@@ -66,7 +68,8 @@ func TestSetGetDeleteRoundTripsItem(t *testing.T) {
 		t.Fatal("Get after Set: not found")
 	}
 	if got.Value != want.Value || !got.FreshUntil.Equal(want.FreshUntil) || !got.StaleUntil.Equal(want.StaleUntil) ||
-		got.LoadDuration != want.LoadDuration || got.NotFound != want.NotFound {
+		got.LoadDuration != want.LoadDuration || got.NotFound != want.NotFound ||
+		!got.Version.Equal(want.Version) || !got.LoadedAt.Equal(want.LoadedAt) {
 		t.Fatalf("Get = %+v, want %+v", got, want)
 	}
 
@@ -368,5 +371,20 @@ func TestClockResolutionValidation(t *testing.T) {
 				t.Fatalf("New = %v, %v; want ErrInvalidConfig", s, err)
 			}
 		})
+	}
+}
+
+// An item's tags are kept as given: the Cache compares them with its tag
+// fences on every hit.
+func TestItemKeepsItsTags(t *testing.T) {
+	clk := newFakeClock()
+	s := newStore(t, Options[*string]{Now: clk.Now})
+	v := "hello"
+	want := item(&v, clk.Now(), time.Minute, time.Hour)
+	want.Tags = []string{"product:42", "category:tea"}
+	s.Set("k", want)
+	got, ok := s.Get("k")
+	if !ok || len(got.Tags) != 2 || got.Tags[0] != "product:42" || got.Tags[1] != "category:tea" {
+		t.Fatalf("Get = %+v, %v; want the tags kept", got, ok)
 	}
 }

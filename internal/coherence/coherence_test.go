@@ -95,12 +95,13 @@ func TestTicketRegistryHoldsOnlyKeysInProgress(t *testing.T) {
 }
 
 func TestKeyFenceKeepsTheNewestVersionAndExpires(t *testing.T) {
-	f := Fences{Window: time.Minute}
-	if _, fresh, _ := f.NoteKey("k", at(5), base, true); !fresh {
+	f := new(Model)
+	f.SetWindow(time.Minute)
+	if _, fresh, _ := f.NoteKey("k", at(5), base, FromWrite); !fresh {
 		t.Fatal("the first fence of a key is not fresh")
 	}
 	for _, old := range []int{5, 4} {
-		if prev, fresh, _ := f.NoteKey("k", at(old), base, true); fresh || !prev.Equal(at(5)) {
+		if prev, fresh, _ := f.NoteKey("k", at(old), base, FromWrite); fresh || !prev.Equal(at(5)) {
 			t.Fatalf("version %d after 5: fresh %v, prev %v", old, fresh, prev)
 		}
 	}
@@ -117,15 +118,16 @@ func TestKeyFenceKeepsTheNewestVersionAndExpires(t *testing.T) {
 	if f.Covered("k", at(0), true, later, 0) {
 		t.Fatal("an expired fence still covers")
 	}
-	if _, fresh, _ := f.NoteKey("k", at(1), later, true); !fresh {
+	if _, fresh, _ := f.NoteKey("k", at(1), later, FromWrite); !fresh {
 		t.Fatal("an expired key still deduplicates")
 	}
 }
 
 func TestKeyFencesCompareAtMicrosecondPrecision(t *testing.T) {
-	f := Fences{Window: time.Hour}
-	set := time.Unix(2000, 123456789) // a Set's entry, read at this instant
-	f.NoteKey("k", set, base, true)   // its fence, as another instance gets it
+	f := new(Model)
+	f.SetWindow(time.Hour)
+	set := time.Unix(2000, 123456789)    // a Set's entry, read at this instant
+	f.NoteKey("k", set, base, FromWrite) // its fence, as another instance gets it
 	if f.Covered("k", set, true, base, 0) {
 		t.Fatal("a Set's own entry is covered by its own fence")
 	}
@@ -135,7 +137,8 @@ func TestKeyFencesCompareAtMicrosecondPrecision(t *testing.T) {
 }
 
 func TestBulkFencesMatchPrefixesAndEntriesOfUnknownAge(t *testing.T) {
-	f := Fences{Window: time.Minute}
+	f := new(Model)
+	f.SetWindow(time.Minute)
 	f.NoteBulk("t=1|id=4|", wall, base)
 	f.NoteBulk("t=2|", wall, base)
 	for key, want := range map[string]bool{
@@ -162,14 +165,15 @@ func TestBulkFencesMatchPrefixesAndEntriesOfUnknownAge(t *testing.T) {
 }
 
 func TestFencesAreBoundedPerKindAndKeyFencesNeverPushOutBulkOnes(t *testing.T) {
-	f := Fences{Window: time.Hour}
+	f := new(Model)
+	f.SetWindow(time.Hour)
 	f.NoteBulk("", wall, base) // a Clear
 	var dropped int64
-	for i := range MaxKeyFences + 10*keyFenceShards {
-		_, _, d := f.NoteKey(strconv.Itoa(i), wall, base, true)
+	for i := range MaxKeyFences + 10*ledgerShards {
+		_, _, d := f.NoteKey(strconv.Itoa(i), wall, base, FromWrite)
 		dropped = max(dropped, d)
 	}
-	keys, bulk := f.Len()
+	keys, bulk := f.Ledger.Len(), f.Fences.Len()
 	if keys > MaxKeyFences || dropped == 0 {
 		t.Fatalf("%d key fences (dropped %d), want at most %d", keys, dropped, MaxKeyFences)
 	}
@@ -177,9 +181,10 @@ func TestFencesAreBoundedPerKindAndKeyFencesNeverPushOutBulkOnes(t *testing.T) {
 		t.Fatal("key fences pushed the Clear's fence out")
 	}
 	// Fills do not count as explicit drops: they need no warning.
-	g := Fences{Window: time.Hour}
-	for i := range MaxKeyFences + 10*keyFenceShards {
-		if _, _, d := g.NoteKey(strconv.Itoa(i), wall, base, false); d != 0 {
+	g := new(Model)
+	g.SetWindow(time.Hour)
+	for i := range MaxKeyFences + 10*ledgerShards {
+		if _, _, d := g.NoteKey(strconv.Itoa(i), wall, base, FromFill); d != 0 {
 			t.Fatalf("a fill's fence dropped early counted as an explicit drop (%d)", d)
 		}
 	}
@@ -189,11 +194,11 @@ func TestFencesAreBoundedPerKindAndKeyFencesNeverPushOutBulkOnes(t *testing.T) {
 	for i := range MaxBulkBytes/4096 + 10 {
 		f.NoteBulk(strconv.Itoa(i)+long, wall, base)
 	}
-	if f.bulk.bytes > MaxBulkBytes {
-		t.Fatalf("bulk fences hold %d bytes, above the bound %d", f.bulk.bytes, MaxBulkBytes)
+	if f.Fences.bulk.bytes > MaxBulkBytes {
+		t.Fatalf("bulk fences hold %d bytes, above the bound %d", f.Fences.bulk.bytes, MaxBulkBytes)
 	}
-	if _, bulk := f.Len(); bulk != len(f.bulk.m) {
-		t.Fatalf("bulk count %d, want %d", bulk, len(f.bulk.m))
+	if bulk := f.Fences.Len(); bulk != len(f.Fences.bulk.m) {
+		t.Fatalf("bulk count %d, want %d", bulk, len(f.Fences.bulk.m))
 	}
 }
 
@@ -201,15 +206,16 @@ func TestFencesAreBoundedPerKindAndKeyFencesNeverPushOutBulkOnes(t *testing.T) {
 // again keeps one fence, updated in place, and MaxFillFences distinct keys
 // filled, each several times, are all still fenced.
 func TestFillFencesAreBoundedByKeysNotByNotes(t *testing.T) {
-	f := Fences{Window: time.Hour}
+	f := new(Model)
+	f.SetWindow(time.Hour)
 	for round := range 3 {
 		for i := range MaxFillFences {
-			if _, fresh, _ := f.NoteKey("key:"+strconv.Itoa(i), at(1+round), base, false); !fresh {
+			if _, fresh, _ := f.NoteKey("key:"+strconv.Itoa(i), at(1+round), base, FromFill); !fresh {
 				t.Fatalf("round %d, key %d: a newer fill did not raise the fence", round, i)
 			}
 		}
 	}
-	if keys, _ := f.Len(); keys != MaxFillFences {
+	if keys := f.Ledger.Len(); keys != MaxFillFences {
 		t.Fatalf("%d key fences after filling %d keys 3 times, want one per key", keys, MaxFillFences)
 	}
 	for i := range MaxFillFences {
@@ -220,9 +226,9 @@ func TestFillFencesAreBoundedByKeysNotByNotes(t *testing.T) {
 	// Past the bound the table stays within it, and the newest fill is
 	// fenced.
 	for i := range 1000 {
-		f.NoteKey("more:"+strconv.Itoa(i), at(9), base, false)
+		f.NoteKey("more:"+strconv.Itoa(i), at(9), base, FromFill)
 	}
-	if keys, _ := f.Len(); keys != MaxFillFences {
+	if keys := f.Ledger.Len(); keys != MaxFillFences {
 		t.Fatalf("%d key fences, want the bound %d", keys, MaxFillFences)
 	}
 	if !f.Covered("more:999", at(8), true, base, 0) {
@@ -235,11 +241,11 @@ func TestFillFencesAreBoundedByKeysNotByNotes(t *testing.T) {
 
 func TestFillNeverGoesBackToOlderData(t *testing.T) {
 	var m Model
-	m.Window = time.Hour
-	r := func(s int) Read { return Read{Local: base.Add(time.Duration(s) * time.Second), Wall: at(s)} }
+	m.SetWindow(time.Hour)
+	r := func(s int) Read { return Read{Version: at(s)} }
 	tier := func(s int) Read { rd := r(s); rd.FromTier = true; return rd }
 	held := func(s int, fresh bool) Held {
-		return Held{Present: true, Fresh: fresh, Read: base.Add(time.Duration(s) * time.Second)}
+		return Held{Present: true, Fresh: fresh, Version: at(s)}
 	}
 	for _, c := range []struct {
 		name    string
@@ -271,14 +277,15 @@ func TestFillNeverGoesBackToOlderData(t *testing.T) {
 	if !m.Covered("k", at(4), true, base, 0) || m.Covered("k", at(6), true, base, 0) {
 		t.Fatal("a fill's read time does not fence older shared entries")
 	}
-	// A load under an outdated ticket (an explicit write finished since
-	// it was taken) notes nothing, whatever its read time: it began
-	// before the write, and is older than it.
+	// A load under an outdated ticket (this instance's own explicit write
+	// finished since it was taken) writes and notes nothing, whatever its
+	// read time: on the writer's instance the write wins.
+	m.NoteKey("k", at(7), base, FromWrite)
 	if got := m.DecideFill("k", false, r(8), Held{}, base); got != FillSkip {
 		t.Fatalf("a load's fill under an outdated ticket: %v, want FillSkip", got)
 	}
 	if m.Covered("k", at(7), true, base, 0) {
-		t.Fatal("a load's fill under an outdated ticket raised the key's fence")
+		t.Fatal("a load outdated by this instance's write raised the key's fence")
 	}
 	// A shared read under an outdated ticket serves what the tier held,
 	// its newest state: later reads must not go back past it.
@@ -291,6 +298,40 @@ func TestFillNeverGoesBackToOlderData(t *testing.T) {
 	m.Close()
 	if got := m.DecideFill("k", true, r(9), Held{}, base); got != FillSkip {
 		t.Fatalf("a fill after Close: %v, want FillSkip", got)
+	}
+}
+
+// A load that began before an invalidation from another instance, and
+// served its callers a value read after the invalidated write, stores
+// nothing but records the version it served: the invalidated write's older
+// shared entry is then absent, so those callers' next read does not go back
+// to it. (The interleaving of TestConcurrentWritesAndReadsNeverRegressPerReader
+// that served 92, then the Set of 91.)
+func TestALoadServedUnderAnOutdatedTicketRaisesTheVersionUnlessThisInstanceWrote(t *testing.T) {
+	var m Model
+	m.SetWindow(time.Hour)
+	load := Read{Version: at(8)}
+	m.NoteKey("k", at(7), base, FromInvalidation) // the Set of 91, heard of
+	if got := m.DecideFill("k", false, load, Held{}, base); got != FillSkip {
+		t.Fatalf("a load under an outdated ticket: %v, want FillSkip", got)
+	}
+	if !m.Covered("k", at(7), true, base, 0) {
+		t.Fatal("after a load served a value read at 8, the invalidated write's entry read at 7 is still served")
+	}
+	if m.Covered("k", at(8), true, base, 0) {
+		t.Fatal("the load's own version is covered")
+	}
+	// On the writer's own instance the write stays the newest version.
+	m.NoteKey("w", at(7), base, FromWrite)
+	m.DecideFill("w", false, load, Held{}, base)
+	if m.Covered("w", at(7), true, base, 0) {
+		t.Fatal("a load outdated by this instance's Set made the Set's own entry absent")
+	}
+	// An older load raises nothing.
+	m.NoteKey("o", at(9), base, FromInvalidation)
+	m.DecideFill("o", false, load, Held{}, base)
+	if !m.Covered("o", at(8), true, base, 0) || m.Covered("o", at(9), true, base, 0) {
+		t.Fatal("an older load moved the key's version")
 	}
 }
 
@@ -428,7 +469,8 @@ func TestRedoKeepsOneWritePerTargetAndIsBounded(t *testing.T) {
 // bulk invalidation being noted (here, bulkMu held throughout), and sees
 // every fence noted before, across the view's rebuilds.
 func TestBulkFencesAreReadWithoutALock(t *testing.T) {
-	f := Fences{Window: time.Hour}
+	f := new(Model)
+	f.SetWindow(time.Hour)
 	const n = 3*bulkDelta + 5
 	for i := range n {
 		f.NoteBulk("p"+strconv.Itoa(i)+":", at(i), base)
@@ -459,7 +501,8 @@ func TestBulkFencesAreReadWithoutALock(t *testing.T) {
 // Fills of more keys than the bound, from several goroutines, leave the
 // table at its bound, and the last key each one filled fenced.
 func TestConcurrentFillsStayWithinTheBound(t *testing.T) {
-	f := Fences{Window: time.Hour}
+	f := new(Model)
+	f.SetWindow(time.Hour)
 	const goroutines, perG = 4, MaxFillFences/4 + 1000
 	var wg sync.WaitGroup
 	for g := range goroutines {
@@ -467,14 +510,14 @@ func TestConcurrentFillsStayWithinTheBound(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range perG {
-				f.NoteKey(strconv.Itoa(g)+":"+strconv.Itoa(i), at(1), base, false)
+				f.NoteKey(strconv.Itoa(g)+":"+strconv.Itoa(i), at(1), base, FromFill)
 			}
 		}()
 	}
 	wg.Wait()
 	// Two notes may trim at once: the table may end a few below its
 	// bound, never above it.
-	if keys, _ := f.Len(); keys > MaxFillFences || keys < MaxFillFences-goroutines {
+	if keys := f.Ledger.Len(); keys > MaxFillFences || keys < MaxFillFences-goroutines {
 		t.Fatalf("%d key fences, want the bound %d", keys, MaxFillFences)
 	}
 	for g := range goroutines {

@@ -5,13 +5,22 @@ import (
 	"time"
 )
 
-// Model is one Cache's coherence state: its tickets, its fences and its
-// trust in the local tier. The zero value is ready once Fences.Window and
+// Model is one Cache's coherence state: its tickets, its ledger of
+// versions per key, its bulk and tag fences and its trust in the local
+// tier. The zero value is ready once SetWindow, Tags.Window and
 // Trust.DownTTL are set.
 type Model struct {
 	Tickets
+	Ledger
 	Fences
 	Trust
+	// LocalOnly is set once, before use, for a Cache without a shared
+	// tier: nothing older can come back from another tier, so fills
+	// record and compare no version (a slow load is cached even when a
+	// faster one began after it).
+	LocalOnly bool
+	// Tags are the tag fences (see TagFences).
+	Tags TagFences
 	// Closed is set once, by Close, and never cleared: from then on
 	// nothing is written, and the Cache refuses every call. Read it with
 	// Load; only Close sets it. (A field, not a method: the read path
@@ -23,13 +32,12 @@ type Model struct {
 // after Close writes no tier. It reports whether this call closed m.
 func (m *Model) Close() bool { return m.Closed.CompareAndSwap(false, true) }
 
-// Read is when the data of an item was read from its source, on both
-// clocks: Local on the Cache's (what the local tier compares: DecideFill
-// compares it with a held copy's only, so it may be left zero when
-// nothing is held), Wall the exact wall-clock time that went to or came
-// from the shared tier (what fences compare).
+// Read is an item a read-path fill decides on.
 type Read struct {
-	Local, Wall time.Time
+	// Version is when its data was read from its origin (wall clock;
+	// driver.Meta.Version), zero when unknown: a store that keeps no
+	// read time, or one ahead of this host's clock.
+	Version time.Time
 	// FromTier: the item is an entry as a tier held it when read (a
 	// shared read's), not a load's own value. It is the newest state of
 	// that tier, which the caller serves whatever its ticket says, so it
@@ -44,8 +52,8 @@ type Held struct {
 	// Fresh: before its FreshUntil (trusted or not: the caller decides
 	// what an untrusted newer copy means).
 	Fresh bool
-	// Read is when its data was read, on the Cache's clock.
-	Read time.Time
+	// Version is its driver.Meta.Version.
+	Version time.Time
 }
 
 // FillVerdict is what a read-path fill of the local tier does.
@@ -80,13 +88,16 @@ const (
 //
 //   - after Close nothing is written;
 //   - a load under a ticket outdated by an explicit write or an
-//     invalidation writes nothing and notes nothing: an operation that
-//     began before an explicit write is older than it, whatever instant
-//     it read its source (a load that began before a Set may read the
-//     origin after it), so it must neither replace what the write left
-//     nor raise the key's fence past the write's version (which would
-//     make the write's own shared entry look older, and the next Get
-//     reload over it);
+//     invalidation writes nothing: an operation that began before an
+//     explicit write is older than it, whatever instant it read its
+//     source (a load that began before a Set may read the origin after
+//     it), so it must not replace what the write left. Its callers are
+//     served its value all the same, so it raises the key's version to
+//     its own (NoteServed), unless this instance's own explicit write is
+//     the newest version known: on the instance that made it, an explicit
+//     write wins (its own shared entry must not look older, or the next
+//     Get would reload over it), while on the others the value served
+//     must not be followed by an older shared entry (monotonic reads);
 //   - a shared read under an outdated ticket writes nothing either, but
 //     its entry was the shared tier's newest state and is served: it
 //     raises the key's fence and drops a held copy read earlier
@@ -96,28 +107,39 @@ const (
 //     this instance filled, served, wrote or was told of) is not written
 //     (FillOlder).
 //
-// Otherwise it raises the key's fence to read.Wall, written or not: the
-// caller serves the item, and a later shared read of anything older must
-// not be served after it (Covered). A zero read.Wall is unknown (a store
-// that does not keep read times): it is neither noted nor compared with
-// the fence.
+// Otherwise it raises the key's fence to read.Version, written or not:
+// the caller serves the item, and a later shared read of anything older
+// must not be served after it (Covered). A zero read.Version is unknown (a
+// store that does not keep read times): it is neither noted nor compared
+// with the fence. Without a shared tier (LocalOnly) no version is noted
+// or compared with the fence either.
 func (m *Model) DecideFill(key string, current bool, read Read, held Held, now time.Time) FillVerdict {
-	if m.Closed.Load() || (!current && !read.FromTier) {
+	if m.Closed.Load() {
+		return FillSkip
+	}
+	version := read.Version
+	if m.LocalOnly {
+		version = time.Time{}
+	}
+	if !current && !read.FromTier {
+		if !version.IsZero() {
+			m.NoteServed(key, version, now)
+		}
 		return FillSkip
 	}
 	var prev time.Time
-	if !read.Wall.IsZero() {
-		prev, _, _ = m.NoteKey(key, read.Wall, now, false)
+	if !version.IsZero() {
+		prev, _, _ = m.NoteKey(key, version, now, FromFill)
 	}
 	switch {
 	case !current:
-		if held.Present && held.Read.Before(read.Local) {
+		if held.Present && held.Version.Before(read.Version) {
 			return FillDropHeld
 		}
 		return FillSkip
-	case held.Present && held.Fresh && held.Read.After(read.Local):
+	case held.Present && held.Fresh && held.Version.After(read.Version):
 		return FillServeHeld
-	case !read.Wall.IsZero() && read.Wall.Truncate(time.Microsecond).Before(prev):
+	case !version.IsZero() && version.Truncate(time.Microsecond).Before(prev):
 		return FillOlder
 	}
 	return FillWrite

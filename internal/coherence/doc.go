@@ -3,30 +3,34 @@
 // states, never on values: the Cache does the I/O, and asks here first.
 //
 // Each promise of the Cache's consistency model (docs/ARCHITECTURE.md,
-// "What is promised") is one decision in this package:
+// "Coherence") is one function of this package:
 //
-//	promise                                        decision
-//	explicit writes win over the read path         Tickets: Begin, Explicit, Ticket.Current
-//	a load that began before an explicit write     Model.DecideFill (a load's outdated ticket:
-//	  is older than it                               FillSkip, no fence raised)
-//	a bulk invalidation outdates the writes of     Tickets.Bulk, Ticket.Current
+//	promise                                        function
+//	explicit writes win over the read path         Tickets.Explicit
+//	a load outdated by this instance's write       Model.DecideFill
+//	  stores nothing; one outdated by another's      (Ledger.NoteServed)
+//	  records the version it served
+//	a bulk invalidation outdates the writes of     Tickets.Bulk
 //	  its keys in progress
-//	monotonic reads per instance, for the          Model.DecideFill, Fences.Covered (key floors),
-//	  50,000 most recently filled keys               Fences.NoteKey (one fence per key)
-//	an invalidated shared entry is not served      Fences.Covered (key floors, bulk fences)
-//	while the Bus is down, local items are         Trust.Trusted (fresh and stale alike)
-//	  served for BusDownTTL at most
-//	only a fenced write reaches the shared tier    SharedWritable
-//	  in cluster mode
-//	a load that ends after Close writes nothing    Model.DecideFill, SharedWritable
+//	monotonic reads per instance, for the          Ledger.NoteKey (one record
+//	  50,000 most recently filled keys               per key, LRU per shard)
+//	what a read serves of a shared entry           Model.AcceptShared
+//	what a read serves of a local item, and        Model.LocalState
+//	  for how long while the Bus is down
+//	why a copy was refused                         Judgement (of the two above)
+//	only a fenced write reaches the shared tier    Model.SharedWritable
+//	  in cluster mode; nothing after Close
 //	an invalidation drops only the local copies    Invalidates
 //	  read before it (late, repeated, reordered
 //	  ones drop nothing newer)
-//	a write the others did not hear of is redone   Redo (Add keeps the newest per target)
+//	a write the others did not hear of is redone   Redo.Add (the newest per target)
 //	a version from the future is taken as now      Clamp
+//	a tagged value read before a fence of one of   TagFences.Local, TagFences.Shared,
+//	  its tags is absent (stale only when expired);  TagFences.Note (forward only)
+//	  a load fenced after it began is not stored
 //
 // Times are of two kinds, and every function says which it takes: the
-// Cache's clock (Options.Now, for what the local tier holds) and the wall
-// clock (what the shared tier and other instances hold, truncated to the
-// microsecond, the Bus's precision).
+// Cache's clock (Options.Now: expiry, FreshUntil, StaleUntil) and the wall
+// clock (versions: driver.Meta.Version in both tiers, what other instances
+// announce, truncated to the microsecond, the Bus's precision).
 package coherence

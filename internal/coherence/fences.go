@@ -1,7 +1,6 @@
 package coherence
 
 import (
-	"hash/maphash"
 	"slices"
 	"strings"
 	"sync"
@@ -9,205 +8,41 @@ import (
 	"time"
 )
 
-// The fence table's bounds. Key fences come with every fill, Set, Delete
-// and key invalidation and must never push out the bulk fences, which are
-// rare and matter for the whole window. A key has one fence, updated in
-// place, however often it is noted; the key fences are bounded by keys,
-// those of fills apart from those of explicit writes and invalidations,
-// so that a cache filling many keys never pushes out the fence of a Set.
-// Past a bound the least recently noted fence goes first: of the noting
-// key's shard (one of 64), so the bound holds for the whole table while
-// the order of the drops is least-recently-noted per shard. Dropping a
-// bulk fence, or a key fence of an explicit write or an invalidation,
-// early may let an instance read an entry it covered from the shared
-// tier, so the Cache warns about those.
+// The bulk fences' bounds: a bulk fence comes with every InvalidatePrefix
+// and Clear, rare, and matters for the whole window; past a bound the
+// oldest goes first, with a warning.
 const (
-	// MaxKeyFences bounds the keys whose newest fence is an explicit
-	// write's or an invalidation's (a key noted by both counts here).
-	MaxKeyFences     = 100_000
-	MaxKeyFenceBytes = 32 << 20
-	// MaxFillFences bounds the keys fenced by fills only: reads stay
-	// monotonic per instance for this many recently filled keys.
-	MaxFillFences     = 50_000
-	MaxFillFenceBytes = 16 << 20
-	MaxBulkFences     = 10_000
-	MaxBulkBytes      = 4 << 20
+	MaxBulkFences = 10_000
+	MaxBulkBytes  = 4 << 20
 	// fenceOverhead is what a bulk fence costs besides its target,
 	// measured: its record in the queue (with the slice's spare capacity)
-	// and its map entry. keyFenceOverhead is a key fence's: its record
 	// and its map entry.
-	fenceOverhead    = 272
-	keyFenceOverhead = 160
-	keyFenceShards   = 64
+	fenceOverhead = 272
 )
 
-// Fences remembers, for a window, the newest read time this instance knows
-// of per key (a key fence, or floor) and per prefix (a bulk fence; "" for
-// every key). A shared entry whose data was read before the fence of its
-// key, or of a prefix of its key, is older than something this instance
-// has written, applied or served, and is treated as absent: the next load
-// overwrites it (Covered).
-//
-// Key fences are raised by every read-path fill (the read time of what was
-// filled: that is what makes reads monotonic per instance, even after the
-// local copy expired and a slow load of another instance put older data in
-// the shared tier), by Set (its entry's read time), by Delete (the moment
-// of the delete) and by key invalidations from other instances (their
-// Version). Bulk fences come from InvalidatePrefix, Clear and their
-// counterparts from other instances; the shared tier cannot delete by
-// prefix, so they are its only way to forget.
-//
-// Versions are wall-clock times, compared with the wall-clock times the
-// shared tier holds, both truncated to the microsecond (the Bus's
-// precision), so that a Set's own entry (whose read time is its
-// Invalidation's Version) is never taken for an older one; callers pass
-// the exact wall-clock time that went to or came from the shared tier, not
-// a conversion of the Cache's clock. Expiry runs on the Cache's clock.
-//
-// Every fence expires after Window: by then every entry written before it
-// has expired from the shared tier, unless a loader set a longer TTL with
-// SetTTL.
+// Fences remembers, for a window, the newest bulk invalidation this
+// instance made or applied per prefix ("" for every key). A shared entry
+// whose data was read before the fence of a prefix of its key (plus the
+// clock skew allowed) is treated as absent: the shared tier cannot delete
+// by prefix, so this is its only way to forget. Versions are wall-clock
+// times truncated to the microsecond; expiry runs on the Cache's clock,
+// Window after the note.
 type Fences struct {
 	// Window is how long a fence lives. Set once, before use.
 	Window time.Duration
 
-	keys [keyFenceShards]fenceShard
-	// keyCount and keyBytes are the key fences of each kind (fill,
-	// explicit) in every shard, against their bounds.
-	keyCount, keyBytes [2]atomic.Int64
-	// bulkCount is the number of bulk fences, so that Covered skips the
+	// bulkCount is the number of bulk fences, so that a read skips the
 	// bulk view while there are none (the common case).
 	bulkCount atomic.Int32
 	bulkMu    sync.Mutex
 	bulk      fenceSet    // guarded by bulkMu
 	lens      map[int]int // prefix length → bulk fences of that length; guarded by bulkMu
-	// bulkView is what Covered reads of the bulk fences, without a lock:
+	// bulkView is what a read sees of the bulk fences, without a lock:
 	// an immutable copy that NoteBulk replaces (see bulkView).
 	bulkView atomic.Pointer[bulkView]
-	// droppedExplicit and droppedBulk count the fences dropped before
-	// their time that a warning is due for.
-	droppedExplicit, droppedBulk atomic.Int64
-}
-
-var fenceSeed = maphash.MakeSeed()
-
-// fenceShard is a 64th of the key fences, on its own lock: every shared
-// read asks one shard, and every fill writes one. Each key has one record;
-// it sits in one of two lists, least recently noted last: fills (a key
-// only fills fenced) and explicit (a key an explicit write or an
-// invalidation fenced).
-type fenceShard struct {
-	mu    sync.Mutex
-	m     map[string]*keyFence // guarded by mu
-	lists [2]keyFence          // sentinels of the fill and explicit lists; guarded by mu
-	_     [40]byte             // keep neighbouring shards' mutexes apart
-}
-
-// keyFence is one key's fence: the newest version noted for it.
-type keyFence struct {
-	key        string
-	version    time.Time // wall clock, to the microsecond
-	expires    time.Time // the Cache's clock
-	kind       fenceKind
-	prev, next *keyFence
-}
-
-// fenceKind indexes a shard's lists and the Fences' counters.
-type fenceKind uint8
-
-const (
-	fillFence fenceKind = iota
-	explicitFence
-)
-
-var keyFenceBounds = [2]struct{ n, bytes int64 }{
-	fillFence:     {MaxFillFences, MaxFillFenceBytes},
-	explicitFence: {MaxKeyFences, MaxKeyFenceBytes},
-}
-
-// list returns the sentinel of kind's list, made circular on first use.
-func (sh *fenceShard) list(kind fenceKind) *keyFence {
-	l := &sh.lists[kind]
-	if l.next == nil {
-		l.next, l.prev = l, l
-	}
-	return l
-}
-
-// pushFront puts r first (most recently noted) in its kind's list.
-func (sh *fenceShard) pushFront(r *keyFence) {
-	l := sh.list(r.kind)
-	r.prev, r.next = l, l.next
-	l.next.prev = r
-	l.next = r
-}
-
-func unlink(r *keyFence) {
-	r.prev.next, r.next.prev = r.next, r.prev
-	r.prev, r.next = nil, nil
-}
-
-// remove drops r from the shard and the counters. The caller holds sh.mu.
-func (f *Fences) remove(sh *fenceShard, r *keyFence) {
-	unlink(r)
-	delete(sh.m, r.key)
-	f.keyCount[r.kind].Add(-1)
-	f.keyBytes[r.kind].Add(-int64(len(r.key) + keyFenceOverhead))
-}
-
-// expire drops the shard's fences whose time has passed: each list's
-// last ones, since a fence's expiry is its last note plus Window. The
-// caller holds sh.mu.
-func (f *Fences) expire(sh *fenceShard, now time.Time) {
-	for kind := range sh.lists {
-		l := sh.list(fenceKind(kind))
-		for l.prev != l && !now.Before(l.prev.expires) {
-			f.remove(sh, l.prev)
-		}
-	}
-}
-
-// floor returns key's fence, if one lives. The caller holds sh.mu.
-func (f *Fences) floor(sh *fenceShard, key string, now time.Time) (time.Time, bool) {
-	f.expire(sh, now)
-	if r, ok := sh.m[key]; ok {
-		return r.version, true
-	}
-	return time.Time{}, false
-}
-
-// over reports whether kind's key fences exceed their bounds.
-func (f *Fences) over(kind fenceKind) bool {
-	b := keyFenceBounds[kind]
-	return f.keyCount[kind].Load() > b.n || f.keyBytes[kind].Load() > b.bytes
-}
-
-// trim drops the least recently noted fences of kind from shard (whose
-// lock the caller holds) while they exceed their bounds, but never keep,
-// the fence just noted. It returns how many it dropped; the caller goes on
-// with the other shards if that was not enough (trimOthers).
-func (f *Fences) trim(sh *fenceShard, kind fenceKind, keep *keyFence) (lost int) {
-	l := sh.list(kind)
-	for f.over(kind) && l.prev != l && l.prev != keep {
-		f.remove(sh, l.prev)
-		lost++
-	}
-	return lost
-}
-
-// trimOthers is trim across every shard, one lock at a time, for the rare
-// case where the noting key's shard had nothing of kind left to drop.
-func (f *Fences) trimOthers(kind fenceKind, keep *keyFence) (lost int) {
-	for i := range f.keys {
-		if !f.over(kind) {
-			break
-		}
-		sh := &f.keys[i]
-		sh.mu.Lock()
-		lost += f.trim(sh, kind, keep)
-		sh.mu.Unlock()
-	}
-	return lost
+	// droppedBulk counts the fences dropped before their time, for the
+	// Cache's warning.
+	droppedBulk atomic.Int64
 }
 
 // fenceSet is the bulk fences: one record per note, oldest first.
@@ -223,63 +58,6 @@ type fenceRecord struct {
 	version  time.Time
 	expires  time.Time
 	explicit bool // from an explicit write or an invalidation, not a fill
-}
-
-// NoteKey raises key's fence to version (wall clock) at now (the Cache's
-// clock), explicit telling an explicit write or an invalidation from a
-// fill. It returns the fence before (zero when none lived) and reports
-// whether version is newer than it, and how many explicit key fences were
-// ever dropped early when this note dropped one (0 otherwise). A key's
-// fence is one record, updated in place: noting a key again costs no
-// room.
-func (f *Fences) NoteKey(key string, version, now time.Time, explicit bool) (prev time.Time, fresh bool, dropped int64) {
-	version = version.Truncate(time.Microsecond)
-	kind := fillFence
-	if explicit {
-		kind = explicitFence
-	}
-	sh := &f.keys[maphash.String(fenceSeed, key)&(keyFenceShards-1)]
-	sh.mu.Lock()
-	prev, seen := f.floor(sh, key, now)
-	if seen && !version.After(prev) {
-		sh.mu.Unlock()
-		return prev, false, 0
-	}
-	r := sh.m[key]
-	if r == nil {
-		if sh.m == nil {
-			sh.m = make(map[string]*keyFence)
-		}
-		r = &keyFence{key: strings.Clone(key), kind: kind} // a fence must not pin the caller's buffer
-		sh.m[r.key] = r
-		f.keyCount[kind].Add(1)
-		f.keyBytes[kind].Add(int64(len(r.key) + keyFenceOverhead))
-	} else {
-		unlink(r)
-		if kind == explicitFence && r.kind == fillFence {
-			// Once explicit, a key stays under the explicit bound: a
-			// later fill raises its fence without exposing it to the
-			// flood of fills.
-			size := int64(len(r.key) + keyFenceOverhead)
-			f.keyCount[fillFence].Add(-1)
-			f.keyBytes[fillFence].Add(-size)
-			f.keyCount[explicitFence].Add(1)
-			f.keyBytes[explicitFence].Add(size)
-			r.kind = explicitFence
-		}
-	}
-	r.version, r.expires = version, now.Add(f.Window)
-	sh.pushFront(r)
-	kind = r.kind
-	lost := f.trim(sh, kind, r)
-	sh.mu.Unlock()
-	if f.over(kind) {
-		lost += f.trimOthers(kind, r)
-	}
-	if lost > 0 && kind == explicitFence {
-		dropped = f.droppedExplicit.Add(int64(lost))
-	}
-	return prev, true, dropped
 }
 
 // NoteBulk records a bulk invalidation of prefix at version (wall clock)
@@ -365,32 +143,21 @@ func (f *Fences) forgetLen(prefix string) {
 	}
 }
 
-// Covered reports whether a shared entry of key whose data was read at
-// read (wall clock) must be treated as absent: read before its key's fence,
-// or before a bulk fence of a prefix of key plus skew (a bulk invalidation
-// announces no value of its own, so values read just after it by a host
-// whose clock is behind are reloaded once more). Key fences give no skew:
-// a Set's own entry is read exactly at its fence. An entry whose read time
-// is not known (known false: not kept, or ahead of this host's clock by
-// more than skew) is covered by bulk fences only. now is the Cache's clock.
-func (f *Fences) Covered(key string, read time.Time, known bool, now time.Time, skew time.Duration) bool {
-	read = read.Truncate(time.Microsecond)
-	if known {
-		sh := &f.keys[maphash.String(fenceSeed, key)&(keyFenceShards-1)]
-		sh.mu.Lock()
-		v, ok := f.floor(sh, key, now)
-		sh.mu.Unlock()
-		if ok && read.Before(v) {
-			return true
-		}
-	}
+// covering reports which bulk fence, if any, covers a shared entry of key
+// whose data was read at read (wall clock): one of a prefix of key whose
+// version plus skew is after read (a bulk invalidation announces no value
+// of its own, so values read just after it by a host whose clock is
+// behind are reloaded once more); every live one when the read time is
+// not known. now is the Cache's clock.
+func (f *Fences) covering(key string, read time.Time, known bool, now time.Time, skew time.Duration) Judgement {
 	if f.bulkCount.Load() == 0 {
-		return false
+		return Judgement{}
 	}
 	v := f.bulkView.Load()
 	if v == nil {
-		return false
+		return Judgement{}
 	}
+	read = read.Truncate(time.Microsecond)
 	for _, n := range v.lens {
 		if n > len(key) {
 			break
@@ -401,10 +168,10 @@ func (f *Fences) Covered(key string, read time.Time, known bool, now time.Time, 
 			fe, ok = v.base[p]
 		}
 		if ok && now.Before(fe.expires) && (!known || read.Before(fe.version.Add(skew))) {
-			return true
+			return Judgement{Why: WhyBulk, Fence: fe.version, Prefix: p}
 		}
 	}
-	return false
+	return Judgement{}
 }
 
 // add records target at version, expiring at expires, dropping the oldest
@@ -456,7 +223,5 @@ func (s *fenceSet) pop(gone func(string)) (explicitLost bool) {
 	return false
 }
 
-// Len returns how many key and bulk fences live, for tests and stats.
-func (f *Fences) Len() (keys, bulk int) {
-	return int(f.keyCount[fillFence].Load() + f.keyCount[explicitFence].Load()), int(f.bulkCount.Load())
-}
+// Len returns how many bulk fences live, for tests and stats.
+func (f *Fences) Len() int { return int(f.bulkCount.Load()) }
