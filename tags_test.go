@@ -435,3 +435,44 @@ func TestExpireTagServesStaleWhenTheLoadOutlastsTheSoftTimeout(t *testing.T) {
 		t.Fatalf("after the load: %v, %v, %v; want its value from the local tier", r.Value, r.Outcome, err)
 	}
 }
+
+// Peek decides as a Get does: a value whose tag was invalidated after it
+// was read is absent, in the local tier and in the shared tier alike,
+// and the origin is not called; a value read after the invalidation is
+// present.
+func TestPeekNeverServesAValueItsTagInvalidated(t *testing.T) {
+	clock := newFakeClock()
+	shared := newMapShared(clock.Now)
+	c := tagCache(t, clock, shared, flightcache.Options[*product]{})
+	other := tagCache(t, clock, shared, flightcache.Options[*product]{}) // reads the shared tier only
+	ctx := context.Background()
+	o := &origin{}
+	load := taggedOrigin(o, "1", "product:1")
+
+	getValue(t, c, "p:1", load)
+	if _, ok := c.Peek(ctx, "p:1"); !ok {
+		t.Fatal("Peek of a fresh tagged value: absent, want present")
+	}
+	clock.Advance(time.Second)
+	if err := c.InvalidateTag(ctx, "product:1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.InvalidateTag(ctx, "product:1"); err != nil { // as the Bus would tell it
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	if p, ok := c.Peek(ctx, "p:1"); ok {
+		t.Fatalf("Peek after InvalidateTag served load %d from the local tier, want absent", p.Price)
+	}
+	if p, ok := other.Peek(ctx, "p:1"); ok {
+		t.Fatalf("Peek after InvalidateTag served load %d from the shared tier, want absent", p.Price)
+	}
+	if n := o.calls.Load(); n != 1 {
+		t.Fatalf("origin called %d times, want 1: Peek never loads", n)
+	}
+	clock.Advance(10 * time.Second)
+	getValue(t, c, "p:1", load)
+	if p, ok := c.Peek(ctx, "p:1"); !ok || p.Price != 2 {
+		t.Fatalf("Peek after the reload = %v, %v; want load 2", p, ok)
+	}
+}
