@@ -576,6 +576,9 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		if c.throttle != nil {
 			c.throttle.succeed(names[j])
 		}
+		if pol.tagged.Load() {
+			c.tagLoaded(pol, fl)
+		}
 		flights[n] = fl
 	}
 	if !pol.noStore.Load() {

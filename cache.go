@@ -166,6 +166,9 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 	// A write-back of a load that began before a fence can land after
 	// it and live TTL + StaleFor from then.
 	c.coh.Window = o.TTL + o.StaleFor + o.LoaderTimeout + 2*o.SharedTimeout
+	// A tag fence must outlive every value read before it, whatever TTL
+	// its loader set.
+	c.coh.Tags.Window = o.MaxTTL + o.StaleFor + o.LoaderTimeout + 2*o.SharedTimeout
 	c.redo.Do, c.redo.Min, c.redo.Max = c.redoOne, o.SharedTimeout, maxRedoBackoff
 	if o.Bus != nil {
 		// Down until the Bus says the subscription works: until then
@@ -289,7 +292,7 @@ func (c *Cache[V]) hitLocal(ctx context.Context, key string, load LoadFunc[V]) (
 		return r, false, nil
 	}
 	now := c.opts.Now()
-	if !now.Before(it.FreshUntil) || c.untrusted(it, now) {
+	if !now.Before(it.FreshUntil) || c.untrusted(it, now) || (len(it.Tags) != 0 && c.tagsCover(it, now) != coherence.TagsClear) {
 		return r, false, nil
 	}
 	if it.NotFound || c.opts.Observer != nil || c.opts.Clone != nil || (c.opts.EarlyRefresh && load != nil) {
@@ -452,12 +455,14 @@ const (
 
 // localState is the one rule for serving a local item, fresh or as the
 // stale fallback: an untrusted item (the Bus is down, see untrusted) is
-// neither. hitLocal inlines the fresh case.
+// neither, nor is one a tag invalidation covers; one a tag expiry covers
+// is stale at most (see tags.go). hitLocal inlines the fresh case.
 func (c *Cache[V]) localState(it *driver.Item[V], now time.Time) itemState {
+	tags := c.tagsCover(it, now)
 	switch {
-	case c.untrusted(it, now):
+	case c.untrusted(it, now) || tags == coherence.TagsInvalidated:
 		return itemUnusable
-	case now.Before(it.FreshUntil):
+	case now.Before(it.FreshUntil) && tags == coherence.TagsClear:
 		return itemFresh
 	case !it.NotFound && now.Before(it.StaleUntil):
 		return itemStale
@@ -561,7 +566,8 @@ func (c *Cache[V]) admit(ctx context.Context, key string) error {
 	return nil
 }
 
-// Set stores v under key in every tier, with the Cache's TTL. It wins over a
+// Set stores v under key in every tier, with the Cache's TTL, tagged with
+// the tags of WithTags on ctx, if any. It wins over a
 // load of key in flight: that load's write-back is skipped, and later Gets
 // never share that load. A shared-tier failure is returned (the local tier
 // has v by then); a value the codec cannot encode is removed from the
@@ -582,11 +588,15 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 	if err := c.admit(ctx, key); err != nil {
 		return err
 	}
+	tags, err := explicitTags(ctx)
+	if err != nil {
+		return err
+	}
 	if c.opts.Clone != nil {
 		v = c.opts.Clone(v)
 	}
 	now := c.opts.Now()
-	it := driver.Item[V]{Value: v, Meta: driver.Meta{LoadedAt: now}}
+	it := driver.Item[V]{Value: v, Meta: driver.Meta{LoadedAt: now, Tags: tags}}
 	it.FreshUntil = now.Add(c.jittered(c.opts.TTL))
 	it.StaleUntil = it.FreshUntil.Add(c.opts.StaleFor)
 	var (
@@ -606,7 +616,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V) error {
 		c.fenceKey(ctx, key, version)
 	}
 	it.FilledAt = now
-	err := c.explicit(ctx, key, func() error {
+	err = c.explicit(ctx, key, func() error {
 		if c.opts.Local != nil {
 			c.opts.Local.Set(key, it)
 		}
@@ -760,7 +770,8 @@ func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], read
 		// The item's read time on this clock only matters beside the
 		// held copy's.
 		read.Local = readAt(&it.Meta)
-		h = coherence.Held{Present: true, Fresh: now.Before(held.FreshUntil), Read: readAt(&held.Meta)}
+		fresh := now.Before(held.FreshUntil) && c.tagsCover(held, now) == coherence.TagsClear
+		h = coherence.Held{Present: true, Fresh: fresh, Read: readAt(&held.Meta)}
 	}
 	switch c.coh.DecideFill(key, current, read, h, now) {
 	case coherence.FillWrite:

@@ -232,7 +232,7 @@ func (m *miss[V]) loadWithoutLease(ctx context.Context, t coherence.Ticket, stor
 	if store && !pol.noStore.Load() {
 		fl.writeErr = m.writeBack(ctx, t, fl)
 	}
-	fl.uncached = !store
+	fl.uncached = fl.uncached || !store
 	if m.newerThan != 0 {
 		m.c.refreshDone(m)
 	}

@@ -337,6 +337,15 @@ func (c *Cache[V]) received(inv driver.Invalidation) {
 			break
 		}
 		applied = c.applyBulk(prefix, version) > 0 || fresh
+	case driver.InvalidationTag, driver.InvalidationTagExpire:
+		if checkTag(inv.Target) != nil {
+			break
+		}
+		// Local items read up to ClockSkew after the writer's version may
+		// still be older than its change: the skew is part of the fence.
+		// A replay (on start-up, on BusUp) carries the original version,
+		// so it never moves the fence past what it was.
+		applied = c.noteTag(ctx, inv.Kind, inv.Target, inv.Version, version.Add(c.opts.ClockSkew))
 	}
 	if c.opts.Observer != nil {
 		kind := driver.EventInvalidationIgnored

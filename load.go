@@ -274,6 +274,9 @@ func (m *miss[V]) loadOrigin(ctx context.Context) (*flight[V], *storePolicy, err
 	if !fl.item.NotFound {
 		fl.item.StaleUntil = fl.item.StaleUntil.Add(c.opts.StaleFor)
 	}
+	if pol.tagged.Load() {
+		c.tagLoaded(pol, fl)
+	}
 	return fl, pol, nil
 }
 

@@ -201,7 +201,15 @@ func (c *Cache[V]) acceptShared(ctx context.Context, key string, e *driver.Entry
 		// absent, so that the next load overwrites it.
 		return nil
 	}
+	tags := c.sharedTagsCover(&e.Meta, now)
+	if tags == coherence.TagsInvalidated {
+		return nil
+	}
 	m := c.fromWall(e.Meta)
+	if tags == coherence.TagsExpired && now.Before(m.FreshUntil) {
+		// Stale from now on: the fallback of the load that replaces it.
+		m.FreshUntil = now
+	}
 	if !now.Before(m.StaleUntil) {
 		return nil
 	}

@@ -2,18 +2,47 @@ package flightcache
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // storePolicy is how one loaded value is to be stored. The Cache puts a
-// fresh one on every loader's context; the loader changes it through SetTTL
-// and NoStore, and the Cache reads it once the loader has returned. Its
-// fields are atomic so that a loader that fans out to goroutines may call
-// SetTTL from any of them (calls made after the loader returned are ignored).
+// fresh one on every loader's context; the loader changes it through SetTTL,
+// NoStore and SetTags, and the Cache reads it once the loader has returned.
+// Its fields are atomic or locked so that a loader that fans out to
+// goroutines may call them from any of them (calls made after the loader
+// returned are ignored).
 type storePolicy struct {
 	ttl     atomic.Int64 // time.Duration; 0 means the Cache's TTL
 	noStore atomic.Bool
+
+	// tagged is set by the first SetTags: an untagged load never takes
+	// tagMu.
+	tagged atomic.Bool
+	tagMu  sync.Mutex
+	tags   []string // checked, without repeats; guarded by tagMu
+	tagErr error    // the first tags out of bounds; guarded by tagMu
+}
+
+// addTags adds tags to the load's, keeping the first error.
+func (p *storePolicy) addTags(tags []string) {
+	p.tagMu.Lock()
+	defer p.tagMu.Unlock()
+	p.tagged.Store(true)
+	if p.tagErr != nil || len(tags) == 0 {
+		return
+	}
+	p.tags, p.tagErr = checkTags(append(slices.Clip(p.tags), tags...))
+}
+
+// tagList returns the load's tags, or why they are out of bounds. The
+// slice is shared by every value of the load and never modified after.
+func (p *storePolicy) tagList() ([]string, error) {
+	p.tagMu.Lock()
+	defer p.tagMu.Unlock()
+	return slices.Clip(p.tags), p.tagErr
 }
 
 type policyKey struct{}

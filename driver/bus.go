@@ -18,15 +18,25 @@ const (
 	// InvalidationAll covers every key of the Cache (see Cache.Clear);
 	// Target is empty.
 	InvalidationAll
+	// InvalidationTag covers every value tagged Target (see
+	// Cache.InvalidateTag): the ones read before Version are absent.
+	InvalidationTag
+	// InvalidationTagExpire covers every value tagged Target (see
+	// Cache.ExpireTag): the ones read before Version are stale, served
+	// only as a fallback until replaced.
+	InvalidationTagExpire
 )
 
 var invalidationKindNames = [...]string{
-	InvalidationKey:    "key",
-	InvalidationPrefix: "prefix",
-	InvalidationAll:    "all",
+	InvalidationKey:       "key",
+	InvalidationPrefix:    "prefix",
+	InvalidationAll:       "all",
+	InvalidationTag:       "tag",
+	InvalidationTagExpire: "tag_expire",
 }
 
-// String returns "key", "prefix" or "all", usable as a metric label.
+// String returns "key", "prefix", "all", "tag" or "tag_expire", usable
+// as a metric label.
 func (k InvalidationKind) String() string {
 	if int(k) < len(invalidationKindNames) && invalidationKindNames[k] != "" {
 		return invalidationKindNames[k]
@@ -38,8 +48,9 @@ func (k InvalidationKind) String() string {
 // older than Version must no longer be served.
 type Invalidation struct {
 	Kind InvalidationKind
-	// Target is the key (InvalidationKey) or the prefix (InvalidationPrefix);
-	// empty for InvalidateAll.
+	// Target is the key (InvalidationKey), the prefix
+	// (InvalidationPrefix) or the tag (InvalidationTag,
+	// InvalidationTagExpire); empty for InvalidationAll.
 	Target string
 	// Version is the wall-clock time (time.Now) from which the publisher's
 	// write is visible: for Set, the read time of the entry it stored

@@ -25,6 +25,12 @@ type Meta struct {
 	// from it. A store that does not keep it leaves it zero, and the age of
 	// its values is then reported as unknown (0).
 	LoadedAt time.Time
+	// Tags are the value's tags (flightcache.SetTags, WithTags): an
+	// invalidation of one of them (InvalidateTag, ExpireTag) covers the
+	// value if its data was read before it. Stores keep them as given and
+	// never modify the slice, which values loaded together share. nil for
+	// an untagged value.
+	Tags []string
 }
 
 // Item is what the local, typed tier stores.

@@ -12,6 +12,8 @@ type Model struct {
 	Tickets
 	Fences
 	Trust
+	// Tags are the tag fences (see TagFences).
+	Tags TagFences
 	// Closed is set once, by Close, and never cleared: from then on
 	// nothing is written, and the Cache refuses every call. Read it with
 	// Load; only Close sets it. (A field, not a method: the read path
