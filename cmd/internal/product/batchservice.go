@@ -75,6 +75,9 @@ func (s *QueryService) GetMany(ctx context.Context, sel Selection) (BatchServed,
 		for i, k := range ks {
 			part.IDs[i] = idOf[k]
 		}
+		// Every value of the call shares its tags: the tenant's list tag,
+		// which a PUT and a reprice of the tenant invalidate (see ListTag).
+		flightcache.SetTags(ctx, ListTag(sel.Tenant))
 		rows, err := br.GetMany(ctx, part)
 		if err != nil {
 			return nil, err
