@@ -357,3 +357,47 @@ func getValue(t *testing.T, c *flightcache.Cache[*product], key string, load fli
 	}
 	return p
 }
+
+// Another instance sees the removal: the invalidation reaches it through
+// the Bus and fences its local copy and the shared entry alike, and a
+// later-started instance gets it replayed.
+func TestTagInvalidationReachesOtherInstances(t *testing.T) {
+	clock := newFakeClock()
+	shared := newMapShared(clock.Now)
+	net := &busNet{}
+	newInstance := func() *flightcache.Cache[*product] {
+		// No clock skew: values loaded right after the invalidation are
+		// newer than it to the microsecond (with a skew, those read
+		// within it are reloaded once more).
+		return tagCache(t, clock, shared, flightcache.Options[*product]{Local: newRangeLocal[*product](), Bus: net.endpoint(),
+			ClockSkew: flightcache.DisableClockSkew})
+	}
+	a, b := newInstance(), newInstance()
+	ctx := context.Background()
+	o := &origin{}
+	load := taggedOrigin(o, "1", "product:1")
+	getValue(t, b, "p:1", load)
+	getValue(t, b, "p:2", taggedOrigin(o, "2", "product:2"))
+	getValue(t, b, "p:3", taggedOrigin(o, "3", "product:1"))
+	clock.Advance(time.Second)
+	if err := a.InvalidateTag(ctx, "product:1"); err != nil {
+		t.Fatal(err)
+	}
+	if p := getValue(t, b, "p:1", load); p.Price != 4 {
+		t.Fatalf("b served load %d after a's InvalidateTag, want a new load", p.Price)
+	}
+	if r, err := b.Fetch(ctx, "p:2", load); err != nil || r.Outcome != flightcache.OutcomeHitLocal {
+		t.Fatalf("another tag's value: %v, %v; want a local hit", r.Outcome, err)
+	}
+	// A later instance: the retained invalidation is replayed with its
+	// own version, so load 4's shared entry, read after it, is served.
+	c := newInstance()
+	if r, err := c.Fetch(ctx, "p:1", load); err != nil || r.Value.Price != 4 || r.Outcome != flightcache.OutcomeHitShared {
+		t.Fatalf("a later instance: load %d, %v, %v; want load 4 from the shared tier", r.Value.Price, r.Outcome, err)
+	}
+	// p:3's shared entry was read before the invalidation and nobody
+	// touched it since: absent to the later instance.
+	if r, err := c.Fetch(ctx, "p:3", taggedOrigin(o, "3", "product:1")); err != nil || r.Value.Price != 5 || r.Outcome != flightcache.OutcomeLoaded {
+		t.Fatalf("a later instance, an older shared entry: load %d, %v, %v; want a new load", r.Value.Price, r.Outcome, err)
+	}
+}

@@ -151,7 +151,8 @@ func newBus(c *Coordinator, interval, downAfter, retention time.Duration) *bus {
 
 // Publish implements driver.Bus. An InvalidationKey is one PUBLISH
 // (SPUBLISH on a Cluster) of inv, with the raw key, on the bus channel. A
-// bulk invalidation (InvalidationPrefix, InvalidationAll) is one script,
+// bulk invalidation (InvalidationPrefix, InvalidationAll) or a tag one
+// (InvalidationTag, InvalidationTagExpire) is one script,
 // in the bus's slot, that first records it in the cache's set of retained
 // invalidations (see Options.BulkRetention and Subscribe) and then
 // publishes it the same way, so that instances that miss the message

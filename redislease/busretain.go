@@ -13,18 +13,21 @@ import (
 )
 
 // Retention of bulk invalidations. Pub/sub delivers a message only to the
-// subscriptions that exist when it is published, but an InvalidationPrefix
-// or InvalidationAll must reach every instance that may still read entries
-// it covers from the shared tier: one whose bus was down, one that
-// restarted, one that started later. So Publish also records them, and a
-// subscription reads them back before every BusUp.
+// subscriptions that exist when it is published, but an InvalidationPrefix,
+// InvalidationAll, InvalidationTag or InvalidationTagExpire must reach
+// every instance that may still read entries it covers from the shared
+// tier: one whose bus was down, one that restarted, one that started
+// later. So Publish also records them, and a subscription reads them back
+// before every BusUp. A tag invalidation is retained like a prefix one:
+// its tag's newest Version, replayed with that Version (never the time of
+// the replay), so a late subscriber fences exactly what the writer did.
 //
 // Each cache has a sorted set in the bus's slot,
 //
 //	P{bus}|bulk|<cache>
 //
 // whose members are the kind's letter followed by the target ("p" and the
-// prefix, or "a" alone) and whose scores are their Versions in Unix
+// prefix, "t" or "e" and the tag, or "a" alone) and whose scores are their Versions in Unix
 // microseconds (exact in a float64 until the year 2255); a member keeps its
 // newest Version. Publish adds to it, trims it and publishes in one
 // script, so a bulk invalidation costs one round trip, and it is stored
@@ -175,6 +178,12 @@ func decodeRetained(member, score string) (driver.Invalidation, bool) {
 	case 'a':
 		inv.Kind = driver.InvalidationAll
 		return inv, member == "a"
+	case 't', 'e':
+		inv.Kind, inv.Target = driver.InvalidationTag, member[1:]
+		if member[0] == 'e' {
+			inv.Kind = driver.InvalidationTagExpire
+		}
+		return inv, inv.Target != "" && len(inv.Target) <= maxBusTarget
 	}
 	return inv, false
 }

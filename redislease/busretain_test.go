@@ -50,8 +50,9 @@ func at(kind driver.InvalidationKind, target string, v time.Time) driver.Invalid
 
 // An instance that subscribes after bulk invalidations were published
 // gets them before its first BusChanged(up), oldest first, each target
-// once with its newest Version; key invalidations and other caches'
-// are not retained.
+// once with its newest Version (tag invalidations and expiries too, each
+// with the Version it was published with); key invalidations and other
+// caches' are not retained.
 func TestBusReplaysBulkInvalidationsToLateSubscribers(t *testing.T) {
 	addr, prefix := sharedRedis(t)
 	a := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
@@ -67,6 +68,10 @@ func TestBusReplaysBulkInvalidationsToLateSubscribers(t *testing.T) {
 		{"c", at(driver.InvalidationPrefix, "tenant-a:", base.Add(3*time.Second))},
 		{"c", at(driver.InvalidationPrefix, "tenant-b:", base.Add(time.Second))},
 		{"c", at(driver.InvalidationPrefix, "tenant-b:", base.Add(-time.Second))}, // older: kept at its newest
+		{"c", at(driver.InvalidationTag, "tenant-a:", base.Add(4*time.Second))},   // a tag is not a prefix of the same name
+		{"c", at(driver.InvalidationTagExpire, "product:1", base.Add(5*time.Second))},
+		{"c", at(driver.InvalidationTag, "product:1", base.Add(6*time.Second))},
+		{"c", at(driver.InvalidationTag, "product:1", base.Add(time.Second))}, // older: kept at its newest
 		{"other", at(driver.InvalidationPrefix, "tenant-o:", base)},
 	} {
 		if err := a.Publish(ctx, p.cache, p.inv); err != nil {
@@ -84,9 +89,12 @@ func TestBusReplaysBulkInvalidationsToLateSubscribers(t *testing.T) {
 		at(driver.InvalidationPrefix, "tenant-b:", base.Add(time.Second)),
 		at(driver.InvalidationAll, "", base.Add(2*time.Second)),
 		at(driver.InvalidationPrefix, "tenant-a:", base.Add(3*time.Second)),
+		at(driver.InvalidationTag, "tenant-a:", base.Add(4*time.Second)),
+		at(driver.InvalidationTagExpire, "product:1", base.Add(5*time.Second)),
+		at(driver.InvalidationTag, "product:1", base.Add(6*time.Second)),
 	})
-	if s := b.BusStats(); s.Replayed != 3 {
-		t.Fatalf("stats %+v, want 3 replayed", s)
+	if s := b.BusStats(); s.Replayed != 6 {
+		t.Fatalf("stats %+v, want 6 replayed", s)
 	}
 	// Live invalidations follow as usual.
 	publishArrives(t, a, b, rb, "live")

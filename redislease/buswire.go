@@ -14,10 +14,11 @@ import (
 //	fc1 <origin> <kind> <version> <n>:<cache><target>
 //
 // origin is the publishing Coordinator's random 64-bit id in 16 lowercase
-// hex digits; kind is k (key), p (prefix) or a (all); version is the
+// hex digits; kind is k (key), p (prefix), a (all), t (tag invalidated)
+// or e (tag expired); version is the
 // Invalidation's Version in Unix microseconds, in decimal; n is the length
 // of the cache name in bytes, in decimal, and target (the raw key or
-// prefix, empty for a) runs to the end of the message. Numbers have no
+// prefix or tag, empty for a) runs to the end of the message. Numbers have no
 // sign and no leading zeros, so a message has exactly one encoding.
 const (
 	busVersion = "fc1 "
@@ -48,6 +49,9 @@ var busKinds = [...]byte{
 	driver.InvalidationKey:    'k',
 	driver.InvalidationPrefix: 'p',
 	driver.InvalidationAll:    'a',
+	// Tags: t invalidated, e expired.
+	driver.InvalidationTag:       't',
+	driver.InvalidationTagExpire: 'e',
 }
 
 // checkInvalidation reports what is wrong with publishing inv for cache,
@@ -62,7 +66,7 @@ func checkInvalidation(cache string, inv driver.Invalidation) error {
 		return errors.New("redislease: bus: Version must be a wall-clock time after 1970")
 	}
 	switch inv.Kind {
-	case driver.InvalidationKey, driver.InvalidationPrefix:
+	case driver.InvalidationKey, driver.InvalidationPrefix, driver.InvalidationTag, driver.InvalidationTagExpire:
 		if inv.Target == "" {
 			return errors.New("redislease: bus: empty Target for a " + inv.Kind.String() + " invalidation")
 		}
@@ -135,6 +139,10 @@ func decodeBusMessage(s string) (busMessage, error) {
 		m.inv.Kind = driver.InvalidationPrefix
 	case 'a':
 		m.inv.Kind = driver.InvalidationAll
+	case 't':
+		m.inv.Kind = driver.InvalidationTag
+	case 'e':
+		m.inv.Kind = driver.InvalidationTagExpire
 	default:
 		return m, errBadMessage
 	}

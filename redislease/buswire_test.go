@@ -23,7 +23,7 @@ func randomInvalidation(r *rand.Rand) (string, driver.Invalidation) {
 	lengths := []int{1, 2, 17, 255, 1024, maxBusTarget}
 	cache := bytesOf(1 + r.IntN(maxBusCache))
 	inv := driver.Invalidation{
-		Kind:    driver.InvalidationKind(1 + r.IntN(3)),
+		Kind:    driver.InvalidationKind(1 + r.IntN(5)),
 		Version: time.UnixMicro(r.Int64N(1 << 62)),
 	}
 	if inv.Kind != driver.InvalidationAll {
@@ -44,6 +44,8 @@ func TestBusMessageRoundTrips(t *testing.T) {
 		{"product", driver.Invalidation{Kind: driver.InvalidationKey, Target: "product:42", Version: now}},
 		{"c", driver.Invalidation{Kind: driver.InvalidationPrefix, Target: "tenant-a:", Version: now}},
 		{"c", driver.Invalidation{Kind: driver.InvalidationAll, Version: time.UnixMicro(0)}},
+		{"c", driver.Invalidation{Kind: driver.InvalidationTag, Target: "product:42", Version: now}},
+		{"c", driver.Invalidation{Kind: driver.InvalidationTagExpire, Target: "category:tea", Version: now}},
 		{"k with spaces: and {braces}", driver.Invalidation{Kind: driver.InvalidationKey, Target: "fc1 0000000000000000 k 1 1:x", Version: now}},
 	}
 	for range 2000 {

@@ -161,12 +161,14 @@
 // a handler.
 //
 // Resynchronising empties an instance's local tier, but a bulk
-// invalidation (InvalidationPrefix, InvalidationAll) also tells the
+// invalidation (InvalidationPrefix, InvalidationAll) or a tag one
+// (InvalidationTag, InvalidationTagExpire) also tells the
 // instances to ignore the shared tier's entries it covers, which stay
 // there until they expire; an instance that missed it (its bus was down,
 // it restarted, it started later) would serve them. So the bus retains
 // bulk invalidations: Publish records each in the cache's sorted set
-// P{bus}|bulk|<cache> (member: p and the prefix, or a; score: the
+// P{bus}|bulk|<cache> (member: p and the prefix, t or e and the tag, or
+// a; score: the
 // Version in microseconds; a member keeps its newest Version) and
 // publishes it, in one script. The script drops the members older than
 // Options.BulkRetention (default 25 hours; it must cover the Caches' TTL

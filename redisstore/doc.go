@@ -45,7 +45,7 @@
 //	0       1     magic 0xFC
 //	1       1     version 0x03
 //	2       1     flags: bit 0 = NotFound (tombstone), bit 1 = LoadedAt
-//	              present; bits 2-7 must be 0
+//	              present, bit 2 = tags present; bits 3-7 must be 0
 //	3       8     key hash: the first 8 bytes of SHA-256(<prefix><key>),
 //	              little endian
 //	11      var   StaleUntil (Unix ns, > 0)
@@ -53,6 +53,8 @@
 //	.       var   StaleUntil - LoadedAt (ns; LoadedAt <= StaleUntil and >= 1970),
 //	              only with flag bit 1; without it LoadedAt is unknown (zero)
 //	.       var   LoadDuration (ns)
+//	.       var   t = number of tags (1 to 16), then t times: the tag's
+//	              length (1 to 128) and its bytes; only with flag bit 2
 //	.       var   n = length of the value
 //	.       n     value: the codec's bytes; n = 0 for a tombstone
 //	end-4   4     CRC-32C (Castagnoli), little endian, of every byte before it
@@ -71,7 +73,10 @@
 // checksum), so a truncated, foreign or corrupted payload is reported as a
 // *CorruptError (errors.Is(err, ErrCorrupt)) and never returned as a value.
 // A future version byte is reported the same way: an old binary treats a new
-// envelope as a miss, not as garbage.
+// envelope as a miss, not as garbage. Tags came without a new version: an
+// untagged entry is encoded exactly as before, so entries written before
+// decode unchanged; a binary that knows no tags treats a tagged entry (an
+// unknown flag bit) as a miss, never as an untagged value.
 //
 // # Entries are bound to their key
 //

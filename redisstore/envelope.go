@@ -36,7 +36,17 @@ const (
 	// flagLoadedAt says the StaleUntil - LoadedAt field is present; without
 	// it LoadedAt is unknown (the zero time).
 	flagLoadedAt = 1 << 1
-	flagsKnown   = flagNotFound | flagLoadedAt
+	// flagTags says the tags (driver.Meta.Tags) follow LoadDuration: a
+	// count, then each tag's length and bytes. An entry without tags
+	// leaves the flag clear and is encoded exactly as before tags
+	// existed, so entries written before, and by stores that know no tags,
+	// still decode (with no tags).
+	flagTags   = 1 << 2
+	flagsKnown = flagNotFound | flagLoadedAt | flagTags
+
+	// maxTags and maxTagLen bound an entry's tags, as the Cache does.
+	maxTags   = 16
+	maxTagLen = 128
 
 	keyHashSize  = 8
 	checksumSize = 4
@@ -109,6 +119,16 @@ func appendEnvelope(dst []byte, redisKey string, e driver.Entry, mac *entryKey) 
 	if e.LoadDuration < 0 {
 		return nil, &EntryError{Reason: "LoadDuration is negative"}
 	}
+	if len(e.Tags) > maxTags {
+		return nil, &EntryError{Reason: "more than 16 tags"}
+	}
+	tagBytes := 0
+	for _, t := range e.Tags {
+		if t == "" || len(t) > maxTagLen {
+			return nil, &EntryError{Reason: "a tag is empty or longer than 128 bytes"}
+		}
+		tagBytes += uvarintLen(uint64(len(t))) + len(t)
+	}
 	stale := e.StaleUntil.UnixNano()
 	freshBefore := stale - e.FreshUntil.UnixNano()
 
@@ -124,6 +144,10 @@ func appendEnvelope(dst []byte, redisKey string, e driver.Entry, mac *entryKey) 
 		flags |= flagLoadedAt
 		loadedBefore = stale - e.LoadedAt.UnixNano()
 	}
+	if len(e.Tags) > 0 {
+		flags |= flagTags
+		tagBytes += uvarintLen(uint64(len(e.Tags)))
+	}
 	value := e.Value
 	if e.NotFound {
 		flags |= flagNotFound
@@ -133,7 +157,7 @@ func appendEnvelope(dst []byte, redisKey string, e driver.Entry, mac *entryKey) 
 	start := len(dst)
 	size := minEnvelope - 4 + // fixed bytes, without the four varints
 		uvarintLen(uint64(stale)) + uvarintLen(uint64(freshBefore)) +
-		uvarintLen(uint64(e.LoadDuration)) + uvarintLen(uint64(len(value))) + len(value)
+		uvarintLen(uint64(e.LoadDuration)) + tagBytes + uvarintLen(uint64(len(value))) + len(value)
 	if flags&flagLoadedAt != 0 {
 		size += uvarintLen(uint64(loadedBefore))
 	}
@@ -155,6 +179,13 @@ func appendEnvelope(dst []byte, redisKey string, e driver.Entry, mac *entryKey) 
 		dst = binary.AppendUvarint(dst, uint64(loadedBefore))
 	}
 	dst = binary.AppendUvarint(dst, uint64(e.LoadDuration))
+	if flags&flagTags != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(e.Tags)))
+		for _, t := range e.Tags {
+			dst = binary.AppendUvarint(dst, uint64(len(t)))
+			dst = append(dst, t...)
+		}
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(value)))
 	dst = append(dst, value...)
 	sum := crc32.Checksum(dst[start:], castagnoli)
@@ -234,11 +265,21 @@ func decodeEnvelope(redisKey string, payload []byte, keys []*entryKey) (driver.E
 
 	rest := body[3+keyHashSize:]
 	// stale, freshBefore, loadedBefore, loadDuration, valueLen; loadedBefore
-	// is on the wire only with flagLoadedAt.
-	var fields [5]uint64
+	// is on the wire only with flagLoadedAt, and the tags come before
+	// valueLen with flagTags.
+	var (
+		fields [5]uint64
+		tags   []string
+	)
 	for i := range fields {
 		if i == 2 && flags&flagLoadedAt == 0 {
 			continue
+		}
+		if i == 4 && flags&flagTags != 0 {
+			var bad string
+			if tags, rest, bad = decodeTags(rest); bad != "" {
+				return corrupt(bad)
+			}
 		}
 		v, n := binary.Uvarint(rest)
 		if n <= 0 {
@@ -269,6 +310,7 @@ func decodeEnvelope(redisKey string, payload []byte, keys []*entryKey) (driver.E
 		FreshUntil:   time.Unix(0, int64(stale-freshBefore)),
 		LoadDuration: time.Duration(load),
 		NotFound:     flags&flagNotFound != 0,
+		Tags:         tags,
 	}}
 	if flags&flagLoadedAt != 0 {
 		e.LoadedAt = time.Unix(0, int64(stale-loadedBefore))
@@ -282,6 +324,35 @@ func decodeEnvelope(redisKey string, payload []byte, keys []*entryKey) (driver.E
 	e.Value = make([]byte, len(rest))
 	copy(e.Value, rest)
 	return e, nil
+}
+
+// decodeTags reads the tags of an envelope with flagTags from the start of
+// rest: a count of 1 to 16, then each tag's length (1 to 128) and bytes.
+// It returns the rest after them, or why they are malformed.
+func decodeTags(rest []byte) (tags []string, after []byte, bad string) {
+	count, n := binary.Uvarint(rest)
+	if n <= 0 || n != uvarintLen(count) {
+		return nil, nil, "malformed tag count"
+	}
+	if count == 0 || count > maxTags {
+		return nil, nil, "tag count out of range"
+	}
+	rest = rest[n:]
+	tags = make([]string, 0, count)
+	for range count {
+		l, n := binary.Uvarint(rest)
+		switch {
+		case n <= 0 || n != uvarintLen(l):
+			return nil, nil, "malformed tag length"
+		case l == 0 || l > maxTagLen:
+			return nil, nil, "tag length out of range"
+		case uint64(len(rest)-n) < l:
+			return nil, nil, "truncated tag"
+		}
+		tags = append(tags, string(rest[n:n+int(l)]))
+		rest = rest[n+int(l):]
+	}
+	return tags, rest, ""
 }
 
 // uvarintLen is the length of the minimal LEB128 encoding of v.

@@ -3,9 +3,12 @@ package redisstore
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"hash/crc32"
 	"math"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,7 +37,68 @@ func sameEntry(a, b driver.Entry) bool {
 	return bytes.Equal(a.Value, b.Value) && (a.Value == nil) == (b.Value == nil) &&
 		a.FreshUntil.Equal(b.FreshUntil) && a.StaleUntil.Equal(b.StaleUntil) &&
 		a.LoadDuration == b.LoadDuration && a.NotFound == b.NotFound &&
-		a.LoadedAt.Equal(b.LoadedAt) && a.LoadedAt.IsZero() == b.LoadedAt.IsZero()
+		a.LoadedAt.Equal(b.LoadedAt) && a.LoadedAt.IsZero() == b.LoadedAt.IsZero() &&
+		slices.Equal(a.Tags, b.Tags)
+}
+
+// An entry written before envelopes carried tags (this payload was
+// encoded then) still decodes, to the same Meta with no tags, and an
+// untagged entry is still encoded byte for byte as then.
+func TestEnvelopeDecodesAnEntryWrittenBeforeTags(t *testing.T) {
+	old, _ := hex.DecodeString("fc03022d8c906375e5073e80e0b28eae818aaf1a80b09dc2df0180e0ba84bf03c08db701097b226964223a34327dffba381c")
+	want := driver.Entry{Value: []byte(`{"id":42}`), Meta: driver.Meta{
+		FreshUntil: time.Unix(1_900_000_060, 0), StaleUntil: time.Unix(1_900_000_120, 0),
+		LoadDuration: 3 * time.Millisecond, LoadedAt: time.Unix(1_900_000_000, 0)}}
+	got, err := Decode("fc:product:42", old)
+	if err != nil {
+		t.Fatalf("Decode of an entry written before tags: %v", err)
+	}
+	if !sameEntry(got, want) || got.Tags != nil {
+		t.Fatalf("decoded %+v, want %+v", got, want)
+	}
+	again, err := Encode("fc:product:42", want)
+	if err != nil || !bytes.Equal(again, old) {
+		t.Fatalf("an untagged entry now encodes as %x (%v), want the old bytes %x", again, err, old)
+	}
+}
+
+// Tags out of the envelope's bounds are refused by Encode, and a payload
+// whose tags are malformed by Decode, never decoded in part.
+func TestEnvelopeTagsAreBounded(t *testing.T) {
+	base := sampleEntry()
+	for name, tags := range map[string][]string{
+		"17 tags":   strings.Split("a b c d e f g h i j k l m n o p q", " "),
+		"empty tag": {""},
+		"long tag":  {strings.Repeat("x", 129)},
+	} {
+		e := base
+		e.Tags = tags
+		if _, err := Encode(testKey, e); err == nil {
+			t.Fatalf("%s: Encode accepted it", name)
+		}
+	}
+	e := base
+	e.Tags = []string{"ab"}
+	good, err := Encode(testKey, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tag section starts after the header and the three varints
+	// before it; corrupt each byte of it in turn (count, length, bytes)
+	// and fix the checksum, so that only the tags are wrong.
+	at := bytes.Index(good, []byte{1, 2, 'a', 'b'})
+	if at < 0 {
+		t.Fatalf("no tag section in %x", good)
+	}
+	for i, b := range []byte{0, 17, 0x80} {
+		bad := slices.Clone(good)
+		bad[at+min(i, 1)] = b
+		body := bad[:len(bad)-checksumSize]
+		binary.LittleEndian.PutUint32(bad[len(bad)-checksumSize:], crc32.Checksum(body, castagnoli))
+		if got, err := Decode(testKey, bad); err == nil {
+			t.Fatalf("byte %x at the tags: decoded %+v", b, got)
+		}
+	}
 }
 
 func TestEnvelopeRoundTripsEveryMetaField(t *testing.T) {
@@ -53,6 +117,10 @@ func TestEnvelopeRoundTripsEveryMetaField(t *testing.T) {
 	loadedAtStale.LoadedAt = base.StaleUntil
 	loadedAtEpoch := base
 	loadedAtEpoch.LoadedAt = time.Unix(0, 0)
+	tagged := base
+	tagged.Tags = []string{"product:42", "category:tea", strings.Repeat("é", 64)}
+	taggedTomb := tomb
+	taggedTomb.Tags = []string{"t"}
 	for name, e := range map[string]driver.Entry{
 		"value":                 base,
 		"tombstone":             tomb,
@@ -62,6 +130,8 @@ func TestEnvelopeRoundTripsEveryMetaField(t *testing.T) {
 		"unknown LoadedAt":      unknownAge,
 		"LoadedAt=StaleUntil":   loadedAtStale,
 		"LoadedAt=epoch":        loadedAtEpoch,
+		"tags":                  tagged,
+		"tombstone with tags":   taggedTomb,
 		"zero LoadDuration":     {Value: []byte("x"), Meta: driver.Meta{FreshUntil: base.FreshUntil, StaleUntil: base.StaleUntil}},
 	} {
 		t.Run(name, func(t *testing.T) {

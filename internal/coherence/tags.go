@@ -58,11 +58,15 @@ type TagFences struct {
 	Window time.Duration
 
 	// live counts the fences and the floor, so that a read of a tagged
-	// entry takes no lock while there are none.
-	live  atomic.Int32
-	mu    sync.RWMutex
-	m     map[string]*tagFence // guarded by mu
-	floor tagFence             // applies to every tagged entry; guarded by mu
+	// entry looks nothing up while there are none.
+	live atomic.Int32
+	// fences maps a tag to its *tagFence, and floor holds the floor's (nil
+	// when none). Both are read without a lock: a fence is never modified
+	// once published, a note stores a new one. Only writers take mu.
+	fences sync.Map
+	floor  atomic.Pointer[tagFence]
+	mu     sync.Mutex
+	n      int // the fences in fences; guarded by mu
 	// queue holds the tags in the order their fences were last raised,
 	// oldest first from head; a record whose gen is not its fence's is a
 	// leftover of an earlier note. Guarded by mu.
@@ -72,7 +76,7 @@ type TagFences struct {
 }
 
 // tagFence is one tag's fence: entries read before inv are absent, those
-// read before exp are stale.
+// read before exp are stale. Immutable once stored in TagFences.
 type tagFence struct {
 	inv, exp stamp
 	expires  time.Time // the Cache's clock
@@ -131,14 +135,10 @@ func (t *TagFences) Note(tag string, wall, local time.Time, expire bool, now tim
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.expire(now)
-	if t.m == nil {
-		t.m = make(map[string]*tagFence)
-	}
-	f, ok := t.m[tag]
-	if !ok {
-		f = &tagFence{}
-		t.m[tag] = f
-		t.live.Add(1)
+	var f tagFence
+	old, ok := t.get(tag)
+	if ok {
+		f = *old
 	}
 	if expire {
 		moved = f.exp.raise(s)
@@ -146,10 +146,6 @@ func (t *TagFences) Note(tag string, wall, local time.Time, expire bool, now tim
 		moved = f.inv.raise(s)
 	}
 	if !moved {
-		if !ok { // a fence noted at the zero version: keep none
-			delete(t.m, tag)
-			t.live.Add(-1)
-		}
 		return false, false
 	}
 	if e := local.Add(t.Window); e.After(f.expires) {
@@ -157,15 +153,36 @@ func (t *TagFences) Note(tag string, wall, local time.Time, expire bool, now tim
 	}
 	t.gen++
 	f.gen = t.gen
+	t.fences.Store(tag, &f)
+	if !ok {
+		t.n++
+		t.live.Add(1)
+	}
 	t.queue = append(t.queue, tagRecord{tag: tag, gen: f.gen})
-	for len(t.m) > MaxTagFences {
+	for t.n > MaxTagFences {
 		t.fold()
 		folded = true
 	}
-	if n := len(t.queue) - t.head; n > 2*len(t.m)+64 {
+	if n := len(t.queue) - t.head; n > 2*t.n+64 {
 		t.compact()
 	}
 	return true, folded
+}
+
+// get returns tag's fence, if one is stored.
+func (t *TagFences) get(tag string) (*tagFence, bool) {
+	v, ok := t.fences.Load(tag)
+	if !ok {
+		return nil, false
+	}
+	return v.(*tagFence), true
+}
+
+// drop removes tag's fence. The caller holds mu.
+func (t *TagFences) drop(tag string) {
+	t.fences.Delete(tag)
+	t.n--
+	t.live.Add(-1)
 }
 
 // fold moves the least recently raised fence into the floor. The caller
@@ -175,20 +192,23 @@ func (t *TagFences) fold() {
 		r := t.queue[t.head]
 		t.queue[t.head] = tagRecord{}
 		t.head++
-		f, ok := t.m[r.tag]
+		f, ok := t.get(r.tag)
 		if !ok || f.gen != r.gen {
 			continue
 		}
-		if t.floor.expires.IsZero() {
+		var floor tagFence
+		if cur := t.floor.Load(); cur != nil {
+			floor = *cur
+		} else {
 			t.live.Add(1)
 		}
-		t.floor.inv.raise(f.inv)
-		t.floor.exp.raise(f.exp)
-		if f.expires.After(t.floor.expires) {
-			t.floor.expires = f.expires
+		floor.inv.raise(f.inv)
+		floor.exp.raise(f.exp)
+		if f.expires.After(floor.expires) {
+			floor.expires = f.expires
 		}
-		delete(t.m, r.tag)
-		t.live.Add(-1)
+		t.floor.Store(&floor)
+		t.drop(r.tag)
 		return
 	}
 }
@@ -198,19 +218,18 @@ func (t *TagFences) fold() {
 func (t *TagFences) expire(now time.Time) {
 	for t.head < len(t.queue) {
 		r := t.queue[t.head]
-		f, ok := t.m[r.tag]
+		f, ok := t.get(r.tag)
 		if ok && f.gen == r.gen {
 			if now.Before(f.expires) {
 				break
 			}
-			delete(t.m, r.tag)
-			t.live.Add(-1)
+			t.drop(r.tag)
 		}
 		t.queue[t.head] = tagRecord{}
 		t.head++
 	}
-	if !t.floor.expires.IsZero() && !now.Before(t.floor.expires) {
-		t.floor = tagFence{}
+	if f := t.floor.Load(); f != nil && !now.Before(f.expires) {
+		t.floor.Store(nil)
 		t.live.Add(-1)
 	}
 	if t.head > 0 && t.head >= len(t.queue)/2 {
@@ -224,7 +243,7 @@ func (t *TagFences) expire(now time.Time) {
 func (t *TagFences) compact() {
 	q := t.queue[:0]
 	for _, r := range t.queue[t.head:] {
-		if f, ok := t.m[r.tag]; ok && f.gen == r.gen {
+		if f, ok := t.get(r.tag); ok && f.gen == r.gen {
 			q = append(q, r)
 		}
 	}
@@ -256,16 +275,14 @@ func (t *TagFences) state(tags []string, read time.Time, wall bool, skew time.Du
 		return TagsClear
 	}
 	st := TagsClear
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	if now.Before(t.floor.expires) {
-		st = t.floor.state(read, wall, skew)
+	if f := t.floor.Load(); f != nil && now.Before(f.expires) {
+		st = f.state(read, wall, skew)
 	}
 	for _, tag := range tags {
 		if st == TagsInvalidated {
 			break
 		}
-		if f, ok := t.m[tag]; ok && now.Before(f.expires) {
+		if f, ok := t.get(tag); ok && now.Before(f.expires) {
 			st = max(st, f.state(read, wall, skew))
 		}
 	}

@@ -89,3 +89,36 @@ func TestTagFencesFoldIntoTheFloorPastTheBound(t *testing.T) {
 		t.Fatalf("a tag read after the floor: %v", got)
 	}
 }
+
+// Reads of the fences take no lock and race with notes safely: a reader
+// sees a fence either before or after a note, never half of one.
+func TestTagFencesAreReadWhileNoted(t *testing.T) {
+	var f TagFences
+	f.Window = time.Hour
+	start := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-start
+		for i := range 2000 {
+			v := t0.Add(time.Duration(i+1) * time.Microsecond)
+			f.Note(fmt.Sprint("t", i%50), v, v, i%3 == 0, t0)
+		}
+	}()
+	close(start)
+	for i := 0; ; i++ {
+		select {
+		case <-done:
+			if got := f.Local([]string{"t1"}, t0, t0); got != TagsInvalidated {
+				t.Fatalf("after the notes: %v", got)
+			}
+			return
+		default:
+		}
+		// Read before every note: never clear once the tag was noted.
+		_, noted := f.get("t1")
+		if got := f.Local([]string{"t0", "t1"}, t0, t0); got == TagsClear && noted {
+			t.Fatalf("read %d: a tag noted after the read time reads clear", i)
+		}
+	}
+}
