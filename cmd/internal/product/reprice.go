@@ -138,12 +138,20 @@ func (r *SQLRepository) Reprice(ctx context.Context, tenant, category string, rp
 	return out, nil
 }
 
-// Reprice passes a reprice on to the wrapped Repository (not counted: the
-// count is of lookups).
-func (c *CountingRepository) Reprice(ctx context.Context, tenant, category string, rp Reprice) (Repriced, error) {
-	rr, ok := c.Repository.(Repricer)
-	if !ok {
-		return Repriced{}, ErrRepriceUnsupported
+// RepricerOf finds r's Repricer: r itself, or the Repository it wraps (a
+// method Unwrap() Repository), and so on down, as OutboxOf finds an
+// Outbox. A reprice is a write: the wrappers that count or watch lookups
+// have nothing to add to it.
+func RepricerOf(r Repository) (Repricer, bool) {
+	for r != nil {
+		if rr, ok := r.(Repricer); ok {
+			return rr, true
+		}
+		w, ok := r.(interface{ Unwrap() Repository })
+		if !ok {
+			break
+		}
+		r = w.Unwrap()
 	}
-	return rr.Reprice(ctx, tenant, category, rp)
+	return nil, false
 }

@@ -657,7 +657,8 @@ func (s *QueryService) invalidateFailed(ctx context.Context, msg string, err err
 }
 
 // Reprice applies rp to every product of tenant's category in the origin,
-// in one transaction (the repository must be a Repricer), then
+// in one transaction (the repository must be a Repricer, or wrap one: see
+// RepricerOf), then
 // invalidates, on every instance, the category's tag and the tenant's
 // list tag (see CategoryTag): once it returns, no instance serves a price
 // of the category older than the reprice, beyond the Bus's delivery time
@@ -667,7 +668,7 @@ func (s *QueryService) invalidateFailed(ctx context.Context, msg string, err err
 // product is an error matching ErrCategoryNotFound. In naive mode nothing
 // is invalidated: the old prices are served until they expire.
 func (s *QueryService) Reprice(ctx context.Context, tenant, category string, rp Reprice) (Repriced, error) {
-	rr, ok := s.repo.(Repricer)
+	rr, ok := RepricerOf(s.repo)
 	if !ok {
 		return Repriced{}, ErrRepriceUnsupported
 	}
