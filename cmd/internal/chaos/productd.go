@@ -375,8 +375,8 @@ type productdEnv struct {
 	rows       *rowMap
 	// db reads the origin's rows past every productd: the revisions a
 	// reprice committed.
-	db         *product.SQLRepository
-	prices     sync.Map // key → *int64: the next price a PUT of it sets (any change bumps the revision)
+	db     *product.SQLRepository
+	prices sync.Map // key → *int64: the next price a PUT of it sets (any change bumps the revision)
 	// extraArgs follow the flags productdArgs sets, and override them
 	// (the soak's).
 	extraArgs []string
