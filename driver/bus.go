@@ -117,10 +117,12 @@ type Bus interface {
 	// BusUp resynchronises), then BusChanged(BusUp) once it works again.
 	// Messages that fail to decode are dropped and never reach h.
 	//
-	// Bulk invalidations (InvalidationPrefix, InvalidationAll) are also
-	// retained by the bus for its retention window: before every
-	// BusChanged(BusUp), the first one included, the bus delivers through
-	// h.Invalidated the retained bulk invalidations of cache, oldest first,
+	// Bulk invalidations (InvalidationPrefix, InvalidationAll) and tag
+	// ones (InvalidationTag, InvalidationTagExpire) are also retained by
+	// the bus for its retention window, with their own Versions: before
+	// every BusChanged(BusUp), the first one included, the bus delivers
+	// through h.Invalidated the retained invalidations of cache, oldest
+	// first,
 	// so that an instance that missed them (its bus was down, it restarted,
 	// it started later) still applies them. The window must cover the
 	// Cache's TTL plus StaleFor: until then the shared tier may still hold

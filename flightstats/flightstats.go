@@ -124,11 +124,15 @@ type InvalidationCounts struct {
 	Key    uint64 // driver.InvalidationKey
 	Prefix uint64 // driver.InvalidationPrefix
 	All    uint64 // driver.InvalidationAll
-	Other  uint64 // a kind this package does not know; the Cache reports none
+	// Tag counts InvalidationTag, TagExpire InvalidationTagExpire.
+	Tag, TagExpire uint64
+	Other          uint64 // a kind this package does not know; the Cache reports none
 }
 
 // Total is the sum over every kind.
-func (c InvalidationCounts) Total() uint64 { return c.Key + c.Prefix + c.All + c.Other }
+func (c InvalidationCounts) Total() uint64 {
+	return c.Key + c.Prefix + c.All + c.Tag + c.TagExpire + c.Other
+}
 
 // BreakerTransitions counts circuit breaker state changes by new state.
 type BreakerTransitions struct {
@@ -244,7 +248,7 @@ type Recorder struct {
 	busDisconnects                      atomic.Uint64
 }
 
-type invalidationCounters [driver.InvalidationAll + 1]atomic.Uint64
+type invalidationCounters [driver.InvalidationTagExpire + 1]atomic.Uint64
 
 func (c *invalidationCounters) add(k driver.InvalidationKind) {
 	if int(k) >= len(c) {
@@ -255,10 +259,12 @@ func (c *invalidationCounters) add(k driver.InvalidationKind) {
 
 func (c *invalidationCounters) load() InvalidationCounts {
 	return InvalidationCounts{
-		Key:    c[driver.InvalidationKey].Load(),
-		Prefix: c[driver.InvalidationPrefix].Load(),
-		All:    c[driver.InvalidationAll].Load(),
-		Other:  c[0].Load(),
+		Key:       c[driver.InvalidationKey].Load(),
+		Prefix:    c[driver.InvalidationPrefix].Load(),
+		All:       c[driver.InvalidationAll].Load(),
+		Tag:       c[driver.InvalidationTag].Load(),
+		TagExpire: c[driver.InvalidationTagExpire].Load(),
+		Other:     c[0].Load(),
 	}
 }
 

@@ -24,6 +24,9 @@
 //	  ones drop nothing newer)
 //	a write the others did not hear of is redone   Redo (Add keeps the newest per target)
 //	a version from the future is taken as now      Clamp
+//	a tagged value read before a fence of one of   TagFences.Local, TagFences.Shared,
+//	  its tags is absent (stale only when expired);  TagFences.Note (forward only)
+//	  a load fenced after it began is not stored
 //
 // Times are of two kinds, and every function says which it takes: the
 // Cache's clock (Options.Now, for what the local tier holds) and the wall

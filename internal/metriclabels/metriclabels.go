@@ -219,10 +219,12 @@ func ScopeIndex(s flightcache.Scope) int {
 // kind the Cache reports, but is kept so that an unexpected one is still
 // counted rather than dropped.
 var InvalidationKindNames = [...]string{
-	0:                         driver.InvalidationKind(0).String(),
-	driver.InvalidationKey:    driver.InvalidationKey.String(),
-	driver.InvalidationPrefix: driver.InvalidationPrefix.String(),
-	driver.InvalidationAll:    driver.InvalidationAll.String(),
+	0:                            driver.InvalidationKind(0).String(),
+	driver.InvalidationKey:       driver.InvalidationKey.String(),
+	driver.InvalidationPrefix:    driver.InvalidationPrefix.String(),
+	driver.InvalidationAll:       driver.InvalidationAll.String(),
+	driver.InvalidationTag:       driver.InvalidationTag.String(),
+	driver.InvalidationTagExpire: driver.InvalidationTagExpire.String(),
 }
 
 // InvalidationKindIndex returns k's index in InvalidationKindNames,
