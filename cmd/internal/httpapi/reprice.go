@@ -28,7 +28,7 @@ var repriceFields = []string{"percent", "deltaCents"}
 // percent and deltaCents, an integer in range).
 func (a *api) repriceCategory(w http.ResponseWriter, r *http.Request) {
 	tenant, category := r.PathValue("tenant"), r.PathValue("category")
-	if _, err := product.NewRef(tenant, "x", DefaultLocale, DefaultCurrency); err != nil {
+	if err := product.CheckTenant(tenant); err != nil {
 		writeError(w, classify(err, a.RetryAfter))
 		return
 	}

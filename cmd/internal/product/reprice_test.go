@@ -9,6 +9,7 @@ import (
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/driver"
+	"github.com/flightcache/flightcache/memstore"
 )
 
 func int64p(v int64) *int64 { return &v }
@@ -201,5 +202,35 @@ func TestRepriceInvalidatesTheCategoryOnEveryInstance(t *testing.T) {
 	bus.mu.Unlock()
 	if !sent[CategoryTag("acme", CategoryOf(alone.ID))] || !sent[ListTag("acme")] {
 		t.Fatalf("the redo published %v, want the category and list tags", sent)
+	}
+}
+
+// hidingRepository wraps a Repository as productd's guard does: its
+// optional interfaces are hidden, Unwrap reaches them.
+type hidingRepository struct{ Repository }
+
+func (h hidingRepository) Unwrap() Repository { return h.Repository }
+
+// The service finds the Repricer under every wrapper, and a repository
+// that cannot reprice is refused with ErrRepriceUnsupported.
+func TestRepricerOfLooksThroughWrappers(t *testing.T) {
+	repo := openRepo(t, t.TempDir()+"/products.db", Options{})
+	if rr, ok := RepricerOf(hidingRepository{Count(repo, nil)}); !ok || rr != Repricer(repo) {
+		t.Fatalf("RepricerOf through two wrappers = %v, %v; want the SQL repository", rr, ok)
+	}
+	if _, ok := RepricerOf(Count(NewMemoryRepository(smallCatalog), nil)); ok {
+		t.Fatal("RepricerOf found a Repricer in a memory repository")
+	}
+	local, err := memstore.New(memstore.Options[Entry]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(local.Close)
+	svc, err := NewQueryService(NewMemoryRepository(smallCatalog), ServiceOptions{Mode: ModeNaive, Naive: local, TTL: time.Minute, NegativeTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Reprice(context.Background(), "acme", Categories[0], Reprice{Percent: int64p(1)}); !errors.Is(err, ErrRepriceUnsupported) {
+		t.Fatalf("Reprice on a memory repository = %v, want ErrRepriceUnsupported", err)
 	}
 }
