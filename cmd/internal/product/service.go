@@ -539,11 +539,12 @@ type RelayOptions struct {
 }
 
 // RelayOutbox makes, until ctx ends, the invalidations that committed
-// Updates left undone (OutboxRecord): every o.Every it claims the oldest
-// records older than o.Grace, o.Batch at a time (Outbox.Claim), makes
-// each one's invalidation as its writer would have (the prefix of the
-// product on every instance, the superseded entries of the shared tier)
-// and deletes it, and claims again until the outbox holds no such record
+// Updates and Reprices left undone (OutboxRecord): every o.Every it
+// claims the oldest records older than o.Grace, o.Batch at a time
+// (Outbox.Claim), makes each one's invalidation as its writer would have
+// (an Update's: the product's and list tags on every instance, the
+// superseded entries of the shared tier; a Reprice's: the category's and
+// list tags) and deletes it, and claims again until the outbox holds no such record
 // or an invalidation failed. A failed record, and the rest of its batch,
 // are released for the next round. Every instance may run it: the
 // relays share the records instead of making each invalidation once per
