@@ -10,7 +10,7 @@ type Kind uint8
 
 const (
 	// Write is a change committed to the origin and then told to the
-	// Cache (Set, Delete or InvalidatePrefix, see Op.Write).
+	// Cache (Set, Delete, InvalidatePrefix or InvalidateTag, see Op.Write).
 	Write Kind = iota + 1
 	// Read is a Cache Get.
 	Read
