@@ -107,6 +107,10 @@ func checkTag(tag string) error {
 // that began before the call serves its callers but stores nothing, and
 // a Get that starts after the call returns does not share it.
 //
+// "Before the call" includes ClockSkew after it, as for InvalidatePrefix:
+// the instances' clocks differ, so a value loaded or Set with the tag
+// within ClockSkew of the call is reloaded once more.
+//
 // The call costs one map write: nothing walks a tier. The tiers keep the
 // covered values until they expire or are replaced; for that long (the
 // longest TTL a loader may set, MaxTTL, plus StaleFor) every instance

@@ -401,3 +401,37 @@ func TestTagInvalidationReachesOtherInstances(t *testing.T) {
 		t.Fatalf("a later instance, an older shared entry: load %d, %v, %v; want a new load", r.Value.Price, r.Outcome, err)
 	}
 }
+
+// After ExpireTag a covered value stands in for a load that outlasts
+// SoftTimeout, as a value past its TTL does; the load goes on and
+// replaces it.
+func TestExpireTagServesStaleWhenTheLoadOutlastsTheSoftTimeout(t *testing.T) {
+	local := &notifyLocal[*product]{LocalStore: newLocal[*product](t, nil), sets: make(chan driver.Item[*product], 4)}
+	c := newCache(t, flightcache.Options[*product]{TTL: time.Hour, StaleFor: time.Hour, SoftTimeout: 20 * time.Millisecond,
+		ClockSkew: flightcache.DisableClockSkew, Local: local})
+	ctx := context.Background()
+	o := &origin{}
+	getValue(t, c, "p:1", taggedOrigin(o, "1", "product:1"))
+	<-local.sets
+	if err := c.ExpireTag(ctx, "product:1"); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	slow := func(ctx context.Context) (*product, error) {
+		flightcache.SetTags(ctx, "product:1")
+		<-release
+		return &product{ID: "1", Price: 100}, nil
+	}
+	r, err := c.Fetch(ctx, "p:1", slow)
+	close(release)
+	if err != nil || r.Outcome != flightcache.OutcomeStale || r.Value.Price != 1 {
+		t.Fatalf("after ExpireTag, a slow load: %v, %v, %v; want the old value as stale", r.Value, r.Outcome, err)
+	}
+	// The load goes on and replaces it.
+	if it := <-local.sets; it.Value.Price != 100 {
+		t.Fatalf("stored %v, want the load's value", it.Value)
+	}
+	if r, err := c.Fetch(ctx, "p:1", slow); err != nil || r.Value.Price != 100 || r.Outcome != flightcache.OutcomeHitLocal {
+		t.Fatalf("after the load: %v, %v, %v; want its value from the local tier", r.Value, r.Outcome, err)
+	}
+}
