@@ -370,3 +370,18 @@ func TestClockResolutionValidation(t *testing.T) {
 		})
 	}
 }
+
+// An item's tags are kept as given: the Cache compares them with its tag
+// fences on every hit.
+func TestItemKeepsItsTags(t *testing.T) {
+	clk := newFakeClock()
+	s := newStore(t, Options[*string]{Now: clk.Now})
+	v := "hello"
+	want := item(&v, clk.Now(), time.Minute, time.Hour)
+	want.Tags = []string{"product:42", "category:tea"}
+	s.Set("k", want)
+	got, ok := s.Get("k")
+	if !ok || len(got.Tags) != 2 || got.Tags[0] != "product:42" || got.Tags[1] != "category:tea" {
+		t.Fatalf("Get = %+v, %v; want the tags kept", got, ok)
+	}
+}
