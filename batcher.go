@@ -56,8 +56,9 @@ type BatcherOptions struct {
 // ErrNotFound for itself alone; a *BatchError with Keys fails those keys
 // with their errors and serves the others from the map; any other error
 // fails the keys of that call only, and so does a panic (a
-// *singleflight.PanicError). SetTTL and NoStore on the call's ctx apply to
-// every key of the call.
+// *singleflight.PanicError). SetTTL, NoStore and SetTags on the call's ctx
+// apply to every key of the call; a member's own LoadFunc wrapper may add
+// tags of its key alone (SetTags on the flight's ctx after Load returns).
 //
 // In cluster mode each key's flight claims its own lease before its load
 // joins a call: one load per key in the cluster, one lease round trip per
@@ -369,6 +370,14 @@ func (b *Batcher[V]) call(l *lane[V], slots []slot[V]) {
 				NoStore(mctx)
 			} else {
 				SetTTL(mctx, ttl)
+			}
+		}
+	}
+	if pol.tagged.Load() { // so do its SetTags, or their error
+		tags, terr := pol.tagList()
+		for _, mctx := range ctxs {
+			if mp := policyFrom(mctx); mp != nil {
+				mp.inherit(tags, terr)
 			}
 		}
 	}

@@ -564,3 +564,55 @@ func TestBatchLoaderKeyErrorsStayWithTheirKeys(t *testing.T) {
 		t.Fatalf("%d calls; outcomes %v %v %v %v", calls.Load(), rs[0].Outcome, rs[1].Outcome, rs[2].Outcome, rs[3].Outcome)
 	}
 }
+
+// SetTags on a Batcher's call tags the value of every member, as SetTTL
+// does; a member's own LoadFunc adds the tags of its key alone. An
+// InvalidateTag of the call's tag then reloads every member's key, and one
+// of a member's own tag that member's key only.
+func TestBatcherCallTagsEveryMemberAndMembersAddTheirOwn(t *testing.T) {
+	var calls atomic.Int64
+	load := func(ctx context.Context, keys []string) (map[string]string, error) {
+		n := calls.Add(1)
+		flightcache.SetTags(ctx, "call")
+		out := make(map[string]string, len(keys))
+		for _, k := range keys {
+			out[k] = fmt.Sprintf("v%d:%s", n, k)
+		}
+		return out, nil
+	}
+	b := newBatcher(t, load, flightcache.BatcherOptions{})
+	c := newCache(t, flightcache.Options[string]{})
+	ctx := context.Background()
+	own := func(k string) flightcache.LoadFunc[string] {
+		inner := b.Load(k)
+		return func(ctx context.Context) (string, error) {
+			v, err := inner(ctx)
+			flightcache.SetTags(ctx, "own:"+k)
+			return v, err
+		}
+	}
+	get := func(k string) string {
+		t.Helper()
+		v, err := c.Get(ctx, k, own(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	a1, b1 := get("a"), get("b")
+	if err := c.InvalidateTag(ctx, "own:a"); err != nil {
+		t.Fatal(err)
+	}
+	if a2, b2 := get("a"), get("b"); a2 == a1 || b2 != b1 {
+		t.Fatalf("after InvalidateTag(own:a): a %q→%q (want reloaded), b %q→%q (want kept)", a1, a2, b1, b2)
+	}
+	before := calls.Load()
+	if err := c.InvalidateTag(ctx, "call"); err != nil {
+		t.Fatal(err)
+	}
+	get("a")
+	get("b")
+	if n := calls.Load() - before; n != 2 {
+		t.Fatalf("after InvalidateTag(call): %d origin calls, want 2 (each key reloaded)", n)
+	}
+}

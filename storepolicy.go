@@ -37,6 +37,21 @@ func (p *storePolicy) addTags(tags []string) {
 	p.tags, p.tagErr = checkTags(append(slices.Clip(p.tags), tags...))
 }
 
+// inherit adds the tags of a Batcher's call (or why they are out of
+// bounds) to a member flight's.
+func (p *storePolicy) inherit(tags []string, err error) {
+	if err == nil {
+		p.addTags(tags)
+		return
+	}
+	p.tagMu.Lock()
+	defer p.tagMu.Unlock()
+	p.tagged.Store(true)
+	if p.tagErr == nil {
+		p.tagErr = err
+	}
+}
+
 // tagList returns the load's tags, or why they are out of bounds. The
 // slice is shared by every value of the load and never modified after.
 func (p *storePolicy) tagList() ([]string, error) {

@@ -33,10 +33,16 @@ const (
 	NoCrossTenantBody
 	// WithinTimeBound: no call takes longer than Bounds allows for its kind.
 	WithinTimeBound
+	// TagInvalidated: a read (on any instance) that starts after a tag
+	// invalidation's acknowledgement (WriteTag, WriteReprice) returns a
+	// version no older than the one the invalidation's write committed,
+	// unless it starts within the write's allowance: BoundedStaleness for
+	// the values a tag covers, counted apart.
+	TagInvalidated
 	numInvariants
 )
 
-var invariantNames = [numInvariants]string{"read-your-writes", "monotonic", "staleness", "fencing", "tenant", "time"}
+var invariantNames = [numInvariants]string{"read-your-writes", "monotonic", "staleness", "fencing", "tenant", "time", "tags"}
 
 func (i Invariant) String() string {
 	if i < numInvariants {
@@ -296,7 +302,7 @@ func (c *checker) allowance(w Op) []span {
 // instances until the buses or the redo recover: f.BusDown, or f.BulkDown
 // for a bulk invalidation.
 func down(f Fault, w Op) bool {
-	return f.BusDown || (f.BulkDown && (w.Write == WritePrefix || w.Write == WritePut))
+	return f.BusDown || (f.BulkDown && (w.Write == WritePrefix || w.Write == WritePut || tagWrite(w.Write)))
 }
 
 func within(t time.Duration, spans []span) bool {
@@ -328,8 +334,8 @@ func (c *checker) checkAgainstWrites(r Op, ws []Op) {
 	stale, ryw := -1, -1 // the newest write of each kind r contradicts
 	for i := lo; i < hi; i++ {
 		w := ws[i]
-		if r.Kind == RawRead && w.Write == WritePrefix {
-			continue // Redis cannot delete by prefix; fences make such entries absent
+		if r.Kind == RawRead && (w.Write == WritePrefix || tagWrite(w.Write)) {
+			continue // Redis cannot delete by prefix or tag; fences make such entries absent
 		}
 		if r.Kind == Read && w.Instance == r.Instance {
 			ryw = i
@@ -338,12 +344,15 @@ func (c *checker) checkAgainstWrites(r Op, ws []Op) {
 			stale = i
 		}
 	}
-	inv := BoundedStaleness
-	if r.Kind == RawRead {
-		inv = NoOldWriteLands
-	}
 	if stale >= 0 {
 		w := ws[stale]
+		inv := BoundedStaleness
+		switch {
+		case r.Kind == RawRead:
+			inv = NoOldWriteLands
+		case tagWrite(w.Write):
+			inv = TagInvalidated
+		}
 		c.violate(r.Start, Violation{Invariant: inv, Op: r, Cause: &w, Late: r.Start - w.End})
 	}
 	if ryw >= 0 {

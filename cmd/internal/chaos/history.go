@@ -10,7 +10,7 @@ type Kind uint8
 
 const (
 	// Write is a change committed to the origin and then told to the
-	// Cache (Set, Delete or InvalidatePrefix, see Op.Write).
+	// Cache (Set, Delete, InvalidatePrefix or InvalidateTag, see Op.Write).
 	Write Kind = iota + 1
 	// Read is a Cache Get.
 	Read
@@ -44,7 +44,21 @@ const (
 	// Delete of the row's superseded keys, its floor-0 key among them.
 	// Check holds raw reads to it as to a Delete.
 	WritePut = "put"
+	// WriteTag is Cache.InvalidateTag of the key's category tag (every
+	// key of the tenant's category was bumped): a tag invalidation,
+	// which Redis cannot apply to the entries it holds (fences make them
+	// absent), so raw reads are not held to it.
+	WriteTag = "tag"
+	// WriteReprice is productd's category reprice (ModeProductd): one
+	// transaction that bumps every row of the tenant's category, then the
+	// invalidation of the category's tag. Check holds reads to it as to
+	// a WriteTag.
+	WriteReprice = "reprice"
 )
+
+// tagWrite reports whether how is a tag invalidation (WriteTag,
+// WriteReprice).
+func tagWrite(how string) bool { return how == WriteTag || how == WriteReprice }
 
 // Op is one recorded operation. Times are offsets on the History's single
 // monotonic clock, so that ops of every instance compare.
@@ -54,7 +68,8 @@ type Op struct {
 	Instance int    `json:"instance"`
 	Key      string `json:"key"`
 	Kind     Kind   `json:"kind"`
-	// Write is WriteSet, WriteDelete, WritePrefix or WritePut for a Write.
+	// Write is WriteSet, WriteDelete, WritePrefix, WritePut, WriteTag or
+	// WriteReprice for a Write.
 	Write string `json:"write,omitempty"`
 	// Start is when the call began; End when it returned. For a Write,
 	// End is its acknowledgement.
@@ -95,7 +110,7 @@ type Fault struct {
 	// codec) allows nothing more.
 	BusDown bool `json:"bus_down"`
 	// BulkDown says the fault may keep bulk invalidations (WritePrefix,
-	// WritePut) from being announced until the redo, though it leaves
+	// WritePut, WriteTag, WriteReprice) from being announced until the redo, though it leaves
 	// every bus up and the writes of one key announced: scripts refused
 	// (redislease records a bulk invalidation for replay and publishes it
 	// in one script). For those writes it counts as BusDown.

@@ -373,14 +373,19 @@ type productdEnv struct {
 	origin     *originDB
 	client     *http.Client
 	rows       *rowMap
-	prices     sync.Map // key → *int64: the next price a PUT of it sets (any change bumps the revision)
+	// db reads the origin's rows past every productd: the revisions a
+	// reprice committed.
+	db     *product.SQLRepository
+	prices sync.Map // key → *int64: the next price a PUT of it sets (any change bumps the revision)
 	// extraArgs follow the flags productdArgs sets, and override them
 	// (the soak's).
 	extraArgs []string
 }
 
 // rowMap maps the harness's keys to productd's rows: a workload key
-// "t0:p1" to tenant t0's product p-00002 in en-US and USD, and a probe's
+// "tN:pK" to tenant tN's product 1 + K/2 + 8·(K mod 2) in en-US and USD
+// (p0 to p-00001, p1 to p-00009, p2 to p-00002), so that keys p0 and p1
+// share a category (product.CategoryOf) as categoryOf says, and a probe's
 // key to the next row of tenant probe, which nothing has read yet, so
 // that it is cold on every instance and in Redis. Products come before
 // variants, so that consecutive probe keys are different products (a PUT
@@ -406,7 +411,7 @@ func (m *rowMap) ref(key string) product.Ref {
 	var r product.Ref
 	tenant, rest, _ := strings.Cut(key, ":")
 	if n, err := strconv.Atoi(strings.TrimPrefix(rest, "p")); tenant != probeTenant && err == nil {
-		r = product.Ref{Tenant: tenant, ID: product.ProductID(n + 1), Locale: "en-US", Currency: "USD"}
+		r = product.Ref{Tenant: tenant, ID: product.ProductID(1 + n/2 + len(product.Categories)*(n%2)), Locale: "en-US", Currency: "USD"}
 	} else {
 		c := chaosCatalog()
 		i := m.next % (probeProducts * len(c.Locales) * len(c.Currencies))
@@ -538,6 +543,49 @@ func (p *phase) httpPut(in *instance, key string) {
 	}
 	op.Unacked = op.Err != ""
 	p.h.Record(op)
+}
+
+// httpReprice reprices key's category through in (a price one cent up),
+// holding the write locks of the category's keys, and records one write
+// per key, whose version is the revision its row has after the reprice:
+// read from the origin under the locks, so that no other write of the
+// keys came in between. A reprice answered with an error, or whose
+// revisions could not be read, promised nothing (Unacked).
+func (p *phase) httpReprice(in *instance, key string) {
+	keys := p.categoryKeys(key)
+	in.gate.RLock()
+	defer in.gate.RUnlock()
+	for _, k := range keys {
+		l := p.org.lock(k)
+		l.Lock()
+		defer l.Unlock()
+	}
+	ref := p.pd.rows.ref(key)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	start := p.h.Now()
+	target := "/v1/tenants/" + ref.Tenant + "/categories/" + product.CategoryOf(ref.ID) + "/reprice"
+	status, _, data, err := p.httpDo(ctx, in, http.MethodPost, target, []byte(`{"deltaCents": 1}`))
+	end := p.h.Now()
+	var fail string
+	switch {
+	case err != nil:
+		fail = errText(err)
+	case status != http.StatusOK:
+		fail = fmt.Sprintf("%d %s", status, bytes.TrimSpace(data))
+	}
+	for _, k := range keys {
+		op := Op{Instance: in.id, Key: k, Kind: Write, Write: WriteReprice, Start: start, End: end, Err: fail}
+		if fail == "" {
+			row, err := p.pd.db.Get(ctx, p.pd.rows.ref(k))
+			if err != nil {
+				op.Err = "reading the revision: " + errText(err)
+			}
+			op.Version = row.Revision
+		}
+		op.Unacked = op.Err != ""
+		p.h.Record(op)
+	}
 }
 
 // rawReadRow reads key's row's entry straight from Redis, under the key

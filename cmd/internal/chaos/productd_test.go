@@ -60,7 +60,7 @@ func TestProductdBoundsAreClusterOnesWithAPutsDeletes(t *testing.T) {
 	if b.Delivery != c.Delivery || b.BusDown != c.BusDown || b.Recovery != c.Recovery || b.Read != c.Read || !b.Fencing {
 		t.Errorf("productd bounds %+v, want the cluster ones %+v (but the write's), fencing checked", b, c)
 	}
-	if want := 2*sharedTimeout + invalidateTimeout + redisTimeout + Slack; b.Write != want {
+	if want := 3*sharedTimeout + invalidateTimeout + redisTimeout + Slack; b.Write != want {
 		t.Errorf("productd write bound %v, want %v", b.Write, want)
 	}
 }
@@ -108,8 +108,23 @@ func TestProductdFaultOrderStartsWithTheProcessFaults(t *testing.T) {
 // another product than the previous one; a body maps back to its key.
 func TestRowMapGivesEachProbeKeyAFreshRow(t *testing.T) {
 	m := newRowMap()
-	if r := m.ref("t1:p2"); r != (product.Ref{Tenant: "t1", ID: product.ProductID(3), Locale: "en-US", Currency: "USD"}) {
+	if r := m.ref("t1:p2"); r != (product.Ref{Tenant: "t1", ID: product.ProductID(2), Locale: "en-US", Currency: "USD"}) {
 		t.Errorf("t1:p2 is row %+v", r)
+	}
+	// The harness's categories are productd's: a reprice of a key's
+	// category changes the rows of exactly the keys categoryOf groups.
+	keys := []string{"t0:p0", "t0:p1", "t0:p2", "t0:p3", "t1:p0", "t1:p1", "t1:p2"}
+	for _, a := range keys {
+		for _, b := range keys {
+			ra, rb := m.ref(a), m.ref(b)
+			same := ra.Tenant == rb.Tenant && product.CategoryOf(ra.ID) == product.CategoryOf(rb.ID)
+			if same != (categoryOf(a) == categoryOf(b)) {
+				t.Errorf("keys %s and %s (rows %s, %s): productd's categories and the harness's disagree", a, b, ra.ID, rb.ID)
+			}
+		}
+	}
+	if categoryOf("t0:p0") != categoryOf("t0:p1") {
+		t.Error("keys p0 and p1 of a tenant must share a category")
 	}
 	catalog := chaosCatalog()
 	rows := map[product.Ref]bool{}

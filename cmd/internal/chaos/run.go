@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/breaker"
 	"github.com/flightcache/flightcache/clock"
+	"github.com/flightcache/flightcache/cmd/internal/product"
 	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/redislease"
@@ -113,12 +115,14 @@ func BoundsFor(mode string) Bounds {
 		b.Write += redisTimeout
 	}
 	if mode == ModeProductd {
-		// A PUT: the origin's UPDATE, then the product's prefix
-		// invalidation (its publish, SharedTimeout), then the deletes of
-		// the keys it supersedes, all within invalidateTimeout, the last
-		// one's fence (redisTimeout) and publish (SharedTimeout) past it.
-		// The UPDATE and HTTP on loopback are within the slack.
-		b.Write = sharedTimeout + invalidateTimeout + redisTimeout + sharedTimeout + Slack
+		// A PUT: the origin's UPDATE, then the product's and the list's
+		// tag invalidations (a publish each, SharedTimeout), then the
+		// deletes of the keys it supersedes, all within
+		// invalidateTimeout, the last one's fence (redisTimeout) and
+		// publish (SharedTimeout) past it. A reprice makes the two tag
+		// invalidations only. The transaction and HTTP on loopback are
+		// within the slack.
+		b.Write = 2*sharedTimeout + invalidateTimeout + redisTimeout + sharedTimeout + Slack
 		b.Fencing = true
 	}
 	return b
@@ -230,6 +234,7 @@ func (o *origin) load(key string) flightcache.LoadFunc[Value] {
 			latency = time.Duration(50+o.rng.IntN(100)) * time.Millisecond
 		}
 		o.mu.Unlock()
+		flightcache.SetTags(ctx, tagOf(key))
 		t := time.NewTimer(latency)
 		defer t.Stop()
 		select {
@@ -240,6 +245,22 @@ func (o *origin) load(key string) flightcache.LoadFunc[Value] {
 		return valueOf(key, version), nil
 	}
 }
+
+// categoryOf is the category of the workload's key "tN:pK": K/2, so that
+// products 0 and 1 of a tenant share one, as productd's catalog products
+// n and n+8 do (rowMap maps them so).
+func categoryOf(key string) string {
+	tenant, product, _ := strings.Cut(key, ":")
+	n, err := strconv.Atoi(strings.TrimPrefix(product, "p"))
+	if err != nil {
+		return tenant + "/" + product // a probe's key: a category of its own
+	}
+	return tenant + "/c" + strconv.Itoa(n/2)
+}
+
+// tagOf is the tag of key's category, which the loaders set and WriteTag
+// invalidates.
+func tagOf(key string) string { return "category:" + categoryOf(key) }
 
 // valueOf is the origin's value of key ("tenant:product") at version.
 func valueOf(key string, version int64) Value {
@@ -422,6 +443,10 @@ func (p *phase) run(ctx context.Context, d time.Duration, seed uint64) (rep Repo
 			}
 		}()
 		origin = p.pd.origin.name
+		if p.pd.db, err = product.Open(ctx, p.pd.origin.dsn, product.Options{}); err != nil {
+			return Report{}, err
+		}
+		defer p.pd.db.Close()
 		p.pd.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second}}
 		defer p.pd.client.CloseIdleConnections()
 	}
@@ -697,10 +722,12 @@ func (p *phase) reader(stop <-chan struct{}, in *instance, pace time.Duration, r
 	}
 }
 
-// writer changes a random key (Set 5 times in 10, Delete 4, the tenant's
-// prefix 1: a Delete makes every instance load the key again, and half of
-// them are followed by a Set 20-150 ms later) every writerPace/4 to writerPace, then reads it back, until
-// stop closes. Writes are rarer than reads, so that a write left undone
+// writer changes a random key (Set 4 times in 10, Delete 4, the tenant's
+// prefix 1, the key's category tag 1: a Delete makes every instance load
+// the key again, and half of them are followed by a Set 20-150 ms later)
+// every writerPace/4 to writerPace, then reads it back, until stop
+// closes. In ModeProductd every write but the tag's is a PUT, and the
+// tag's a reprice of the row's category. Writes are rarer than reads, so that a write left undone
 // is not soon redone by the writer's next one.
 func (p *phase) writer(stop <-chan struct{}, in *instance, rng *rand.Rand) {
 	for pause(stop, writerPace/4+time.Duration(rng.Int64N(int64(writerPace*3/4)))) {
@@ -709,7 +736,9 @@ func (p *phase) writer(stop <-chan struct{}, in *instance, rng *rand.Rand) {
 		switch n := rng.IntN(10); {
 		case n == 0:
 			how = WritePrefix
-		case n < 5:
+		case n == 1:
+			how = WriteTag
+		case n < 6:
 			how = WriteDelete
 		}
 		p.write(in, key, how)
@@ -736,15 +765,22 @@ func (p *phase) writer(stop <-chan struct{}, in *instance, rng *rand.Rand) {
 
 // write commits a change of key to the origin and tells in's Cache, as a
 // service's PUT does, holding the key's (or for WritePrefix, the tenant's
-// keys') write lock throughout. In ModeProductd it is a PUT, whatever how.
+// keys', for WriteTag, its category's keys') write lock throughout. A Set
+// tags the value with its category, as the loaders do. In ModeProductd it
+// is a PUT, or for WriteTag a reprice of the row's category.
 func (p *phase) write(in *instance, key, how string) {
 	if p.pd != nil {
+		if how == WriteTag {
+			p.httpReprice(in, key)
+			return
+		}
 		p.httpPut(in, key)
 		return
 	}
 	keys := []string{key}
 	tenant, _, _ := strings.Cut(key, ":")
-	if how == WritePrefix {
+	switch how {
+	case WritePrefix:
 		keys = keys[:0]
 		for _, k := range p.keys {
 			if strings.HasPrefix(k, tenant+":") {
@@ -752,6 +788,8 @@ func (p *phase) write(in *instance, key, how string) {
 			}
 		}
 		sort.Strings(keys)
+	case WriteTag:
+		keys = p.categoryKeys(key)
 	}
 	for _, k := range keys {
 		l := p.org.lock(k)
@@ -768,9 +806,11 @@ func (p *phase) write(in *instance, key, how string) {
 	err, panicked := call(func() error {
 		switch how {
 		case WriteSet:
-			return in.cache.Set(ctx, key, valueOf(key, versions[0]))
+			return in.cache.Set(flightcache.WithTags(ctx, tagOf(key)), key, valueOf(key, versions[0]))
 		case WriteDelete:
 			return in.cache.Delete(ctx, key)
+		case WriteTag:
+			return in.cache.InvalidateTag(ctx, tagOf(key))
 		default:
 			return in.cache.InvalidatePrefix(ctx, tenant+":")
 		}
@@ -783,6 +823,19 @@ func (p *phase) write(in *instance, key, how string) {
 		}
 		p.h.Record(op)
 	}
+}
+
+// categoryKeys are the workload's keys in key's category, sorted: the
+// order their write locks are taken in.
+func (p *phase) categoryKeys(key string) []string {
+	var keys []string
+	for _, k := range p.keys {
+		if categoryOf(k) == categoryOf(key) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // rawReader reads random keys' entries straight from Redis, every 10 ms,

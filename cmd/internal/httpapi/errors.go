@@ -48,6 +48,10 @@ func classify(err error, retryAfter time.Duration) apiError {
 		return apiError{http.StatusForbidden, "tenant_limit", "no more tenants can be created through the API on this service (its cap on new tenants is reached)", 0}
 	case errors.Is(err, product.ErrCreateLimit):
 		return apiError{http.StatusForbidden, "create_limit", "no more products can be created in this tenant through the API (its cap on created products is reached)", 0}
+	case errors.Is(err, product.ErrCategoryNotFound):
+		return apiError{http.StatusNotFound, "category_not_found", "the tenant has no product in this category", 0}
+	case errors.Is(err, product.ErrRepriceUnsupported):
+		return apiError{http.StatusNotImplemented, "reprice_unsupported", "this service cannot reprice categories", 0}
 	case errors.Is(err, product.ErrNotFound):
 		return apiError{http.StatusNotFound, "not_found", "no such product for this tenant, locale and currency", 0}
 	case errors.Is(err, singleflight.ErrTooManyInFlight), errors.Is(err, singleflight.ErrTooManyWaiters):

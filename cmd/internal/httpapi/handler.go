@@ -48,8 +48,11 @@ type Options struct {
 	Service Service
 	// Creator, when set, serves POST /v1/tenants/{tenant}/products.
 	Creator Creator
+	// Repricer, when set, serves
+	// POST /v1/tenants/{tenant}/categories/{category}/reprice.
+	Repricer Repricer
 	// AuthorizeWrite, when set, is asked before every route that changes
-	// data (PUT and POST of products) does anything else, the body unread:
+	// data (PUT and POST of products, a reprice) does anything else, the body unread:
 	// an error matching ErrWritesDisabled is answered 403 writes_disabled,
 	// any other error 401 unauthorized with "WWW-Authenticate: Bearer".
 	// Nil lets every write through.
@@ -110,6 +113,7 @@ type api struct {
 //	PUT  /v1/tenants/{tenant}/products/{id}?locale=en-US&currency=USD
 //	GET  /v1/tenants/{tenant}/products?ids=a,b,c&locale=en-US&currency=USD
 //	POST /v1/tenants/{tenant}/products?locale=en-US&currency=USD (with a Creator)
+//	POST /v1/tenants/{tenant}/categories/{category}/reprice (with a Repricer)
 //	GET  /healthz, /readyz, /metrics
 func New(opts Options) http.Handler {
 	if opts.CacheName == "" {
@@ -136,6 +140,10 @@ func New(opts Options) http.Handler {
 		allow = "GET, HEAD, POST"
 	}
 	mux.HandleFunc("/v1/tenants/{tenant}/products", methodNotAllowed(allow))
+	if opts.Repricer != nil {
+		mux.HandleFunc("POST /v1/tenants/{tenant}/categories/{category}/reprice", a.write(a.repriceCategory))
+		mux.HandleFunc("/v1/tenants/{tenant}/categories/{category}/reprice", methodNotAllowed("POST"))
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

@@ -52,7 +52,7 @@ func (r *SQLRepository) GetMany(ctx context.Context, sel Selection) (map[string]
 		return nil, fmt.Errorf("product: origin connection: %w", err)
 	}
 	defer conn.Close()
-	const head = `SELECT product_id, display_name, price_cents, revision FROM products
+	const head = `SELECT product_id, display_name, price_cents, revision, category FROM products
 		WHERE tenant_id = $1 AND locale = $2 AND currency = $3 AND product_id `
 	var q string
 	args := []any{sel.Tenant, sel.Locale, sel.Currency}
@@ -81,7 +81,7 @@ func (r *SQLRepository) GetMany(ctx context.Context, sel Selection) (map[string]
 	out := make(map[string]Product, len(sel.IDs))
 	for rows.Next() {
 		p := Product{TenantID: sel.Tenant, Locale: sel.Locale, Currency: sel.Currency}
-		if err := rows.Scan(&p.ProductID, &p.DisplayName, &p.PriceCents, &p.Revision); err != nil {
+		if err := rows.Scan(&p.ProductID, &p.DisplayName, &p.PriceCents, &p.Revision, &p.Category); err != nil {
 			return nil, fmt.Errorf("product: origin query: %w", err)
 		}
 		out[p.ProductID] = p

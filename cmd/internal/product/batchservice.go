@@ -61,8 +61,16 @@ func (s *QueryService) GetMany(ctx context.Context, sel Selection) (BatchServed,
 		return out, first
 	}
 
+	// Every value of the batch carries the tenant's list tag, which a PUT
+	// and a reprice of the tenant invalidate (see ListTag): a batch call
+	// shares one set of tags, so the per-product tags of a single Get
+	// (loadRow) cannot be given here.
+	load := func(ctx context.Context, ks []string) (map[string]Entry, error) {
+		flightcache.SetTags(ctx, ListTag(sel.Tenant))
+		return s.rows.LoadMany(ctx, ks)
+	}
 	var first error
-	for i, r := range s.opts.Cache.FetchMany(ctx, keys, s.rows.LoadMany) {
+	for i, r := range s.opts.Cache.FetchMany(ctx, keys, load) {
 		out.Outcomes[r.Outcome]++
 		switch {
 		case errors.Is(r.Err, flightcache.ErrNotFound):

@@ -52,11 +52,11 @@ func (r *SQLRepository) Create(ctx context.Context, ref Ref, d Draft) (Product, 
 	if err := d.Validate(); err != nil {
 		return Product{}, err
 	}
-	q := r.bind(`INSERT INTO products (tenant_id, product_id, locale, currency, display_name, price_cents)
-		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING display_name`)
+	q := r.bind(`INSERT INTO products (tenant_id, product_id, locale, currency, display_name, price_cents, category)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING display_name`)
 	var name string
 	err := r.write(ctx, func(ctx context.Context) error {
-		return r.db.QueryRowContext(ctx, q, ref.Tenant, ref.ID, ref.Locale, ref.Currency, d.DisplayName, d.PriceCents).Scan(&name)
+		return r.db.QueryRowContext(ctx, q, ref.Tenant, ref.ID, ref.Locale, ref.Currency, d.DisplayName, d.PriceCents, CategoryOf(ref.ID)).Scan(&name)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return Product{}, ErrExists
@@ -65,7 +65,7 @@ func (r *SQLRepository) Create(ctx context.Context, ref Ref, d Draft) (Product, 
 		return Product{}, fmt.Errorf("product: create: %w", err)
 	}
 	return Product{ProductID: ref.ID, TenantID: ref.Tenant, Locale: ref.Locale, Currency: ref.Currency,
-		DisplayName: d.DisplayName, PriceCents: d.PriceCents}, nil
+		DisplayName: d.DisplayName, PriceCents: d.PriceCents, Category: CategoryOf(ref.ID)}, nil
 }
 
 // EachID streams the distinct (tenant, product ID) pairs of the catalog to
@@ -248,9 +248,9 @@ func (r *SQLRepository) createWith(ctx context.Context, ref Ref, d Draft, o Crea
 		}
 	}
 	var name string
-	err = tx.QueryRowContext(ctx, r.bind(`INSERT INTO products (tenant_id, product_id, locale, currency, display_name, price_cents)
-		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING display_name`),
-		ref.Tenant, ref.ID, ref.Locale, ref.Currency, d.DisplayName, d.PriceCents).Scan(&name)
+	err = tx.QueryRowContext(ctx, r.bind(`INSERT INTO products (tenant_id, product_id, locale, currency, display_name, price_cents, category)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING display_name`),
+		ref.Tenant, ref.ID, ref.Locale, ref.Currency, d.DisplayName, d.PriceCents, CategoryOf(ref.ID)).Scan(&name)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Product{}, ErrExists
 	}
@@ -265,7 +265,7 @@ func (r *SQLRepository) createWith(ctx context.Context, ref Ref, d Draft, o Crea
 		return Product{}, fmt.Errorf("product: create: commit: %w", err)
 	}
 	return Product{ProductID: ref.ID, TenantID: ref.Tenant, Locale: ref.Locale, Currency: ref.Currency,
-		DisplayName: d.DisplayName, PriceCents: d.PriceCents}, nil
+		DisplayName: d.DisplayName, PriceCents: d.PriceCents, Category: CategoryOf(ref.ID)}, nil
 }
 
 // CreateWith passes a limited creation on to the wrapped Repository.

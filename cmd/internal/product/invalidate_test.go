@@ -92,7 +92,10 @@ func newBusInstance(t *testing.T, repo Repository, bus driver.Bus, failed *atomi
 	}
 	t.Cleanup(local.Close)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c, err := flightcache.New(flightcache.Options[Entry]{Name: "product", Local: local, Bus: bus, TTL: time.Hour, NegativeTTL: time.Second, Logger: quiet})
+	// The instances share one clock: no skew to allow for, so a read just
+	// after an invalidation is not taken for older than it.
+	c, err := flightcache.New(flightcache.Options[Entry]{Name: "product", Local: local, Bus: bus, TTL: time.Hour, NegativeTTL: time.Second,
+		ClockSkew: flightcache.DisableClockSkew, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,12 +107,12 @@ func newBusInstance(t *testing.T, repo Repository, bus driver.Bus, failed *atomi
 	return svc
 }
 
-// An Update on one instance deletes the superseded floors' keys, then
-// publishes exactly one prefix invalidation of the product (tenant and
-// id), last; the other instance, which held every locale and currency of
-// the product in memory, reloads all of them and serves the update, while
-// other products stay in its memory.
-func TestUpdateInvalidatesEveryVariantOnEveryInstanceWithOnePrefix(t *testing.T) {
+// An Update on one instance publishes the invalidation of the product's
+// tag and its tenant's list tag first, then deletes the superseded
+// floors' keys; the other instance, which held every locale and currency
+// of the product in memory, reloads all of them and serves the update,
+// while other products stay in its memory.
+func TestUpdateInvalidatesEveryVariantOnEveryInstanceByTag(t *testing.T) {
 	repo := NewMemoryRepository(smallCatalog)
 	bus := &testBus{}
 	epA, epB := bus.endpoint(), bus.endpoint()
@@ -127,13 +130,11 @@ func TestUpdateInvalidatesEveryVariantOnEveryInstanceWithOnePrefix(t *testing.T)
 		}
 		return out
 	}
-	wantPrefix, err := a.prefix(ref)
+	keyPrefix, err := a.keys.Tenant(ref.Tenant).ID(ref.ID).Prefix()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasSuffix(wantPrefix, "|") || !strings.Contains(wantPrefix, "t=acme|id="+ref.ID+"|") {
-		t.Fatalf("prefix %q: want the tenant and id, separator-terminated", wantPrefix)
-	}
+	wantTags := []string{ProductTag(ref.Tenant, ref.ID), ListTag(ref.Tenant)}
 	hot := func(s *QueryService, r Ref) bool {
 		t.Helper()
 		sv, err := s.Get(ctx, r)
@@ -156,22 +157,21 @@ func TestUpdateInvalidatesEveryVariantOnEveryInstanceWithOnePrefix(t *testing.T)
 			t.Fatal(err)
 		}
 		sent := bus.published(epA)
-		if len(sent) < 2 {
-			t.Fatalf("round %d: A published %d invalidations, want the superseded floors' keys and one prefix", round, len(sent))
+		if len(sent) < 3 {
+			t.Fatalf("round %d: A published %d invalidations, want two tags and the superseded floors' keys", round, len(sent))
 		}
-		// The prefix first: it is the fence every instance needs, and it
-		// must not wait behind the deletes when Redis is slow.
+		// The tags first: they are the fence every instance needs, and
+		// they must not wait behind the deletes when Redis is slow.
 		for i, inv := range sent {
-			first := i == 0
 			switch {
-			case first && (inv.Kind != driver.InvalidationPrefix || inv.Target != wantPrefix):
-				t.Fatalf("round %d: A's first invalidation is %v %q, want the prefix %q", round, inv.Kind, inv.Target, wantPrefix)
-			case !first && (inv.Kind != driver.InvalidationKey || !strings.HasPrefix(inv.Target, wantPrefix)):
-				t.Fatalf("round %d: A's invalidation %d is %v %q, want a key of the product after the prefix", round, i, inv.Kind, inv.Target)
+			case i < len(wantTags) && (inv.Kind != driver.InvalidationTag || inv.Target != wantTags[i]):
+				t.Fatalf("round %d: A's invalidation %d is %v %q, want the tag %q", round, i, inv.Kind, inv.Target, wantTags[i])
+			case i >= len(wantTags) && (inv.Kind != driver.InvalidationKey || !strings.HasPrefix(inv.Target, keyPrefix)):
+				t.Fatalf("round %d: A's invalidation %d is %v %q, want a key of the product after the tags", round, i, inv.Kind, inv.Target)
 			}
 		}
 		// Floor 0 always; from round 2 on also floor round-1 (A's own).
-		if want := min(round, 2) + 1; len(sent) != want {
+		if want := min(round, 2) + len(wantTags); len(sent) != want {
 			t.Fatalf("round %d: A published %d invalidations, want %d", round, len(sent), want)
 		}
 		for _, r := range variants(ref) {
@@ -196,7 +196,7 @@ func TestUpdateInvalidatesEveryVariantOnEveryInstanceWithOnePrefix(t *testing.T)
 }
 
 // A Bus that refuses the invalidations fails no Update: each failed
-// invalidation (the floor key's delete, the prefix) is counted, and the
+// invalidation (the floor key's delete, the two tags) is counted, and the
 // writer still reads its own write.
 func TestUpdateCountsUnpublishedInvalidationsAndSucceeds(t *testing.T) {
 	repo := NewMemoryRepository(smallCatalog)
@@ -216,8 +216,8 @@ func TestUpdateCountsUnpublishedInvalidationsAndSucceeds(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Update with the bus failing: %v", err)
 	}
-	if n := failed.Load(); n != 2 {
-		t.Fatalf("%d invalidations counted as failed, want 2 (floor 0's delete and the prefix)", n)
+	if n := failed.Load(); n != 3 {
+		t.Fatalf("%d invalidations counted as failed, want 3 (floor 0's delete and the two tags)", n)
 	}
 	sv, err := a.Get(ctx, ref)
 	if err != nil || sv.Product.Revision != up.Revision {

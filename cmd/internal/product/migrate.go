@@ -43,6 +43,7 @@ func (c Catalog) Row(tenant string, n int, locale, currency string) Product {
 		PriceCents:  priceFor(n, currency),
 		Currency:    currency,
 		Locale:      locale,
+		Category:    CategoryOf(ProductID(n)),
 	}
 }
 
@@ -83,6 +84,7 @@ var schema = []string{
 		display_name TEXT   NOT NULL,
 		price_cents  BIGINT NOT NULL,
 		revision     BIGINT NOT NULL DEFAULT 0,
+		category     TEXT   NOT NULL DEFAULT '',
 		PRIMARY KEY (tenant_id, product_id, locale, currency)
 	)`,
 	`CREATE TABLE IF NOT EXISTS productd_meta (
@@ -111,7 +113,13 @@ var schema = []string{
 var addedColumns = []struct{ table, column, decl string }{
 	{"products", "revision", "BIGINT NOT NULL DEFAULT 0"},
 	{"productd_outbox", "claimed_ms", "BIGINT NOT NULL DEFAULT 0"},
+	{"products", "category", "TEXT NOT NULL DEFAULT ''"},
 }
+
+// categoryIndex serves a reprice, which reads and updates a tenant's
+// category. It is created after addedColumns: an older table gets its
+// category column first.
+const categoryIndex = `CREATE INDEX IF NOT EXISTS products_category ON products (tenant_id, category)`
 
 // migrationLock is the PostgreSQL advisory lock key that serialises
 // Migrate across instances: the bytes of "productd" as an int64.
@@ -120,7 +128,7 @@ const migrationLock = 0x70726f6475637464
 // seededMarker is the productd_meta row written with the demo catalog.
 const seededMarker = "demo_catalog_v1"
 
-// insertBatch rows per INSERT: 6 parameters each stays far below both
+// insertBatch rows per INSERT: 7 parameters each stays far below both
 // SQLite's (32766) and PostgreSQL's (65535) parameter limits.
 const insertBatch = 500
 
@@ -157,6 +165,12 @@ func Migrate(ctx context.Context, r *SQLRepository, seed *Catalog) (seeded bool,
 		if err := r.addColumn(ctx, tx, c.table, c.column, c.decl); err != nil {
 			return false, err
 		}
+	}
+	if err := r.backfillCategories(ctx, tx); err != nil {
+		return false, err
+	}
+	if _, err := tx.ExecContext(ctx, categoryIndex); err != nil {
+		return false, fmt.Errorf("product: migrate: %w", err)
 	}
 	if seed != nil {
 		var v string
@@ -208,20 +222,55 @@ func (r *SQLRepository) addColumn(ctx context.Context, tx *sql.Tx, table, column
 	return nil
 }
 
+// backfillCategories gives every row without a category (rows written by
+// a productd older than categories) the one CategoryOf its ID names: one
+// UPDATE per category and chunk of insertBatch IDs.
+func (r *SQLRepository) backfillCategories(ctx context.Context, tx *sql.Tx) error {
+	rows, err := tx.QueryContext(ctx, `SELECT DISTINCT product_id FROM products WHERE category = ''`)
+	if err != nil {
+		return fmt.Errorf("product: migrate: read rows without a category: %w", err)
+	}
+	byCategory := map[string][]any{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return fmt.Errorf("product: migrate: read rows without a category: %w", err)
+		}
+		c := CategoryOf(id)
+		byCategory[c] = append(byCategory[c], id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("product: migrate: read rows without a category: %w", err)
+	}
+	for c, ids := range byCategory {
+		for len(ids) > 0 {
+			chunk := ids[:min(len(ids), insertBatch)]
+			ids = ids[len(chunk):]
+			q := `UPDATE products SET category = ? WHERE category = '' AND product_id IN (?` + strings.Repeat(", ?", len(chunk)-1) + `)`
+			if _, err := tx.ExecContext(ctx, r.bind(q), append([]any{c}, chunk...)...); err != nil {
+				return fmt.Errorf("product: migrate: assign categories: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
 func (r *SQLRepository) seed(ctx context.Context, tx *sql.Tx, c Catalog) error {
-	args := make([]any, 0, insertBatch*6)
+	args := make([]any, 0, insertBatch*7)
 	rows := 0
 	flush := func() error {
 		if rows == 0 {
 			return nil
 		}
 		var sb strings.Builder
-		sb.WriteString(`INSERT INTO products (tenant_id, product_id, locale, currency, display_name, price_cents) VALUES `)
+		sb.WriteString(`INSERT INTO products (tenant_id, product_id, locale, currency, display_name, price_cents, category) VALUES `)
 		for i := range rows {
 			if i > 0 {
 				sb.WriteByte(',')
 			}
-			sb.WriteString("(?, ?, ?, ?, ?, ?)")
+			sb.WriteString("(?, ?, ?, ?, ?, ?, ?)")
 		}
 		sb.WriteString(` ON CONFLICT DO NOTHING`)
 		if _, err := tx.ExecContext(ctx, r.bind(sb.String()), args...); err != nil {
@@ -235,7 +284,7 @@ func (r *SQLRepository) seed(ctx context.Context, tx *sql.Tx, c Catalog) error {
 			for _, l := range c.Locales {
 				for _, cur := range c.Currencies {
 					p := c.Row(t, n, l, cur)
-					args = append(args, p.TenantID, p.ProductID, p.Locale, p.Currency, p.DisplayName, p.PriceCents)
+					args = append(args, p.TenantID, p.ProductID, p.Locale, p.Currency, p.DisplayName, p.PriceCents, p.Category)
 					if rows++; rows == insertBatch {
 						if err := flush(); err != nil {
 							return err

@@ -38,9 +38,13 @@ const (
 )
 
 // OutboxRecord is a committed Update whose invalidation is not known to
-// have been made: the row it changed and the revision it committed.
+// have been made: the row it changed and the revision it committed; or,
+// when Category is set, a committed Reprice of that category of
+// Ref.Tenant (the other fields of Ref empty), and the category's highest
+// revision after it.
 type OutboxRecord struct {
 	Ref      Ref
+	Category string
 	Revision int64
 	// Created is when the Update committed, on the writer's clock.
 	Created time.Time
@@ -71,6 +75,21 @@ type Outbox interface {
 
 var _ Outbox = (*SQLRepository)(nil)
 
+// categoryMark starts the product_id of a reprice's record, whose other
+// key columns are the tenant, two empty strings and the revision: no
+// product ID holds ':' (CheckID), so no record of an Update shares its
+// key.
+const categoryMark = "category:"
+
+// columns are rec's key columns in the outbox table: tenant_id,
+// product_id, locale, currency, revision.
+func (rec OutboxRecord) columns() []any {
+	if rec.Category != "" {
+		return []any{rec.Ref.Tenant, categoryMark + rec.Category, "", "", rec.Revision}
+	}
+	return []any{rec.Ref.Tenant, rec.Ref.ID, rec.Ref.Locale, rec.Ref.Currency, rec.Revision}
+}
+
 // updateWithOutbox runs the Update's statement and the outbox record's
 // insert in one transaction.
 func (r *SQLRepository) updateWithOutbox(ctx context.Context, ref Ref, name, price any) (out Product, err error) {
@@ -85,7 +104,7 @@ func (r *SQLRepository) updateWithOutbox(ctx context.Context, ref Ref, name, pri
 	}()
 	out = Product{ProductID: ref.ID, TenantID: ref.Tenant, Locale: ref.Locale, Currency: ref.Currency}
 	if err := tx.QueryRowContext(ctx, r.updateSQL, name, price, ref.Tenant, ref.ID, ref.Locale, ref.Currency).
-		Scan(&out.DisplayName, &out.PriceCents, &out.Revision); err != nil {
+		Scan(&out.DisplayName, &out.PriceCents, &out.Revision, &out.Category); err != nil {
 		return Product{}, err
 	}
 	if _, err := tx.ExecContext(ctx, r.bind(`INSERT INTO productd_outbox (tenant_id, product_id, locale, currency, revision, created_ms)
@@ -162,7 +181,7 @@ func (r *SQLRepository) outboxWrite(ctx context.Context, stmt string, recs []Out
 			sb.WriteByte(',')
 		}
 		sb.WriteString("(?, ?, ?, ?, ?)")
-		args = append(args, rec.Ref.Tenant, rec.Ref.ID, rec.Ref.Locale, rec.Ref.Currency, rec.Revision)
+		args = append(args, rec.columns()...)
 	}
 	sb.WriteByte(')')
 	return r.write(ctx, func(ctx context.Context) error {
@@ -183,6 +202,9 @@ func scanOutbox(rows *sql.Rows) ([]OutboxRecord, error) {
 			return nil, fmt.Errorf("product: outbox: %w", err)
 		}
 		rec.Created = time.UnixMilli(ms)
+		if c, ok := strings.CutPrefix(rec.Ref.ID, categoryMark); ok {
+			rec.Category, rec.Ref.ID = c, ""
+		}
 		out = append(out, rec)
 	}
 	if err := rows.Err(); err != nil {

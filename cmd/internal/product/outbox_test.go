@@ -98,13 +98,13 @@ func TestOutboxKeepsAnInvalidationTheWriterCouldNotMake(t *testing.T) {
 		if recs := pendingRecords(t, repo); len(recs) != 0 {
 			t.Fatalf("after the relay the outbox holds %+v", recs)
 		}
-		prefix, _ := b.prefix(ref)
-		sawPrefix := false
+		tag := ProductTag(ref.Tenant, ref.ID)
+		sawTag := false
 		for _, inv := range bus.published(epB) {
-			sawPrefix = sawPrefix || (inv.Kind == driver.InvalidationPrefix && inv.Target == prefix)
+			sawTag = sawTag || (inv.Kind == driver.InvalidationTag && inv.Target == tag)
 		}
-		if !sawPrefix {
-			t.Fatalf("the relay published no invalidation of the product's prefix %q", prefix)
+		if !sawTag {
+			t.Fatalf("the relay published no invalidation of the product's tag %q", tag)
 		}
 		if sv, err := b.Get(ctx, ref); err != nil || sv.Product.PriceCents != 222 || sv.Product.Revision != up.Revision {
 			t.Fatalf("B after the relay: %+v, %v; want price 222 revision %d", sv, err, up.Revision)

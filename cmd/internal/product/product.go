@@ -20,6 +20,9 @@ type Product struct {
 	PriceCents  int64  `json:"priceCents"`
 	Currency    string `json:"currency"`
 	Locale      string `json:"locale"`
+	// Category is the product's category (CategoryOf its ID), the same
+	// in every locale and currency; a reprice changes a whole category.
+	Category string `json:"category"`
 	// Revision is the row's version in the origin: 0 as seeded, bumped by
 	// one in the transaction of every update. It lives with the data, so
 	// every process, before and after a restart, agrees on which data a

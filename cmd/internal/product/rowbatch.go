@@ -103,17 +103,22 @@ func (s *QueryService) loadRows(ctx context.Context, keys []string) (map[string]
 // load joins the service's Batcher, and the policy of a single Get is
 // applied to its answer (a jittered TTL that the entry records, and
 // NegativeTTL for a row that does not exist).
-func (s *QueryService) loadRow(k string) flightcache.LoadFunc[Entry] {
+func (s *QueryService) loadRow(ref Ref, k string) flightcache.LoadFunc[Entry] {
 	load := s.rows.Load(k)
 	return func(ctx context.Context) (Entry, error) {
 		e, err := load(ctx)
 		if errors.Is(err, flightcache.ErrNotFound) {
 			flightcache.SetTTL(ctx, s.opts.NegativeTTL)
+			flightcache.SetTags(ctx, ProductTag(ref.Tenant, ref.ID))
 			return Entry{}, ErrNotFoundCached
 		}
 		if err != nil {
 			return Entry{}, err
 		}
+		// A single Get's value carries its own product's and category's
+		// tags, on its own flight: the Batcher's call, shared with other
+		// keys, sets none.
+		flightcache.SetTags(ctx, ProductTag(ref.Tenant, ref.ID), CategoryTag(ref.Tenant, e.Product.Category))
 		ttl := s.jitteredTTL()
 		flightcache.SetTTL(ctx, ttl)
 		e.FreshUntil = s.opts.Now().Add(ttl)

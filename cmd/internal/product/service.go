@@ -93,17 +93,22 @@ type ServiceOptions struct {
 	// DefaultPolicyVersion.
 	PolicyVersion string
 	// InvalidateTimeout bounds the cache deletes that follow a committed
-	// Update, all of them together; default 1s. The product's prefix
-	// invalidation runs after them even when they used it all up. Each
+	// Update, all of them together; default 1s. The product's tag
+	// invalidations run before them, whatever they take. Each
 	// invalidation is published on the Cache's Bus on the Cache's own
 	// SharedTimeout, so with a hung Redis an Update may wait up to one
 	// SharedTimeout more per invalidation.
 	InvalidateTimeout time.Duration
 	// OnInvalidateFailed, if set, is called once per cache invalidation
-	// (a delete, the prefix invalidation) that failed after an Update,
-	// including one the Cache could not publish to the other instances
-	// (productd counts them in a metric).
+	// (a delete, a tag invalidation) that failed after an Update or a
+	// Reprice, including one the Cache could not publish to the other
+	// instances (productd counts them in a metric).
 	OnInvalidateFailed func()
+	// OnTagInvalidation, if set, is called once per tag invalidation made
+	// (by an Update, a Reprice or the outbox relay), with the tag's kind
+	// and the Cache's answer: nil, or an error (the local part is done
+	// whatever it says; see flightcache.Cache.InvalidateTag).
+	OnTagInvalidation func(kind TagKind, err error)
 	// CreatedSince, if set, is asked on every cached "not found" that Get
 	// is about to answer (flightcache mode), with the time the "not found"
 	// was stored: true means the product was created after it, possibly on
@@ -118,8 +123,10 @@ type ServiceOptions struct {
 
 // DefaultPolicyVersion is ServiceOptions.PolicyVersion's default. It was
 // "1" while the revision in keys was a per-process counter; "2" keys carry
-// the origin's revision floor, so the two never read each other's entries.
-const DefaultPolicyVersion = "2"
+// the origin's revision floor; "3" entries carry the product's category and
+// its tags (which "2" instances neither set nor invalidate), so no two of
+// them read each other's entries.
+const DefaultPolicyVersion = "3"
 
 // QueryService reads products through a cache and updates them in the
 // origin, invalidating what it cached. It is safe for concurrent use.
@@ -136,8 +143,11 @@ const DefaultPolicyVersion = "2"
 // run of this one) wrote into a shared tier.
 //
 // Other processes: Update invalidates every variant of the product with
-// one Cache.InvalidatePrefix, which the Cache's Bus (productd: Redis
-// pub/sub) carries to every instance sharing it. They drop what they hold
+// one Cache.InvalidateTag of its product tag (and one of its tenant's list
+// tag, for copies read in a batch; see ProductTag), which the Cache's Bus
+// (productd: Redis pub/sub) carries to every instance sharing it. No
+// instance walks its tiers: each compares a tagged value's read time with
+// the tag's fence when it reads it. They drop what they hold
 // of the product and reload it within the bus's delivery time while the
 // bus is up; otherwise within the longer of the Cache's BusDownTTL and the
 // time their bus takes to notice it is down. Without a Bus they keep
@@ -280,12 +290,6 @@ func (s *QueryService) key(ref Ref, floor int64) (string, error) {
 	return rowKey(s.keys, ref, floor)
 }
 
-// prefix is the prefix of every key of ref's product: every locale, every
-// currency, every revision floor.
-func (s *QueryService) prefix(ref Ref) (string, error) {
-	return s.keys.Tenant(ref.Tenant).ID(ref.ID).Prefix()
-}
-
 func (s *QueryService) jitteredTTL() time.Duration {
 	if s.opts.Jitter == 0 {
 		return s.opts.TTL
@@ -303,7 +307,7 @@ func (s *QueryService) Get(ctx context.Context, ref Ref) (Served, error) {
 	if s.opts.Mode == ModeNaive {
 		return s.getNaive(ctx, ref, k)
 	}
-	load := s.loadRow(k) // concurrent misses share one statement
+	load := s.loadRow(ref, k) // concurrent misses share one statement
 	note := new(staleNote)
 	r, err := s.opts.Cache.Fetch(context.WithValue(ctx, staleNoteKey{}, note), k, load)
 	if r.Outcome == flightcache.OutcomeNegativeHit && s.opts.CreatedSince != nil && s.opts.CreatedSince(ctx, ref, s.opts.Now().Add(-r.Age)) {
@@ -391,16 +395,16 @@ func (s *QueryService) getNaive(ctx context.Context, ref Ref, k string) (Served,
 // what makes other processes see the update, in two steps (flightcache
 // mode):
 //
-//  1. Invalidate every key of the product (every locale, currency and
-//     floor: key.Builder's Prefix of tenant and id) with one
-//     Cache.InvalidatePrefix: this process's memory at once, every other
-//     instance's through the Cache's Bus, which also retains it for the
-//     instances that are down and replays it before they trust their
-//     memory again. Every instance then ignores the shared tier's older
-//     entries under the prefix and reloads the product. Variants the
-//     update did not touch are reloaded once too. It comes first: it is
-//     the fence, and it must not wait behind the deletes when Redis is
-//     slow.
+//  1. Invalidate every value of the product (every locale, currency and
+//     floor) with one Cache.InvalidateTag of its ProductTag, and its
+//     tenant's ListTag (copies read in a batch): this process at once,
+//     every other instance through the Cache's Bus, which also retains
+//     it for the instances that are down and replays it before they trust
+//     their memory again. Every instance then ignores the tiers' older
+//     values carrying the tags and reloads them; nothing walks a tier.
+//     Variants the update did not touch are reloaded once too. It comes
+//     first: it is the fence, and it must not wait behind the deletes
+//     when Redis is slow.
 //  2. Delete, in every tier, the keys superseded floors may have filled:
 //     floor 0, the one every process that never updated the row reads,
 //     and the previous revision's floor, the one the process that wrote
@@ -444,19 +448,14 @@ func (s *QueryService) invalidate(ctx context.Context, ref Ref, revision, old in
 		}
 		return true
 	}
-	ok := true
 	// First the step that reaches the other instances: it fences every
 	// variant everywhere (and the Bus retains it for instances that are
 	// down), so nothing older can be trusted again, even while Redis is
 	// too slow for the deletes below. Its local part is immediate; the
 	// Cache bounds its publish by its SharedTimeout, and redoes it when
 	// Redis is back.
-	if prefix, err := s.prefix(ref); err == nil { // ref was validated
-		if err := s.opts.Cache.InvalidatePrefix(context.WithoutCancel(ctx), prefix); err != nil {
-			ok = false
-			failed(ctx, "product: invalidating the product on every instance failed; other instances may serve the old value longer (see the bus state in /readyz)", err)
-		}
-	}
+	ok := s.invalidateTags(ctx, failed, TagProduct, ProductTag(ref.Tenant, ref.ID))
+	ok = s.invalidateTags(ctx, failed, TagList, ListTag(ref.Tenant)) && ok
 	// The request may end as soon as the update is committed; the cleanup
 	// runs on its own deadline.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.InvalidateTimeout)
@@ -472,6 +471,21 @@ func (s *QueryService) invalidate(ctx context.Context, ref Ref, revision, old in
 		}
 	}
 	return ok
+}
+
+// invalidateTags invalidates tag, of kind, on every instance, and reports
+// whether the Cache did all of it (its publish included); a failure goes
+// to failed.
+func (s *QueryService) invalidateTags(ctx context.Context, failed func(ctx context.Context, msg string, err error), kind TagKind, tag string) bool {
+	err := s.opts.Cache.InvalidateTag(context.WithoutCancel(ctx), tag)
+	if s.opts.OnTagInvalidation != nil {
+		s.opts.OnTagInvalidation(kind, err)
+	}
+	if err != nil {
+		failed(ctx, "product: invalidating a "+string(kind)+" tag on every instance failed; other instances may serve the old values longer (see the bus state in /readyz)", err)
+		return false
+	}
+	return true
 }
 
 // outboxDone deletes rec from the repository's outbox, if it keeps one:
@@ -518,11 +532,12 @@ type RelayOptions struct {
 }
 
 // RelayOutbox makes, until ctx ends, the invalidations that committed
-// Updates left undone (OutboxRecord): every o.Every it claims the oldest
-// records older than o.Grace, o.Batch at a time (Outbox.Claim), makes
-// each one's invalidation as its writer would have (the prefix of the
-// product on every instance, the superseded entries of the shared tier)
-// and deletes it, and claims again until the outbox holds no such record
+// Updates and Reprices left undone (OutboxRecord): every o.Every it
+// claims the oldest records older than o.Grace, o.Batch at a time
+// (Outbox.Claim), makes each one's invalidation as its writer would have
+// (an Update's: the product's and list tags on every instance, the
+// superseded entries of the shared tier; a Reprice's: the category's and
+// list tags) and deletes it, and claims again until the outbox holds no such record
 // or an invalidation failed. A failed record, and the rest of its batch,
 // are released for the next round. Every instance may run it: the
 // relays share the records instead of making each invalidation once per
@@ -579,7 +594,7 @@ func (s *QueryService) relayBatch(ctx context.Context, outbox Outbox, o RelayOpt
 	}
 	made := 0
 	for _, rec := range recs {
-		if ctx.Err() != nil || !s.invalidate(ctx, rec.Ref, rec.Revision, 0, s.relayFailed) {
+		if ctx.Err() != nil || !s.redo(ctx, rec) {
 			break
 		}
 		made++
@@ -611,6 +626,15 @@ func (s *QueryService) relayBatch(ctx context.Context, outbox Outbox, o RelayOpt
 	return len(recs) == o.Batch
 }
 
+// redo makes rec's invalidation as its writer would have (an Update's or
+// a Reprice's), and reports whether every step succeeded.
+func (s *QueryService) redo(ctx context.Context, rec OutboxRecord) bool {
+	if rec.Category != "" {
+		return s.invalidateCategory(ctx, rec.Ref.Tenant, rec.Category, s.relayFailed)
+	}
+	return s.invalidate(ctx, rec.Ref, rec.Revision, 0, s.relayFailed)
+}
+
 // relayFailed logs (rate-limited) a failed step of a relayed
 // invalidation; the relay counts the record's try itself.
 func (s *QueryService) relayFailed(ctx context.Context, msg string, err error) {
@@ -624,6 +648,46 @@ func (s *QueryService) invalidateFailed(ctx context.Context, msg string, err err
 		s.opts.OnInvalidateFailed()
 	}
 	s.invalidateWarn.Log(ctx, slog.LevelWarn, msg, slog.Any("error", err))
+}
+
+// Reprice applies rp to every product of tenant's category in the origin,
+// in one transaction (the repository must be a Repricer, or wrap one: see
+// RepricerOf), then
+// invalidates, on every instance, the category's tag and the tenant's
+// list tag (see CategoryTag): once it returns, no instance serves a price
+// of the category older than the reprice, beyond the Bus's delivery time
+// (docs/productd.md has the bounds). As with Update, the invalidation is
+// cleanup: its failure is logged and counted, never returned, and the
+// repository's outbox record makes the relay redo it. A category with no
+// product is an error matching ErrCategoryNotFound. In naive mode nothing
+// is invalidated: the old prices are served until they expire.
+func (s *QueryService) Reprice(ctx context.Context, tenant, category string, rp Reprice) (Repriced, error) {
+	rr, ok := RepricerOf(s.repo)
+	if !ok {
+		return Repriced{}, ErrRepriceUnsupported
+	}
+	if err := checkTenant(tenant); err != nil {
+		return Repriced{}, err
+	}
+	if err := CheckCategory(category); err != nil {
+		return Repriced{}, err
+	}
+	out, err := rr.Reprice(ctx, tenant, category, rp)
+	if err != nil {
+		return Repriced{}, err
+	}
+	if s.opts.Mode == ModeFlightcache && s.invalidateCategory(ctx, tenant, category, s.invalidateFailed) {
+		s.outboxDone(ctx, OutboxRecord{Ref: Ref{Tenant: tenant}, Category: category, Revision: out.Revision})
+	}
+	return out, nil
+}
+
+// invalidateCategory makes the invalidation of a reprice of tenant's
+// category (flightcache mode): its category tag and the tenant's list
+// tag, on every instance. It reports whether both succeeded.
+func (s *QueryService) invalidateCategory(ctx context.Context, tenant, category string, failed func(ctx context.Context, msg string, err error)) bool {
+	ok := s.invalidateTags(ctx, failed, TagCategory, CategoryTag(tenant, category))
+	return s.invalidateTags(ctx, failed, TagList, ListTag(tenant)) && ok
 }
 
 // Ping reports whether the origin is reachable.

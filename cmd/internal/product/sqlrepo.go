@@ -150,7 +150,7 @@ func sqliteDSN(path string) string {
 
 func newSQLRepository(db *sql.DB, d Dialect, latency time.Duration) *SQLRepository {
 	r := &SQLRepository{db: db, dialect: d, latency: latency}
-	r.getSQL = r.bind(`SELECT display_name, price_cents, revision FROM products
+	r.getSQL = r.bind(`SELECT display_name, price_cents, revision, category FROM products
 		WHERE tenant_id = ? AND product_id = ? AND locale = ? AND currency = ?`)
 	// The row lock the UPDATE takes serialises concurrent updates of a
 	// row, and each gets its own revision.
@@ -158,7 +158,7 @@ func newSQLRepository(db *sql.DB, d Dialect, latency time.Duration) *SQLReposito
 		SET display_name = COALESCE(?, display_name), price_cents = COALESCE(?, price_cents),
 		    revision = revision + 1
 		WHERE tenant_id = ? AND product_id = ? AND locale = ? AND currency = ?
-		RETURNING display_name, price_cents, revision`)
+		RETURNING display_name, price_cents, revision, category`)
 	return r
 }
 
@@ -199,7 +199,7 @@ func (r *SQLRepository) Get(ctx context.Context, ref Ref) (Product, error) {
 	}
 	defer conn.Close()
 	p := Product{ProductID: ref.ID, TenantID: ref.Tenant, Locale: ref.Locale, Currency: ref.Currency}
-	err = conn.QueryRowContext(ctx, r.getSQL, ref.Tenant, ref.ID, ref.Locale, ref.Currency).Scan(&p.DisplayName, &p.PriceCents, &p.Revision)
+	err = conn.QueryRowContext(ctx, r.getSQL, ref.Tenant, ref.ID, ref.Locale, ref.Currency).Scan(&p.DisplayName, &p.PriceCents, &p.Revision, &p.Category)
 	if err := r.delay(ctx); err != nil {
 		return Product{}, err
 	}

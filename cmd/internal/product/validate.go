@@ -43,6 +43,10 @@ func NewRef(tenant, id, locale, currency string) (Ref, error) {
 	return Ref{Tenant: tenant, ID: id, Locale: loc, Currency: cur}, nil
 }
 
+// CheckTenant validates a tenant: 1-64 of [a-z0-9-], starting with a
+// letter or digit.
+func CheckTenant(t string) error { return checkTenant(t) }
+
 func checkTenant(t string) error {
 	if t == "" || len(t) > MaxTenantLen {
 		return &InvalidError{Field: "tenant", Reason: "must be 1 to 64 characters"}

@@ -33,8 +33,9 @@ import (
 // stampede demo and the end-to-end tests read it from /metrics.
 const OriginQueriesMetric = "productd_origin_queries_total"
 
-// InvalidationFailuresMetric counts cache deletes after a committed PUT that
-// failed or timed out.
+// InvalidationFailuresMetric counts cache invalidations (deletes, tag
+// invalidations) after a committed PUT or reprice that failed or timed
+// out.
 const InvalidationFailuresMetric = "productd_invalidation_failures_total"
 
 // OutboxRelayedMetric counts the invalidations the outbox relay made for
@@ -187,12 +188,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	}
 	invalidateFailed := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: InvalidationFailuresMetric,
-		Help: "Cache deletes after a committed PUT that failed or timed out (the PUT still succeeded).",
+		Help: "Cache invalidations (deletes, tag invalidations) after a committed PUT or reprice that failed or timed out (the write still succeeded).",
 	})
 	reg.MustRegister(invalidateFailed)
 	svcOpts := product.ServiceOptions{
 		Mode: cfg.Mode, TTL: cfg.TTL, NegativeTTL: cfg.EffectiveNegativeTTL(), Jitter: cfg.Jitter,
 		LoaderTimeout: cfg.LoaderTimeout, Logger: log, OnInvalidateFailed: invalidateFailed.Inc,
+		OnTagInvalidation: tagInvalidations(reg),
 	}
 	if cfg.Mode == product.ModeNaive {
 		svcOpts.Naive = s.local
@@ -264,8 +266,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (s *Server, err erro
 	}
 	limits := product.CreateLimits{MaxNewTenants: cfg.MaxTenants, MaxCreatesPerTenant: cfg.MaxCreatesPerTenant}
 	api := httpapi.New(httpapi.Options{
-		Service: s.svc, Creator: creator{svc: s.svc, guard: s.guard, limits: limits}, AuthorizeWrite: auth.authorize,
-		CacheName: cacheName, Ready: s.ready,
+		Service: s.svc, Creator: creator{svc: s.svc, guard: s.guard, limits: limits}, Repricer: newRepricer(reg, s.svc),
+		AuthorizeWrite: auth.authorize,
+		CacheName:      cacheName, Ready: s.ready,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), Logger: log,
 	})
 	s.handler = instrument(reg, log, api)
