@@ -16,18 +16,22 @@ BENCHOUT  ?= bench.txt
 # The module and version of each package a build compiles (modules).
 DEPVERSION = {{with .Module}}{{.Path}} {{.Version}}{{end}}
 
-.PHONY: test test-compiling test-waiting fmt-check vet vettool modules apicheck rules-check race chaos-short fuzz fuzz-short soak perf-report perf-report-quick lint bench stress demo chaos api-report release release-prepare http-conformance load-test
+.PHONY: test test-compiling test-waiting prebuild fmt-check vet vettool modules apicheck rules-check race chaos-short fuzz fuzz-short soak perf-report perf-report-quick lint bench stress demo chaos api-report release release-prepare http-conformance load-test
 
 ## test: gofmt check, go vet, the repository's own analyzer, every module built and vetted outside the workspace, the API-compatibility check against the last release point, the Prometheus rules checked and unit-tested, the race-enabled test suite of every module (with the module checks of internal/archtest and the release tool's tests), every fuzz target for 3000 executions and a one-minute chaos run (needs network for module downloads, Redis, PostgreSQL, redis-server and promtool; see README, "Tests").
-## After the two quick checks and go vet, which compiles every package once (the build cache then holds what the tests' own go build of productd, chaos and the benchmarks need: with a cold cache those builds would otherwise count against their tests' time bounds), two streams run side by side (make -j2, each line printed whole): test-compiling, the checks that spend their time compiling and analysing (vettool, modules, apicheck, fuzz-short, perf-report-quick), beside test-waiting, the race suite and the chaos run, whose tests spend most of theirs waiting on Redis, PostgreSQL, timers and child processes; on 2 cores the compiling stream fills the CPU those tests leave idle. Each stream runs its targets in order; the first failure fails make test once the other stream ends.
-test: fmt-check rules-check vet
+## After the two quick checks, two streams run side by side from the start (make -j2, each line printed whole): test-compiling, the checks that spend their time compiling and analysing, beside test-waiting, the race suite and then the one-minute chaos run, whose tests spend most of theirs waiting on Redis, PostgreSQL, timers and child processes; on 2 cores the compiling stream fills the CPU those tests leave idle. The compiling stream first builds productd and the chaos checker (prebuild) and then runs go vet, which compiles every other package once: the race suite's tests and the chaos run go build productd, and with a cold cache that build would count against time bounds (productd's tests build it before their deadlines start, and their race test binary, which needs every dependency compiled with -race first, is rarely ready before the plain build is done). vettool, modules, apicheck, fuzz-short and perf-report-quick follow go vet. The chaos run waits for the race suite: beside productd's end-to-end tests (processes, and a test that loads the host on purpose) its productd mode's write time bounds broke. Each stream runs its targets in order; the first failure fails make test once the other stream ends.
+test: fmt-check rules-check
 	@$(MAKE) --no-print-directory -j2 --output-sync=line test-compiling test-waiting
 
 test-compiling:
-	@for t in vettool modules apicheck fuzz-short perf-report-quick; do $(MAKE) --no-print-directory $$t || exit 1; done
+	@for t in prebuild vet vettool modules apicheck fuzz-short perf-report-quick; do $(MAKE) --no-print-directory $$t || exit 1; done
 
 test-waiting:
 	@for t in race chaos-short; do $(MAKE) --no-print-directory $$t || exit 1; done
+
+## prebuild: productd and the chaos checker compiled (plain, not -race) into the build cache, the first step of make test's compiling stream
+prebuild:
+	$(GO) build -o /dev/null ./cmd/productd ./cmd/chaos
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -58,7 +62,7 @@ modules:
 		else \
 			echo "GOWORK=off go test ./...  ($$m): its own go.mod selects other versions than the workspace:"; \
 			d=$$(mktemp -d); echo "$$on" > "$$d/on"; echo "$$off" > "$$d/off"; diff "$$d/on" "$$d/off" | grep '^[<>]' || true; rm -rf "$$d"; \
-			(cd "$$m" && GOWORK=off $(GO) test -count=1 ./...); \
+			(cd "$$m" && GOWORK=off $(GO) test -count=1 -vet=off ./...); \
 		fi; \
 	done
 
@@ -72,8 +76,11 @@ rules-check:
 		echo "rules-check: skipped, promtool not installed (apt-get install prometheus)"; \
 	fi
 
+## race: every package's tests under -race. SLOWPKGS, the packages whose tests take longest (productd's end-to-end tests, minutes; then the root package's and internal/archtest's), are named first: go test compiles and starts the packages in the order named, so the longest run starts as early as its build allows. RACE_P test binaries run at once (go test -p, default 4 rather than go's one per core): most of these tests wait on servers, timers and child processes. -vet=off: make vet (and make test) vets every package already.
+SLOWPKGS ?= github.com/flightcache/flightcache/cmd/internal/productd github.com/flightcache/flightcache github.com/flightcache/flightcache/internal/archtest
+RACE_P   ?= 4
 race:
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	$(GO) test -race -count=1 -vet=off -p $(RACE_P) -timeout 15m $(SLOWPKGS) $(PKGS)
 
 ## apicheck: every released module's API (versions.txt) against the same module at the last release point (versions.txt's api-base, taken from git archive into a temporary directory) with apidiff; an incompatible change fails unless CHANGELOG.md's [Unreleased] section declares it under "### Breaking" (see CHANGELOG.md's head). Part of make test; needs the full history (not a shallow clone)
 APIDIFF ?= golang.org/x/exp/cmd/apidiff@v0.0.0-20261113113407-e3970619a1a4
@@ -141,7 +148,7 @@ fuzz:
 	while read -r dir name; do \
 		echo "fuzz $$name (./$$dir) for $(FUZZTIME)"; \
 		corpus="$$dir/testdata/fuzz/$$name"; before=$$(ls "$$corpus" 2>/dev/null | wc -l); \
-		if out=$$($(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -parallel 2 "./$$dir" 2>&1); then \
+		if out=$$($(GO) test -vet=off -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -parallel 2 "./$$dir" 2>&1); then \
 			echo "$$out" | grep -v '^fuzz: elapsed' | tail -n 3; \
 		elif [ "$$(ls "$$corpus" 2>/dev/null | wc -l)" = "$$before" ] && echo "$$out" | grep -qx '    context deadline exceeded'; then \
 			echo "  $$name: stopped by Go's fuzztime deadline race (golang/go#75804), no failing input written; not a finding"; \

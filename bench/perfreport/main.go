@@ -236,7 +236,7 @@ func run(ctx context.Context, out string, count int, quick bool, progress io.Wri
 		if quick {
 			benchtime = "1x"
 		}
-		args := []string{"test", "-run", "^$", "-bench", s.bench, "-benchmem", "-benchtime", benchtime, "-count", strconv.Itoa(count), s.pkg}
+		args := []string{"test", "-vet=off", "-run", "^$", "-bench", s.bench, "-benchmem", "-benchtime", benchtime, "-count", strconv.Itoa(count), s.pkg}
 		fmt.Fprintf(progress, "go %s\n", strings.Join(args, " "))
 		cmd := exec.CommandContext(ctx, "go", args...)
 		if quick {

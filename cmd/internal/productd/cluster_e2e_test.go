@@ -711,12 +711,13 @@ func TestClusterRedisRestartMidFlightServesEveryRequest(t *testing.T) {
 func TestClusterModeWithUnreachableRedisFailsAtStartup(t *testing.T) {
 	t.Parallel()
 	port := testenv.FreePort(t)
+	bin := productdBinary(t) // built before the deadlines start: a cold build is slow
 	for _, args := range [][]string{
 		{"-redis", fmt.Sprintf("redis://127.0.0.1:%d/0", port)},
 		{"-redis", fmt.Sprintf("redis://127.0.0.1:%d/0", port), "-coalesce", "cluster"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		cmd := exec.CommandContext(ctx, productdBinary(t), append([]string{"-addr", "127.0.0.1:0", "-db", t.TempDir() + "/p.db", "-seed-products", "5"}, args...)...)
+		cmd := exec.CommandContext(ctx, bin, append([]string{"-addr", "127.0.0.1:0", "-db", t.TempDir() + "/p.db", "-seed-products", "5"}, args...)...)
 		cmd.Env = append(os.Environ(), "PRODUCTD_WRITE_TOKEN="+testWriteToken)
 		out, err := cmd.CombinedOutput()
 		cancel()

@@ -103,9 +103,10 @@ func checkForm(t *testing.T, ps []*process, secret string) {
 // error before it listens, and returns what it wrote.
 func startupFails(t *testing.T, args ...string) string {
 	t.Helper()
+	bin := productdBinary(t) // built before the deadline starts: a cold build is slow
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, productdBinary(t), append([]string{"-addr", "127.0.0.1:0", "-log-format", "json"}, args...)...)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"-addr", "127.0.0.1:0", "-log-format", "json"}, args...)...)
 	// A write token, so that the only thing wrong is what args say (the
 	// value of the tests' testWriteToken, where productd asks for one).
 	cmd.Env = append(os.Environ(), "PRODUCTD_WRITE_TOKEN=test-write-token-0123456789abcdef")
