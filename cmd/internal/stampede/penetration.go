@@ -21,7 +21,8 @@ const (
 	// origin query.
 	ModePenetrationNaive = "penetration-naive"
 	// ModePenetrationNegative: flightcache with negative caching and no
-	// guard; each id is still one origin query.
+	// guard; each id is still read at the origin (one row each, the
+	// concurrent misses batched into fewer statements).
 	ModePenetrationNegative = "penetration-negative"
 	// ModePenetrationGuard: flightcache with the Bloom filter guard.
 	ModePenetrationGuard = "penetration-guard"
@@ -73,6 +74,10 @@ func runPenetration(ctx context.Context, cfg Config, client *http.Client, tg *ta
 	if err != nil {
 		return Result{}, err
 	}
+	var rows0 int64
+	if tg.rows != nil {
+		rows0 = tg.rows()
+	}
 	start := time.Now()
 	var done atomic.Int64
 	stopProgress := progress(cfg.Progress, mode, &done, cfg.N, false, 0, start)
@@ -102,6 +107,9 @@ func runPenetration(ctx context.Context, cfg Config, client *http.Client, tg *ta
 	}
 	r := summarise(mode, samples, final-base, elapsed, []Point{{0, 0}, {ms(elapsed), final - base}})
 	r.Traffic = "penetration"
+	if tg.rows != nil {
+		r.OriginRows = tg.rows() - rows0
+	}
 	return r, nil
 }
 

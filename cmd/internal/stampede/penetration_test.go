@@ -24,8 +24,13 @@ func TestPenetrationModeGuardSparesTheOriginWhereNegativeCachingCannot(t *testin
 			t.Fatalf("%s: %d requests, %d not a 404 (%v)", r.Mode, r.Requests, r.Errors, r.CacheStatus)
 		}
 	}
-	if naive.OriginQueries != 500 || neg.OriginQueries != 500 {
-		t.Fatalf("origin queries: naive %d, negative caching %d; want one per distinct id", naive.OriginQueries, neg.OriginQueries)
+	if naive.OriginQueries != 500 {
+		t.Fatalf("origin queries: naive %d; want one per distinct id", naive.OriginQueries)
+	}
+	// Negative caching cannot spare a first miss: every distinct id is read
+	// at the origin, though concurrent misses share batched statements.
+	if neg.OriginRows != 500 || neg.OriginQueries < 1 || neg.OriginQueries > 500 {
+		t.Fatalf("negative caching: %d origin rows in %d queries; want one row per distinct id, in at most 500 queries", neg.OriginRows, neg.OriginQueries)
 	}
 	if guard.OriginQueries > 10 { // 2 % of 500: the filter's false positives
 		t.Fatalf("guard: %d origin queries for 500 missing ids; want at most 10 (%v)", guard.OriginQueries, guard.CacheStatus)

@@ -236,10 +236,13 @@ type Point struct {
 
 // Result is one mode's measurements.
 type Result struct {
-	Mode              string         `json:"mode"`
-	Traffic           string         `json:"traffic"` // "herd" or "continuous"
-	Requests          int            `json:"requests"`
-	OriginQueries     int64          `json:"originQueries"`
+	Mode          string `json:"mode"`
+	Traffic       string `json:"traffic"` // "herd" or "continuous"
+	Requests      int    `json:"requests"`
+	OriginQueries int64  `json:"originQueries"`
+	// OriginRows is the product rows those queries read (a batched
+	// statement reads several); 0 when unknown (a remote target).
+	OriginRows        int64          `json:"originRows,omitempty"`
 	RequestsPerLoader float64        `json:"requestsPerLoader"`
 	Suppression       float64        `json:"suppressionRatio"` // 1 - originQueries/requests
 	P50Millis         float64        `json:"p50Ms"`
