@@ -6,7 +6,7 @@ package ratelog
 import (
 	"context"
 	"log/slog"
-	"sync/atomic"
+	"sync"
 	"time"
 )
 
@@ -17,11 +17,16 @@ import (
 type Limiter struct {
 	log   *slog.Logger
 	every time.Duration
-	// next is the earliest UnixNano at which a record may be logged; a
-	// caller that moves it forward with CompareAndSwap owns the record.
-	next atomic.Int64
+
+	// mu guards next and suppressed together: a record dropped while
+	// another is let through must be counted before or after that record's
+	// count is taken, never in between (it would be reported as dropped
+	// before the record that it followed).
+	mu sync.Mutex
+	// next is the earliest UnixNano at which a record may be logged.
+	next int64
 	// suppressed counts the records dropped since the last one logged.
-	suppressed atomic.Int64
+	suppressed int64
 }
 
 // New returns a Limiter that writes to log at most once per every.
@@ -36,12 +41,17 @@ func (l *Limiter) Log(ctx context.Context, level slog.Level, msg string, attrs .
 		return
 	}
 	now := time.Now().UnixNano()
-	next := l.next.Load()
-	if now < next || !l.next.CompareAndSwap(next, now+int64(l.every)) {
-		l.suppressed.Add(1)
+	l.mu.Lock()
+	if now < l.next {
+		l.suppressed++
+		l.mu.Unlock()
 		return
 	}
-	if n := l.suppressed.Swap(0); n > 0 {
+	l.next = now + int64(l.every)
+	n := l.suppressed
+	l.suppressed = 0
+	l.mu.Unlock()
+	if n > 0 {
 		attrs = append(attrs, slog.Int64("suppressed", n))
 	}
 	l.log.LogAttrs(ctx, level, msg, attrs...)

@@ -29,7 +29,9 @@ func TestBurstWritesOneLineAndTheNextReportsTheSuppressedCount(t *testing.T) {
 	if n := strings.Count(buf.String(), "overloaded"); n != 1 {
 		t.Fatalf("%d lines for a burst of 100 within the interval, want 1:\n%s", n, buf.String())
 	}
-	l.next.Store(0) // the interval has passed
+	l.mu.Lock()
+	l.next = 0 // the interval has passed
+	l.mu.Unlock()
 	l.Log(context.Background(), slog.LevelWarn, "overloaded")
 	if !strings.Contains(buf.String(), "suppressed=99") {
 		t.Fatalf("second line does not report 99 suppressed:\n%s", buf.String())
