@@ -5,13 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"mime"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/flightcache/flightcache/cmd/internal/product"
 )
@@ -32,11 +29,8 @@ type CreateBody struct {
 // createProduct answers 201 with the row and its Location once the row is
 // committed (and the Creator has done its part), 409 when it exists.
 func (a *api) createProduct(w http.ResponseWriter, r *http.Request) {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			writeError(w, apiError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type", message: "send application/json"})
-			return
-		}
+	if !requireJSON(w, r) {
+		return
 	}
 	body, e := decodeCreate(w, r)
 	if e != nil {
@@ -70,33 +64,7 @@ var createFields = []string{"productId", "displayName", "priceCents"}
 // UTF-8, one JSON object, each of CreateBody's keys spelled exactly so and
 // at most once, nothing else.
 func decodeCreate(w http.ResponseWriter, r *http.Request) (CreateBody, *apiError) {
-	var c CreateBody
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return c, &apiError{status: http.StatusRequestEntityTooLarge, code: "body_too_large", message: "the body must be at most 4 KiB"}
-		}
-		return c, &apiError{status: http.StatusBadRequest, code: "invalid_body", message: "the body could not be read"}
-	}
-	bad := func(msg string) (CreateBody, *apiError) {
-		return CreateBody{}, &apiError{status: http.StatusBadRequest, code: "invalid_body", message: msg}
-	}
-	if !utf8.Valid(raw) {
-		return bad("the body must be UTF-8")
-	}
-	if err := checkKeys(raw, createFields); err != nil {
-		return bad(err.Error())
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return bad(`the body must be a JSON object {"productId": string, "displayName": string, "priceCents": integer}`)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return bad("the body must hold exactly one JSON object")
-	}
-	return c, nil
+	return decodeStrict[CreateBody](w, r, createFields, `{"productId": string, "displayName": string, "priceCents": integer}`)
 }
 
 // checkKeys walks the top-level object's keys: each must be one of

@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"mime"
 	"net/http"
 	"net/url"
 	"runtime/debug"
@@ -246,11 +245,8 @@ func (a *api) putProduct(w http.ResponseWriter, r *http.Request) {
 		writeError(w, classify(err, a.RetryAfter))
 		return
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			writeError(w, apiError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type", message: "send application/json"})
-			return
-		}
+	if !requireJSON(w, r) {
+		return
 	}
 	p, e := decodePatch(w, r)
 	if e != nil {

@@ -1,14 +1,8 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"io"
-	"mime"
 	"net/http"
-	"unicode/utf8"
 
 	"github.com/flightcache/flightcache/cmd/internal/product"
 )
@@ -40,11 +34,8 @@ func (a *api) repriceCategory(w http.ResponseWriter, r *http.Request) {
 		writeError(w, classify(&product.InvalidError{Field: "query", Reason: "a reprice takes no query parameters"}, a.RetryAfter))
 		return
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			writeError(w, apiError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type", message: "send application/json"})
-			return
-		}
+	if !requireJSON(w, r) {
+		return
 	}
 	rp, e := decodeReprice(w, r)
 	if e != nil {
@@ -69,31 +60,5 @@ func (a *api) repriceCategory(w http.ResponseWriter, r *http.Request) {
 // PUT's: UTF-8, one JSON object, percent and deltaCents spelled exactly
 // so, each at most once, integers, nothing else.
 func decodeReprice(w http.ResponseWriter, r *http.Request) (product.Reprice, *apiError) {
-	var rp product.Reprice
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return rp, &apiError{status: http.StatusRequestEntityTooLarge, code: "body_too_large", message: "the body must be at most 4 KiB"}
-		}
-		return rp, &apiError{status: http.StatusBadRequest, code: "invalid_body", message: "the body could not be read"}
-	}
-	bad := func(msg string) (product.Reprice, *apiError) {
-		return product.Reprice{}, &apiError{status: http.StatusBadRequest, code: "invalid_body", message: msg}
-	}
-	if !utf8.Valid(raw) {
-		return bad("the body must be UTF-8")
-	}
-	if err := checkKeys(raw, repriceFields); err != nil {
-		return bad(err.Error())
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rp); err != nil {
-		return bad(`the body must be a JSON object {"percent": integer} or {"deltaCents": integer}`)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return bad("the body must hold exactly one JSON object")
-	}
-	return rp, nil
+	return decodeStrict[product.Reprice](w, r, repriceFields, `{"percent": integer} or {"deltaCents": integer}`)
 }
