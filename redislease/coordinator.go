@@ -112,8 +112,9 @@ var _ driver.Coordinator = (*Coordinator)(nil)
 
 // New returns a Coordinator on client, for the keys of store. It checks
 // the options, then PINGs Redis (every master, on a Cluster) and returns an
-// error matching ErrUnreachable if it does not answer within ctx and
-// Options.Timeout: asking for cluster mode against a Redis that is not
+// error matching ErrUnreachable if it does not answer within ctx (5s when
+// ctx has no deadline; these checks are not held to Options.Timeout, which
+// bounds each call once the Coordinator runs): asking for cluster mode against a Redis that is not
 // there is a configuration error, reported at start, never a silent
 // fallback to process-local coalescing. It then checks that the Redis
 // user may do what the Coordinator does (a script on a key under the
@@ -172,7 +173,7 @@ func New(ctx context.Context, client redis.UniversalClient, store *redisstore.St
 	}
 	c.bus = newBus(c, interval, downAfter, retention)
 	c.cluster, _ = client.(*redis.ClusterClient)
-	pctx, cancel := context.WithTimeout(ctx, c.timeout)
+	pctx, cancel := startContext(ctx)
 	defer cancel()
 	var err error
 	if c.cluster != nil {
@@ -195,6 +196,20 @@ func New(ctx context.Context, client redis.UniversalClient, store *redisstore.St
 		return nil, err
 	}
 	return c, nil
+}
+
+// startTimeout bounds New's checks when ctx has no deadline of its own.
+// They run once, at start, over fresh connections: held to the per-call
+// Options.Timeout, a host busy starting many processes at once would fail
+// them for want of a few hundred milliseconds.
+const startTimeout = 5 * time.Second
+
+// startContext is ctx, bounded by startTimeout unless it has a deadline.
+func startContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, startTimeout)
 }
 
 // probeScript deletes a key nothing else uses: a script that writes a key
@@ -231,7 +246,7 @@ func (c *Coordinator) checkPermissions(ctx context.Context) error {
 		ps = c.client.Subscribe(ctx, probe)
 	}
 	defer ps.Close()
-	_, err := ps.ReceiveTimeout(ctx, c.timeout)
+	_, err := ps.Receive(ctx)
 	return refused("a subscribe to the channel", err)
 }
 

@@ -134,8 +134,9 @@ type Proxy struct {
 
 // New builds the proxy of cfg; with cfg.Redis it connects to Redis (and
 // fails when Redis does not answer within ctx). Close releases it.
-func New(ctx context.Context, cfg Config, log *slog.Logger) (p *Proxy, err error) {
-	p = &Proxy{}
+func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Proxy, err error) {
+	// p is released on every error return; the named result is nil then.
+	p := &Proxy{}
 	defer func() {
 		if err != nil {
 			_ = p.Close()

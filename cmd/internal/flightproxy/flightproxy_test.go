@@ -61,6 +61,31 @@ func config(t *testing.T, upstream string, extra ...string) Config {
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
+// New that fails part-way (here: -redis names an address where nothing
+// listens) returns its error and releases what it had built, without
+// panicking on the way out.
+func TestNewThatFailsReturnsItsErrorWithoutPanicking(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	p, err := New(ctx, config(t, "http://127.0.0.1:1", "-redis", "redis://"+addr+"/0"), quietLog())
+	if err == nil {
+		p.Close()
+		t.Fatal("New succeeded against a Redis address where nothing listens")
+	}
+	if p != nil {
+		t.Fatalf("New returned a Proxy (%v) with its error %v", p, err)
+	}
+	if !strings.Contains(err.Error(), "does not answer") {
+		t.Fatalf("error %q does not say that Redis does not answer", err)
+	}
+}
+
 // The proxy caches, passes through what it may not store, and invalidates
 // on POST, through a real httputil.ReverseProxy and a real upstream.
 func TestProxyCachesThroughTheReverseProxy(t *testing.T) {
@@ -231,7 +256,9 @@ func TestThreeProxiesOnRedisSendOneUpstreamRequestPerHerd(t *testing.T) {
 	wg.Wait()
 	close(answers)
 	cluster := map[int]bool{}
+	var statuses []string
 	for a := range answers {
+		statuses = append(statuses, fmt.Sprintf("proxy %d: %s", a.proxy, a.status))
 		if a.body != "the one response" {
 			t.Errorf("proxy %d answered %q (%s)", a.proxy, a.body, a.status)
 		}
@@ -240,9 +267,9 @@ func TestThreeProxiesOnRedisSendOneUpstreamRequestPerHerd(t *testing.T) {
 		}
 	}
 	if got := calls.Load(); got != 1 {
-		t.Fatalf("%d upstream requests for a herd of %d over 3 proxies, want 1", got, 3*perProxy)
+		t.Fatalf("%d upstream requests for a herd of %d over 3 proxies, want 1; Cache-Status:\n%s", got, 3*perProxy, strings.Join(statuses, "\n"))
 	}
 	if len(cluster) < 2 {
-		t.Fatalf("only proxies %v served the response without loading it; want the two that did not lead", cluster)
+		t.Fatalf("only proxies %v served the response without loading it; want the two that did not lead; Cache-Status:\n%s", cluster, strings.Join(statuses, "\n"))
 	}
 }
