@@ -45,7 +45,7 @@ import (
 //     Invalidation with Version = now (publish).
 //  2. B's Bus delivers it (received). B drops its local copy if that copy
 //     was read before Version + ClockSkew (applyKey), refuses the local
-//     writes of reads that were in progress (coherence.Tickets), and makes
+//     writes of reads that were in progress (coherence.Model.Explicit), and makes
 //     new Gets start a new flight (Forget). A copy read after the write is
 //     kept: a late or repeated message changes nothing.
 //  3. B's next Get misses locally and reads the shared tier, which A
@@ -213,11 +213,11 @@ func (c *Cache[V]) publishVia(ctx context.Context, kind driver.InvalidationKind,
 
 // applyKey drops the local copy of key if it was read before version
 // (wall clock) plus ClockSkew, makes the read-path writes of key
-// in progress write nothing (an explicit write, coherence.Tickets) and
+// in progress write nothing (an explicit write, coherence.Model.Explicit) and
 // the next Get start a new flight. It reports whether a copy was held and
 // whether it was dropped.
 func (c *Cache[V]) applyKey(key string, version time.Time) (held, dropped bool) {
-	_ = c.coh.Explicit(key, func() error {
+	_ = c.coh.Explicit(key, c.opts.Now(), func() error {
 		if c.opts.Local == nil {
 			return nil
 		}
@@ -254,10 +254,10 @@ func (c *Cache[V]) applyBulk(prefix string, version time.Time) (dropped int) {
 }
 
 // outdateInFlight makes the loads and shared reads in progress of keys
-// under prefix ("" for all) write nothing (coherence.Tickets.Bulk), and
+// under prefix ("" for all) write nothing (coherence.Model.Bulk), and
 // the next Get of such a key start a new flight.
 func (c *Cache[V]) outdateInFlight(prefix string) {
-	c.coh.Bulk(prefix)
+	c.coh.Bulk(prefix, c.opts.Now())
 	c.group.ForgetFunc(func(k string) bool { return strings.HasPrefix(k, prefix) })
 }
 

@@ -6,12 +6,13 @@
 // "Coherence") is one function of this package:
 //
 //	promise                                        function
-//	explicit writes win over the read path         Tickets.Explicit
+//	explicit writes win over the read path         Model.Explicit (its number
+//	                                                 in the key's ledger record)
 //	a load outdated by this instance's write       Model.DecideFill
 //	  stores nothing; one outdated by another's      (Ledger.NoteServed)
 //	  records the version it served
-//	a bulk invalidation outdates the writes of     Tickets.Bulk
-//	  its keys in progress
+//	a bulk invalidation outdates the writes of     Model.Bulk (its number in
+//	  its keys in progress                           the prefix's one record)
 //	monotonic reads per instance, for the          Ledger.NoteKey (one record
 //	  50,000 most recently filled keys               per key, LRU per shard)
 //	what a read serves of a shared entry           Model.AcceptShared
