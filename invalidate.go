@@ -143,8 +143,8 @@ func (c *Cache[V]) invalidateBulk(ctx context.Context, kind driver.InvalidationK
 }
 
 // fenceKey records an explicit write of key (Set, Delete: src
-// coherence.FromWrite) or an invalidation received (FromInvalidation)
-// whose data dates from version (wall clock): the Set's own
+// coherence.FromWrite; an invalidation received is noted by
+// coherence.Model.Receive) whose data dates from version (wall clock): the Set's own
 // entry, or the moment of a Delete. From then on this instance takes no
 // shared entry read before it (coherence.Ledger), warning when the table
 // had to drop an explicit fence early. It reports whether version is newer

@@ -226,3 +226,31 @@ func TestAnnouncedKeepsTheNewestPendingWritePerTarget(t *testing.T) {
 		t.Fatalf("%d pending: a later write that went through must forget k's", r.Len())
 	}
 }
+
+// A received tag fence is compared as a bulk fence is: a shared entry
+// read before the fence's version plus the skew is refused by both, one
+// read after it by neither, and AcceptShared says which fence refused it.
+func TestReceivedTagAndBulkFencesCoverTheSameSharedEntries(t *testing.T) {
+	skew := 10 * time.Millisecond
+	m := newModel(time.Minute)
+	m.Tags.Window = time.Minute
+	l := newLocal(nil)
+	m.Receive(InvBulk, "b|", at(5), at(100), base, skew, l)
+	m.Receive(InvTag, "t", at(5), at(100), base, skew, l)
+	for _, d := range []time.Duration{-time.Millisecond, 0, 5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond} {
+		read := at(5).Add(d)
+		e := Copy{Version: read, FreshUntil: base.Add(time.Minute), StaleUntil: base.Add(time.Minute)}
+		bulk := m.AcceptShared("b|k", e, base, skew)
+		e.Tags = []string{"t"}
+		tag := m.AcceptShared("t|k", e, base, skew)
+		if (bulk.State == Unusable) != (tag.State == Unusable) {
+			t.Fatalf("read %v after the fence: bulk %v, tag %v", d, bulk, tag)
+		}
+		if want := d < skew; (tag.State == Unusable) != want {
+			t.Fatalf("read %v after the fence: %v, want refused %v", d, tag, want)
+		}
+		if tag.State == Unusable && (bulk.Why != WhyBulk || tag.Why != WhyTagInvalidated) {
+			t.Fatalf("refused for %v and %v", bulk.Why, tag.Why)
+		}
+	}
+}
