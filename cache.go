@@ -642,7 +642,7 @@ func joinPublished(err, perr error) error {
 }
 
 // explicit runs an explicit write (Set, Delete) of key so that it wins over
-// the read path: loads in flight skip their write-back (coherence.Tickets), and a
+// the read path: loads in flight skip their write-back (coherence.Model.Explicit), and a
 // Get that starts after the write returns does not join a load that started
 // before it, since that load read the origin before the caller's change.
 //
@@ -652,9 +652,9 @@ func joinPublished(err, perr error) error {
 func (c *Cache[V]) explicit(ctx context.Context, key string, write func() error) error {
 	defer c.group.Forget(key)
 	if c.opts.Coordinator == nil {
-		return c.coh.Explicit(key, write)
+		return c.coh.Explicit(key, c.opts.Now(), write)
 	}
-	return c.coh.Explicit(key, func() error {
+	return c.coh.Explicit(key, c.opts.Now(), func() error {
 		// Not the caller's cancellation: the write below ignores it too
 		// (a write once started completes or times out), and an unfenced
 		// write would lose to an older load of another instance. The
@@ -727,8 +727,8 @@ func (c *Cache[V]) Close() error {
 // fill is the read path's write of it to the local tier (a copy of a
 // shared hit, a leader's loaded value after its fenced write; a load's
 // write-back, which needs neither of fill's answers, hands fillLocked to
-// Tickets.Fill itself) under ticket t, under the key's lock and the bulk
-// lock (coherence.Tickets.Fill). fromTier says it is an entry as a tier
+// Model.Fill itself) under ticket t, under the key's lock and the bulk
+// lock (coherence.Model.Fill). fromTier says it is an entry as a tier
 // held it (coherence.Read.FromTier). It returns the fresh copy held that
 // is newer than it when there is one: a shared read serves that instead,
 // or, if the copy is untrusted (the Bus is down), treats the entry as

@@ -44,8 +44,8 @@ import (
 //  1. A updates its tiers (local, then shared) and publishes an
 //     Invalidation with Version = now (publish).
 //  2. B's Bus delivers it (received). B drops its local copy if that copy
-//     was read before Version + ClockSkew (applyKey), refuses the local
-//     writes of reads that were in progress (coherence.Tickets), and makes
+//     was read before Version + ClockSkew (coherence.Model.Receive), refuses the local
+//     writes of reads that were in progress (coherence.Model.Explicit), and makes
 //     new Gets start a new flight (Forget). A copy read after the write is
 //     kept: a late or repeated message changes nothing.
 //  3. B's next Get misses locally and reads the shared tier, which A
@@ -138,14 +138,13 @@ func (c *Cache[V]) invalidateBulk(ctx context.Context, kind driver.InvalidationK
 		}
 	}
 	wall := time.Now()
-	c.noteBulk(ctx, prefix, wall)
-	c.applyBulk(prefix, wall)
+	c.fencesDropped(ctx, true, c.coh.InvalidateBulk(prefix, wall, c.opts.Now(), c.opts.ClockSkew, localIO[V]{c}))
 	return c.announce(ctx, kind, prefix, wall, false)
 }
 
 // fenceKey records an explicit write of key (Set, Delete: src
-// coherence.FromWrite) or an invalidation received (FromInvalidation)
-// whose data dates from version (wall clock): the Set's own
+// coherence.FromWrite; an invalidation received is noted by
+// coherence.Model.Receive) whose data dates from version (wall clock): the Set's own
 // entry, or the moment of a Delete. From then on this instance takes no
 // shared entry read before it (coherence.Ledger), warning when the table
 // had to drop an explicit fence early. It reports whether version is newer
@@ -153,14 +152,6 @@ func (c *Cache[V]) invalidateBulk(ctx context.Context, kind driver.InvalidationK
 func (c *Cache[V]) fenceKey(ctx context.Context, key string, version time.Time, src coherence.Source) bool {
 	_, fresh, dropped := c.coh.NoteKey(key, version, c.opts.Now(), src)
 	c.fencesDropped(ctx, false, dropped)
-	return fresh
-}
-
-// noteBulk records a bulk invalidation of prefix at version (wall clock),
-// and reports whether it is newer than the last one of its prefix.
-func (c *Cache[V]) noteBulk(ctx context.Context, prefix string, version time.Time) bool {
-	fresh, dropped := c.coh.NoteBulk(prefix, version, c.opts.Now())
-	c.fencesDropped(ctx, true, dropped)
 	return fresh
 }
 
@@ -211,63 +202,47 @@ func (c *Cache[V]) publishVia(ctx context.Context, kind driver.InvalidationKind,
 	return fmt.Errorf("%w: %w", ErrNotPublished, err)
 }
 
-// applyKey drops the local copy of key if it was read before version
-// (wall clock) plus ClockSkew, makes the read-path writes of key
-// in progress write nothing (an explicit write, coherence.Tickets) and
-// the next Get start a new flight. It reports whether a copy was held and
-// whether it was dropped.
-func (c *Cache[V]) applyKey(key string, version time.Time) (held, dropped bool) {
-	_ = c.coh.Explicit(key, func() error {
-		if c.opts.Local == nil {
-			return nil
-		}
-		it, ok := c.opts.Local.Get(key)
-		held = ok
-		if ok && coherence.Invalidates(version, it.Version, c.opts.ClockSkew) {
-			c.opts.Local.Delete(key)
-			dropped = true
-		}
-		return nil
-	})
-	c.group.Forget(key)
-	return held, dropped
+// localIO is the Cache's local tier and flights, as the invalidation side
+// of internal/coherence drives them (coherence.Local): I/O only, the
+// decisions are coherence's.
+type localIO[V any] struct{ c *Cache[V] }
+
+func (l localIO[V]) Held(key string) (time.Time, bool) {
+	if l.c.opts.Local == nil {
+		return time.Time{}, false
+	}
+	it, ok := l.c.opts.Local.Get(key)
+	if !ok {
+		return time.Time{}, false
+	}
+	return it.Version, true
 }
 
-// applyBulk drops the local items under prefix ("" for all) read before
-// version plus ClockSkew, and makes the read-path writes in progress of
-// keys under prefix write nothing. The caller has noted the fence first,
-// so that a shared read from now on sees it. It returns how many items it
-// dropped.
-func (c *Cache[V]) applyBulk(prefix string, version time.Time) (dropped int) {
-	c.outdateInFlight(prefix)
-	r, ok := c.opts.Local.(driver.LocalRanger[V])
+func (l localIO[V]) Drop(key string) { l.c.opts.Local.Delete(key) }
+
+func (l localIO[V]) Each(fn func(key string, version time.Time) bool) (dropped int) {
+	r, ok := l.c.opts.Local.(driver.LocalRanger[V])
 	if !ok {
 		return 0
 	}
 	for k, it := range r.All() {
-		if strings.HasPrefix(k, prefix) && coherence.Invalidates(version, it.Version, c.opts.ClockSkew) {
-			c.opts.Local.Delete(k)
+		if fn(k, it.Version) {
+			l.c.opts.Local.Delete(k)
 			dropped++
 		}
 	}
 	return dropped
 }
 
-// outdateInFlight makes the loads and shared reads in progress of keys
-// under prefix ("" for all) write nothing (coherence.Tickets.Bulk), and
-// the next Get of such a key start a new flight.
-func (c *Cache[V]) outdateInFlight(prefix string) {
-	c.coh.Bulk(prefix)
-	c.group.ForgetFunc(func(k string) bool { return strings.HasPrefix(k, prefix) })
-}
-
-// resync empties the local tier after the Bus was down: whatever it holds
-// may have missed invalidations. It is applyBulk of every key with a
-// version no item can be newer than (a Version is read from this host's
-// wall clock, or refused ahead of it by more than ClockSkew), so reads in
-// progress write nothing either.
-func (c *Cache[V]) resync() {
-	c.applyBulk("", time.Now().Add(MaxTTL))
+func (l localIO[V]) Forget(target string, prefix bool) {
+	switch {
+	case !prefix:
+		l.c.group.Forget(target)
+	case target == "":
+		l.c.group.ForgetFunc(func(string) bool { return true })
+	default:
+		l.c.group.ForgetFunc(func(k string) bool { return strings.HasPrefix(k, target) })
+	}
 }
 
 // busHandler is the Cache's BusHandler. The Bus calls it one message at a
@@ -277,15 +252,11 @@ type busHandler[V any] struct{ c *Cache[V] }
 func (h busHandler[V]) Invalidated(inv driver.Invalidation) { h.c.received(inv) }
 func (h busHandler[V]) BusChanged(s driver.BusState)        { h.c.busChanged(s) }
 
-// received applies an invalidation from another instance. It is applied
-// even when it is not newer than the last one of its target: applying only
-// drops copies older than its Version, so a repeat is harmless, and one
-// from a host whose clock lags the last writer's must still drop what was
-// read before it. It counts as applied when it dropped something, or was
-// newer than the last one of its target and found no newer copy; else as
-// ignored (stale). A Version ahead of this host's clock by more
-// than ClockSkew (a host with a wrong clock) is taken as now: it must not
-// fence this instance's future.
+// received applies an invalidation from another instance: what it drops,
+// notes and outdates is coherence.Model.Receive's decision (a repeat is
+// harmless; a version from the future is taken as now), the Cache does the
+// local tier's I/O (localIO), warns and reports it as applied or ignored
+// (stale).
 func (c *Cache[V]) received(inv driver.Invalidation) {
 	if c.coh.Closed.Load() {
 		return
@@ -294,61 +265,47 @@ func (c *Cache[V]) received(inv driver.Invalidation) {
 		c.observe(driver.Event{Kind: driver.EventInvalidationReceived, Cache: c.opts.Name, Invalidation: inv.Kind})
 	}
 	ctx := context.Background()
-	wallNow := time.Now()
-	var ahead bool
-	if inv.Version, ahead = coherence.Clamp(inv.Version, wallNow, c.opts.ClockSkew); ahead {
+	kind, target, ours := c.receivable(ctx, inv)
+	var r coherence.Received
+	if ours {
+		r = c.coh.Receive(kind, target, inv.Version, time.Now(), c.opts.Now(), c.opts.ClockSkew, localIO[V]{c})
+	}
+	if r.Clamped {
 		if ok, suppressed := c.busLog.allow(); ok {
 			c.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "flightcache: an invalidation's version is ahead of this host's clock by more than ClockSkew; taken as now",
 				slog.String("cache", c.opts.Name), slog.Int64("suppressed", suppressed))
 		}
 	}
-	version := inv.Version
-	applied := false
-	switch inv.Kind {
-	case driver.InvalidationKey:
-		if c.admit(ctx, inv.Target) != nil {
-			break // no key of this Cache: nothing it could cover
-		}
-		fresh := c.fenceKey(ctx, inv.Target, inv.Version, coherence.FromInvalidation)
-		held, dropped := c.applyKey(inv.Target, version)
-		applied = dropped || (fresh && !held)
-	case driver.InvalidationPrefix, driver.InvalidationAll:
-		prefix := inv.Target
-		if inv.Kind == driver.InvalidationAll {
-			prefix = ""
-		} else if c.admit(ctx, prefix) != nil {
-			break
-		}
-		fresh := c.noteBulk(ctx, prefix, inv.Version)
-		if c.coh.Down() {
-			// A replay before BusUp: the resynchronisation that comes
-			// with BusUp empties the local tier anyway, so there is no
-			// walk of the tier per message. The loads in flight are
-			// outdated now, not at BusUp: one that read its origin
-			// before the invalidation and ends before BusUp must store
-			// nothing, in either tier.
-			c.outdateInFlight(prefix)
-			applied = fresh
-			break
-		}
-		applied = c.applyBulk(prefix, version) > 0 || fresh
-	case driver.InvalidationTag, driver.InvalidationTagExpire:
-		if checkTag(inv.Target) != nil {
-			break
-		}
-		// Local items read up to ClockSkew after the writer's version may
-		// still be older than its change: the skew is part of the fence.
-		// A replay (on start-up, on BusUp) carries the original version,
-		// so it never moves the fence past what it was.
-		applied = c.noteTag(ctx, inv.Kind, inv.Target, inv.Version, version.Add(c.opts.ClockSkew))
+	if r.Folded {
+		c.fencesDropped(ctx, true, 1)
 	}
+	c.fencesDropped(ctx, kind != coherence.InvKey, r.Dropped)
 	if c.opts.Observer != nil {
 		kind := driver.EventInvalidationIgnored
-		if applied {
+		if r.Applied {
 			kind = driver.EventInvalidationApplied
 		}
 		c.observe(driver.Event{Kind: kind, Cache: c.opts.Name, Invalidation: inv.Kind})
 	}
+}
+
+// receivable translates inv for coherence.Model.Receive, and reports
+// whether its target is one of this Cache's keys, prefixes ("" for all)
+// or tags: one that is not covers nothing here, and is ignored.
+func (c *Cache[V]) receivable(ctx context.Context, inv driver.Invalidation) (kind coherence.InvKind, target string, ours bool) {
+	switch inv.Kind {
+	case driver.InvalidationKey:
+		return coherence.InvKey, inv.Target, c.admit(ctx, inv.Target) == nil
+	case driver.InvalidationPrefix:
+		return coherence.InvBulk, inv.Target, c.admit(ctx, inv.Target) == nil
+	case driver.InvalidationAll:
+		return coherence.InvBulk, "", true
+	case driver.InvalidationTag:
+		return coherence.InvTag, inv.Target, checkTag(inv.Target) == nil
+	case driver.InvalidationTagExpire:
+		return coherence.InvTagExpire, inv.Target, checkTag(inv.Target) == nil
+	}
+	return 0, "", false
 }
 
 // busChanged follows the Bus's state. Down: local items are served only
@@ -363,10 +320,10 @@ func (c *Cache[V]) busChanged(s driver.BusState) {
 	}
 	ctx := context.Background()
 	if s == driver.BusUp {
-		c.resync()
-		// Trusted only now: until the local tier is emptied, items are
-		// judged as with the Bus down.
-		c.coh.SetDown(false)
+		// Every key with a version no item can be newer than (a Version
+		// is read from this host's wall clock, or refused ahead of it by
+		// more than ClockSkew).
+		c.coh.Resync(time.Now().Add(MaxTTL), c.opts.Now(), localIO[V]{c})
 		c.redo.Kick()
 		c.opts.Logger.LogAttrs(ctx, slog.LevelInfo, "flightcache: invalidation bus up; local tier resynchronised",
 			slog.String("cache", c.opts.Name))
@@ -392,12 +349,8 @@ func (c *Cache[V]) announce(ctx context.Context, kind driver.InvalidationKind, t
 		return err
 	}
 	p := coherence.Pending{Kind: uint8(kind), Bulk: kind != driver.InvalidationKey, Target: target, Version: version,
-		DeleteShared: kind == driver.InvalidationKey && c.opts.Shared != nil && sharedFailed}
-	if err == nil && !sharedFailed {
-		c.redo.Succeeded(p)
-		return nil
-	}
-	if c.redo.Add(p) {
+		DeleteShared: c.opts.Shared != nil}
+	if c.redo.Announced(p, err == nil, sharedFailed) {
 		if ok, suppressed := c.busLog.allow(); ok {
 			c.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "flightcache: too many writes waiting to be announced; the oldest was dropped",
 				slog.String("cache", c.opts.Name), slog.Int64("suppressed", suppressed))

@@ -90,7 +90,7 @@ type flight[V any] struct {
 
 // run is the flight, executed by the leader:
 //
-//  1. take a ticket (coherence.Tickets), before reading anything, so that a Set or
+//  1. take a ticket (coherence.Model.Begin), before reading anything, so that a Set or
 //     Delete that finishes after this point wins over whatever is written;
 //  2. double-check both tiers (in cluster mode the shared tier's half is
 //     read in the Coordinator's Claim: read-or-claim, see coordinated);
@@ -321,7 +321,7 @@ func (m *miss[V]) writeBack(ctx context.Context, t coherence.Ticket, fl *flight[
 			c.writeFailed(ctx, tier, err)
 		}
 	}()
-	// The local write, under the key's lock (coherence.Tickets.Fill); a
+	// The local write, under the key's lock (coherence.Model.Fill); a
 	// load serves its own value, so fill's answers (a newer held copy, an
 	// older read) do not matter here and fillLocked is called directly.
 	// A write-back the fill refuses (a newer write, invalidation or read

@@ -154,18 +154,14 @@ func (c *Cache[V]) invalidateTag(ctx context.Context, kind driver.InvalidationKi
 }
 
 // noteTag raises tag's fence to version, given as shared entries are
-// compared with it (wall, plus ClockSkew in TagFences.Shared) and as local
-// items are (local: the version, plus ClockSkew for one received from
-// another host; both wall-clock, as Meta.Version is), and makes a Get that starts from now on start a new
-// flight rather than share a load that may have read the tag's data
-// before the fence (a flight's tags are known only once it loaded). It
-// reports whether the fence moved.
+// compared with it and as local items are, and makes a Get that starts
+// from now on start a new flight (coherence.Model.NoteTag). It reports
+// whether the fence moved.
 func (c *Cache[V]) noteTag(ctx context.Context, kind driver.InvalidationKind, tag string, wall, local time.Time) bool {
-	moved, folded := c.coh.Tags.Note(tag, wall, local, kind == driver.InvalidationTagExpire, c.opts.Now())
+	moved, folded := c.coh.NoteTag(tag, wall, local, kind == driver.InvalidationTagExpire, c.opts.Now(), localIO[V]{c})
 	if folded {
 		c.fencesDropped(ctx, true, 1)
 	}
-	c.group.ForgetFunc(func(string) bool { return true })
 	return moved
 }
 

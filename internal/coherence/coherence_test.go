@@ -20,13 +20,19 @@ var (
 
 func at(s int) time.Time { return wall.Add(time.Duration(s) * time.Second) }
 
+func newModel(window time.Duration) *Model {
+	m := new(Model)
+	m.SetWindow(window)
+	return m
+}
+
 func TestExplicitWriteOutdatesEveryTicketTakenBeforeItFinished(t *testing.T) {
-	var w Tickets
+	w := newModel(time.Minute)
 	before := w.Begin("k")
 	defer w.End("k", before)
 	other := w.Begin("j")
 	defer w.End("j", other)
-	_ = w.Explicit("k", func() error { return nil })
+	_ = w.Explicit("k", base, func() error { return nil })
 	after := w.Begin("k")
 	defer w.End("k", after)
 	current := func(tk Ticket, key string) (ok bool) {
@@ -41,13 +47,42 @@ func TestExplicitWriteOutdatesEveryTicketTakenBeforeItFinished(t *testing.T) {
 	}
 }
 
+// The explicit write's record is the key's one record in the ledger: it
+// carries the write's version (NoteKey) and its sequence number
+// (Explicit), and a fill noted after it keeps both.
+func TestExplicitWriteLeavesItsVersionAndNumberInTheKeysOneRecord(t *testing.T) {
+	w := newModel(time.Minute)
+	before := w.Begin("k")
+	defer w.End("k", before)
+	w.NoteKey("k", at(5), base, FromWrite)
+	_ = w.Explicit("k", base, func() error { return nil })
+	w.NoteKey("k", at(6), base, FromFill)
+	if n := w.Ledger.Len(); n != 1 {
+		t.Fatalf("the ledger holds %d records of one key", n)
+	}
+	if v, src, ok := w.Newest("k", base); !ok || !v.Equal(at(6)) || src != FromFill {
+		t.Fatalf("Newest = %v %v %v, want the fill's version", v, src, ok)
+	}
+	w.Fill(before, "k", func(c bool) bool {
+		if c {
+			t.Fatal("a fill noted after the write cleared its number")
+		}
+		return false
+	}, nil)
+	// A record made by Explicit alone covers no entry.
+	_ = w.Explicit("j", base, func() error { return nil })
+	if w.Covered("j", at(0), true, base, 0) {
+		t.Fatal("an explicit write's number alone covers an entry")
+	}
+}
+
 func TestExplicitWriteThatPanicsStillOutdatesTicketsAndReleasesTheKey(t *testing.T) {
-	var w Tickets
+	w := newModel(time.Minute)
 	tk := w.Begin("k")
 	defer w.End("k", tk)
 	func() {
 		defer func() { _ = recover() }()
-		_ = w.Explicit("k", func() error { panic("store bug") })
+		_ = w.Explicit("k", base, func() error { panic("store bug") })
 	}()
 	var current bool
 	w.Fill(tk, "k", func(c bool) bool { current = c; return false }, nil) // would deadlock if the lock leaked
@@ -57,38 +92,93 @@ func TestExplicitWriteThatPanicsStillOutdatesTicketsAndReleasesTheKey(t *testing
 }
 
 func TestBulkInvalidationOutdatesTicketsOfItsKeysOnly(t *testing.T) {
-	var w Tickets
+	w := newModel(time.Minute)
 	in, out := w.Begin("t=1|id=4|loc=en"), w.Begin("t=1|id=42|loc=en")
 	defer w.End("t=1|id=4|loc=en", in)
 	defer w.End("t=1|id=42|loc=en", out)
-	w.Bulk("t=1|id=4|")
+	w.Bulk("t=1|id=4|", base)
 	w.FillAll([]string{"t=1|id=4|loc=en", "t=1|id=42|loc=en"}, []Ticket{in, out}, func(current []bool) {
 		if current[0] || !current[1] {
 			t.Fatalf("current = %v, want [false true]", current)
 		}
 	}, func() {})
-	// More bulk invalidations than the log remembers outdate every ticket.
+	// Many bulk invalidations of other prefixes, each noted again and
+	// again, keep one record per prefix and outdate no other key.
 	old := w.Begin("x")
 	defer w.End("x", old)
-	for range bulkLog + 1 {
-		w.Bulk("unrelated|")
+	for i := range 200 {
+		w.Bulk("unrelated"+strconv.Itoa(i%3)+"|", base)
+	}
+	if n := w.Fences.Len(); n != 4 {
+		t.Fatalf("%d bulk records for 4 prefixes", n)
 	}
 	w.Fill(old, "x", func(c bool) bool {
+		if !c {
+			t.Fatal("bulk invalidations of other prefixes outdated a ticket")
+		}
+		return false
+	}, nil)
+	// A bulk invalidation's number alone covers no shared entry.
+	if w.Covered("t=1|id=4|loc=en", time.Time{}, false, base, 0) {
+		t.Fatal("a bulk invalidation's number alone covers an entry")
+	}
+}
+
+// A record that leaves the ledger or the fences before a ticket is
+// checked leaves its number behind: the ticket is outdated whatever its
+// key, never taken for current.
+func TestTicketsOlderThanAForgottenRecordAreOutdated(t *testing.T) {
+	w := newModel(time.Minute)
+	tk := w.Begin("k")
+	defer w.End("k", tk)
+	_ = w.Explicit("k", base, func() error { return nil })
+	later := base.Add(time.Minute)
+	w.NoteKey("other", at(0), later, FromWrite) // expires k's record
+	if _, _, ok := w.Newest("k", later); ok {
+		t.Fatal("the record did not expire")
+	}
+	w.Fill(tk, "k", func(c bool) bool {
 		if c {
-			t.Fatal("a ticket older than the bulk log is still current")
+			t.Fatal("a ticket older than an expired explicit record is current")
+		}
+		return false
+	}, nil)
+	after := w.Begin("k")
+	defer w.End("k", after)
+	w.Fill(after, "k", func(c bool) bool {
+		if !c {
+			t.Fatal("a ticket taken after the record expired is outdated")
+		}
+		return false
+	}, nil)
+
+	b := newModel(time.Minute)
+	bt := b.Begin("p|k")
+	defer b.End("p|k", bt)
+	b.Bulk("p|", base)
+	long := string(make([]byte, 4096))   // fill MaxBulkBytes sooner
+	for i := range MaxBulkBytes / 4096 { // drop p|'s record
+		b.NoteBulk("q"+strconv.Itoa(i)+long, at(0), base)
+	}
+	if b.Fences.forgot.Load() == 0 {
+		t.Fatal("p|'s record was not dropped")
+	}
+	b.Fill(bt, "p|k", func(c bool) bool {
+		if c {
+			t.Fatal("a ticket older than a dropped bulk record is current")
 		}
 		return false
 	}, nil)
 }
 
-func TestTicketRegistryHoldsOnlyKeysInProgress(t *testing.T) {
-	var w Tickets
+func TestLockRegistryHoldsOnlyKeysInProgress(t *testing.T) {
+	w := newModel(time.Minute)
 	for i := range 1000 {
 		k := strconv.Itoa(i)
 		w.End(k, w.Begin(k))
 	}
-	for i := range w.shards {
-		if n := len(w.shards[i].m); n != 0 {
+	for i := range w.locks.shards {
+		if n := len(w.locks.shards[i].m); n != 0 {
 			t.Fatalf("shard %d holds %d entries after every operation ended", i, n)
 		}
 	}
@@ -194,11 +284,21 @@ func TestFencesAreBoundedPerKindAndKeyFencesNeverPushOutBulkOnes(t *testing.T) {
 	for i := range MaxBulkBytes/4096 + 10 {
 		f.NoteBulk(strconv.Itoa(i)+long, wall, base)
 	}
-	if f.Fences.bulk.bytes > MaxBulkBytes {
-		t.Fatalf("bulk fences hold %d bytes, above the bound %d", f.Fences.bulk.bytes, MaxBulkBytes)
+	if f.Fences.bytes > MaxBulkBytes {
+		t.Fatalf("bulk fences hold %d bytes, above the bound %d", f.Fences.bytes, MaxBulkBytes)
 	}
-	if bulk := f.Fences.Len(); bulk != len(f.Fences.bulk.m) {
-		t.Fatalf("bulk count %d, want %d", bulk, len(f.Fences.bulk.m))
+	if bulk := f.Fences.Len(); bulk != len(f.Fences.m) {
+		t.Fatalf("bulk count %d, want %d", bulk, len(f.Fences.m))
+	}
+	// The bound counts prefixes, not notes: one prefix invalidated more
+	// often than MaxBulkFences keeps one record, and drops no other.
+	g2 := newModel(time.Hour)
+	g2.NoteBulk("a|", at(0), base)
+	for i := range MaxBulkFences + 10 {
+		g2.NoteBulk("b|", wall.Add(time.Duration(i+1)*time.Microsecond), base)
+	}
+	if n := g2.Fences.Len(); n != 2 || !g2.Covered("a|k", at(-1), true, base, 0) {
+		t.Fatalf("%d bulk records after notes of two prefixes; a|'s must stay", n)
 	}
 }
 

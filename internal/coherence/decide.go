@@ -5,12 +5,13 @@ import (
 	"time"
 )
 
-// Model is one Cache's coherence state: its tickets, its ledger of
-// versions per key, its bulk and tag fences and its trust in the local
-// tier. The zero value is ready once SetWindow, Tags.Window and
-// Trust.DownTTL are set.
+// Model is one Cache's coherence state: its ledger of versions per key,
+// its bulk and tag fences, the locks and order of its writes (Begin,
+// Explicit, Bulk) and its trust in the local tier. The zero value is
+// ready once SetWindow, Tags.Window and Trust.DownTTL are set.
 type Model struct {
-	Tickets
+	locks keyLocks
+	order writeOrder
 	Ledger
 	Fences
 	Trust
@@ -81,7 +82,7 @@ const (
 
 // DecideFill decides a read-path write of key to the local tier (a copy
 // of a shared hit, a load's write-back): the caller holds the key's lock
-// and the bulk lock (Tickets.Fill), current tells whether its ticket is
+// and the bulk lock (Model.Fill), current tells whether its ticket is
 // still current, read is the item's read time and source, held the copy
 // held, now the Cache's clock. Per key, this instance never goes back to
 // older data:

@@ -64,6 +64,10 @@ type Ledger struct {
 	// droppedExplicit counts the records of explicit writes and
 	// invalidations dropped before their time, for the Cache's warning.
 	droppedExplicit atomic.Int64
+	// forgot is the newest sequence number (see Model.Explicit) of a
+	// record that left the ledger, expired or dropped: a ticket older than
+	// it is outdated whatever its key.
+	forgot atomic.Uint64
 }
 
 var ledgerSeed = maphash.MakeSeed()
@@ -88,8 +92,12 @@ type keyFence struct {
 	expires time.Time // the Cache's clock
 	// src is the source of version (the newest note's); kind is the list
 	// the record sits in, explicit once any explicit note was made.
-	src        Source
-	kind       fenceKind
+	src  Source
+	kind fenceKind
+	// seq is the sequence number of the key's last explicit write or
+	// invalidation applied (Model.Explicit), zero when none: it outdates
+	// the tickets taken before it.
+	seq        uint64
 	prev, next *keyFence
 }
 
@@ -159,6 +167,9 @@ func (l *Ledger) remove(sh *ledgerShard, r *keyFence) {
 	delete(sh.m, r.key)
 	l.count[r.kind].Add(-1)
 	l.bytes[r.kind].Add(-int64(len(r.key) + keyFenceOverhead))
+	if r.seq != 0 {
+		raiseTo(&l.forgot, r.seq)
+	}
 }
 
 // expire drops the shard's fences whose time has passed: each list's
@@ -173,10 +184,11 @@ func (l *Ledger) expire(sh *ledgerShard, now time.Time) {
 	}
 }
 
-// floor returns key's fence, if one lives. The caller holds sh.mu.
+// floor returns key's fence, if one lives with a version. The caller
+// holds sh.mu.
 func (l *Ledger) floor(sh *ledgerShard, key string, now time.Time) (time.Time, bool) {
 	l.expire(sh, now)
-	if r, ok := sh.m[key]; ok {
+	if r, ok := sh.m[key]; ok && !r.version.IsZero() {
 		return r.version, true
 	}
 	return time.Time{}, false
@@ -239,16 +251,58 @@ func (l *Ledger) NoteServed(key string, version, now time.Time) {
 
 func (l *Ledger) noteKey(key string, version, now time.Time, src Source, underWrite bool) (prev time.Time, fresh bool, dropped int64) {
 	version = version.Truncate(time.Microsecond)
-	kind := fillFence
-	if src != FromFill {
-		kind = explicitFence
-	}
-	sh := &l.shards[maphash.String(ledgerSeed, key)&(ledgerShards-1)]
+	sh := l.shard(key)
 	sh.mu.Lock()
 	prev, seen := l.floor(sh, key, now)
 	if seen && (!version.After(prev) || underWrite && sh.m[key].src == FromWrite) {
 		sh.mu.Unlock()
 		return prev, false, 0
+	}
+	r := l.record(sh, key, src != FromFill)
+	r.version, r.expires, r.src = version, now.Add(l.Window), src
+	return prev, true, l.placed(sh, r)
+}
+
+// noteSeq leaves seq, the number of an explicit write or invalidation of
+// key that just finished (Model.Explicit), in key's record, which lives
+// Window from now (the Cache's clock) and is explicit from then on. The
+// record's version is left as it is (the write noted its own with
+// NoteKey); a record made here has none (zero), and covers no entry.
+func (l *Ledger) noteSeq(key string, seq uint64, now time.Time) {
+	sh := l.shard(key)
+	sh.mu.Lock()
+	l.expire(sh, now)
+	r := l.record(sh, key, true)
+	r.seq, r.expires = seq, now.Add(l.Window)
+	l.placed(sh, r) // an early drop is counted; the next NoteKey's caller warns
+}
+
+// outdates reports whether an explicit write or an invalidation of key
+// finished after the ticket numbered seq was taken: key's record carries
+// a later number, or a record with one left the ledger since. An expired
+// record still counts: a ticket older than it is older than Window.
+func (l *Ledger) outdates(key string, seq uint64) bool {
+	if l.forgot.Load() > seq {
+		return true
+	}
+	sh := l.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	r, ok := sh.m[key]
+	return ok && r.seq > seq
+}
+
+func (l *Ledger) shard(key string) *ledgerShard {
+	return &l.shards[maphash.String(ledgerSeed, key)&(ledgerShards-1)]
+}
+
+// record returns key's record, unlinked from its list, made (with no
+// version) when none lives; explicit moves it under the explicit bound.
+// The caller holds sh.mu and places it again (placed).
+func (l *Ledger) record(sh *ledgerShard, key string, explicit bool) *keyFence {
+	kind := fillFence
+	if explicit {
+		kind = explicitFence
 	}
 	r := sh.m[key]
 	if r == nil {
@@ -259,23 +313,30 @@ func (l *Ledger) noteKey(key string, version, now time.Time, src Source, underWr
 		sh.m[r.key] = r
 		l.count[kind].Add(1)
 		l.bytes[kind].Add(int64(len(r.key) + keyFenceOverhead))
-	} else {
-		unlink(r)
-		if kind == explicitFence && r.kind == fillFence {
-			// Once explicit, a key stays under the explicit bound: a
-			// later fill raises its fence without exposing it to the
-			// flood of fills.
-			size := int64(len(r.key) + keyFenceOverhead)
-			l.count[fillFence].Add(-1)
-			l.bytes[fillFence].Add(-size)
-			l.count[explicitFence].Add(1)
-			l.bytes[explicitFence].Add(size)
-			r.kind = explicitFence
-		}
+		return r
 	}
-	r.version, r.expires, r.src = version, now.Add(l.Window), src
+	unlink(r)
+	if kind == explicitFence && r.kind == fillFence {
+		// Once explicit, a key stays under the explicit bound: a
+		// later fill raises its fence without exposing it to the
+		// flood of fills.
+		size := int64(len(r.key) + keyFenceOverhead)
+		l.count[fillFence].Add(-1)
+		l.bytes[fillFence].Add(-size)
+		l.count[explicitFence].Add(1)
+		l.bytes[explicitFence].Add(size)
+		r.kind = explicitFence
+	}
+	return r
+}
+
+// placed puts r, just noted, first in its list, unlocks sh and trims the
+// ledger to its bounds, never dropping r. It returns how many explicit
+// records were ever dropped early when this note dropped one (0
+// otherwise).
+func (l *Ledger) placed(sh *ledgerShard, r *keyFence) (dropped int64) {
 	sh.pushFront(r)
-	kind = r.kind
+	kind := r.kind
 	lost := l.trim(sh, kind, r)
 	sh.mu.Unlock()
 	if l.over(kind) {
@@ -284,12 +345,12 @@ func (l *Ledger) noteKey(key string, version, now time.Time, src Source, underWr
 	if lost > 0 && kind == explicitFence {
 		dropped = l.droppedExplicit.Add(int64(lost))
 	}
-	return prev, true, dropped
+	return dropped
 }
 
 // Newest returns key's newest version and its source, if a record lives.
 func (l *Ledger) Newest(key string, now time.Time) (version time.Time, src Source, ok bool) {
-	sh := &l.shards[maphash.String(ledgerSeed, key)&(ledgerShards-1)]
+	sh := l.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	version, ok = l.floor(sh, key, now)
