@@ -141,19 +141,22 @@ func TestLoaderContextErrorIsALoadFailure(t *testing.T) {
 		name string
 		load flightcache.LoadFunc[*product]
 		want error
+		// The loader's own deadline: short only where the case is about
+		// it, so that a loaded host cannot end the other loads first.
+		timeout time.Duration
 	}{
-		{"bare Canceled", func(context.Context) (*product, error) { return nil, context.Canceled }, context.Canceled},
+		{"bare Canceled", func(context.Context) (*product, error) { return nil, context.Canceled }, context.Canceled, time.Minute},
 		{"wrapped Canceled", func(context.Context) (*product, error) {
 			return nil, fmt.Errorf("query products: %w", context.Canceled)
-		}, context.Canceled},
+		}, context.Canceled, time.Minute},
 		{"loader timeout", func(ctx context.Context) (*product, error) {
 			<-ctx.Done()
 			return nil, ctx.Err()
-		}, context.DeadlineExceeded},
+		}, context.DeadlineExceeded, 10 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := flightstats.New()
-			c := newCache(t, flightcache.Options[*product]{Observer: rec, LoaderTimeout: 10 * time.Millisecond})
+			c := newCache(t, flightcache.Options[*product]{Observer: rec, LoaderTimeout: tc.timeout})
 			// A ctx that can end but does not: the caller stays.
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
