@@ -37,12 +37,14 @@ var sinkTime time.Time
 func BenchmarkFloorHitLocal(b *testing.B) {
 	b.Run("impl=time.Now", func(b *testing.B) {
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		for b.Loop() {
 			sinkTime = time.Now()
 		}
 	})
 	b.Run("impl=clock.Monotonic", func(b *testing.B) {
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		for b.Loop() {
 			sinkTime = clock.Monotonic()
 		}
@@ -58,6 +60,7 @@ func BenchmarkFloorHitLocal(b *testing.B) {
 			oc.Set(k, &driver.Item[*product]{Value: benchProduct, Meta: driver.Meta{FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour)}})
 		}
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		i := 0
 		for b.Loop() {
 			it, ok := oc.GetIfPresent(benchKeyNames[i&(benchKeys-1)])
@@ -85,6 +88,7 @@ func BenchmarkFloorHitLocal(b *testing.B) {
 			oc.Set(k, &driver.Item[*product]{Value: benchProduct, Meta: driver.Meta{FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour)}})
 		}
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		i := 0
 		for b.Loop() {
 			now := clock.Monotonic()
