@@ -22,7 +22,10 @@
 // per-entry expiry, runs on a coarse clock of one second's resolution
 // (otter.CoarseClock: an atomic load per lookup, one wake-up per second).
 // That clock only schedules the removal of expired items; otter removes
-// each item a resolution after its StaleUntil, so never before it.
+// each item a resolution after its StaleUntil, so not before it (unless
+// the clock's goroutine was starved for more than a second when the item
+// was stored: otter may then drop it up to that much early, which costs a
+// miss, never a late hit).
 //
 // Options.ClockResolution opts into a clock.Coarse owned by the Store (one
 // goroutine reading the real time once per resolution) for everything:
@@ -188,9 +191,9 @@ func (o *Options[V]) validate() error {
 // expiresAfter is otter's per-entry expiry: the time left until StaleUntil
 // on the Store's clock, plus slack. otter adds it to a snapshot of its own
 // clock taken before this runs; that clock lags the Store's by at most
-// slack (none when they are the same clock), so otter removes the entry at
-// or after its StaleUntil, never before: Get, not otter, decides when an
-// item stops being served.
+// slack (none when they are the same clock; more only while the coarse
+// clock's goroutine is starved), so otter removes the entry at or after
+// its StaleUntil: Get, not otter, decides when an item stops being served.
 func (s *Store[V]) expiresAfter(e otter.Entry[string, *driver.Item[V]]) time.Duration {
 	d := e.Value.StaleUntil.Sub(s.now()) + s.slack
 	if d <= 0 {
