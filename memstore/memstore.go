@@ -108,7 +108,7 @@ type Store[V any] struct {
 	// reclaim is otter's clock by default (nil with Options.Now or
 	// ClockResolution, where otter shares now): it lags now by up to
 	// slack, so otter's expiry of each item is pushed back by slack and
-	// otter never drops an item before its StaleUntil. Owned, stopped by
+	// otter does not drop an item before its StaleUntil. Owned, stopped by
 	// Close.
 	reclaim *otter.CoarseClock
 	slack   time.Duration
