@@ -57,6 +57,10 @@ type Cache[V any] struct {
 	// instrumented: opts.Observer != nil || opts.Tracer != nil, the one
 	// check on the hit path.
 	instrumented bool
+	// local is opts.Local (nil without it) as a store whose lookups take
+	// the Cache's reading of its clock: the store itself when it is a
+	// driver.LocalStoreAt, else wrapped in ownClock.
+	local driver.LocalStoreAt[V]
 	// preciseLoadTime: Options.Now was left to its default, which may be a
 	// coarse clock, so load durations are measured with time.Now instead.
 	preciseLoadTime bool
@@ -127,6 +131,12 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 	}
 	if o.MaxInFlight > 0 {
 		c.maxRefreshes = o.MaxInFlight
+	}
+	if o.Local != nil {
+		var ok bool
+		if c.local, ok = o.Local.(driver.LocalStoreAt[V]); !ok {
+			c.local = ownClock[V]{o.Local}
+		}
 	}
 	if c.opts.SharedBreaker != nil {
 		c.breakerState.Store(uint32(c.opts.SharedBreaker.State()))
@@ -273,8 +283,10 @@ func (c *Cache[V]) fetchInstrumented(ctx context.Context, key string, load LoadF
 }
 
 // hitLocal is the local fresh hit (ok true), kept to one store lookup, one
-// read of the (coarse, by default) clock and no allocation for pointer V;
-// everything else is in fetch. Callers call fetch after hitLocal returned,
+// clock read and no allocation for pointer V; everything else is in fetch.
+// The clock is read before the lookup, so that a store that takes the
+// Cache's reading (driver.LocalStoreAt, memstore's) judges the item by it
+// and reads no clock of its own (see c.local). Callers call fetch after hitLocal returned,
 // not from inside it, so that hitLocal's frame (which holds an Item) is gone
 // from the stack of the goroutines that wait for a load: thousands of fresh
 // goroutines may wait on one key, and each has to grow its stack for every
@@ -288,11 +300,11 @@ func (c *Cache[V]) hitLocal(ctx context.Context, key string, load LoadFunc[V]) (
 	if c.opts.Local == nil || len(key) == 0 || len(key) > c.opts.MaxKeyLen || c.coh.Closed.Load() {
 		return r, false, nil
 	}
-	it, found := c.opts.Local.Get(key)
+	now := c.opts.Now()
+	it, found := c.local.GetAt(key, now)
 	if !found {
 		return r, false, nil
 	}
-	now := c.opts.Now()
 	if !now.Before(it.FreshUntil) || c.untrusted(it, now) || (len(it.Tags) != 0 && c.tagsCover(it, now) != coherence.TagsClear) {
 		return r, false, nil
 	}
@@ -320,7 +332,7 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	// the frames of the callers that wait for a load small.
 	var stale *driver.Item[V]
 	if c.opts.Local != nil {
-		if it, ok := c.opts.Local.Get(key); ok {
+		if it, ok := c.local.GetAt(key, now); ok {
 			switch c.localState(it, now) {
 			case coherence.Fresh:
 				r, err := c.serveFresh(ctx, key, load, it, now, driver.TierLocal)
@@ -384,6 +396,13 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	r, err := c.settle(ctx, fl, err, m.led.Load(), stale, now)
 	return r, m, err
 }
+
+// ownClock is a LocalStore that does not take the caller's time
+// (driver.LocalStoreAt) as one that does: its GetAt is its Get, and the
+// store reads its own clock.
+type ownClock[V any] struct{ driver.LocalStore[V] }
+
+func (s ownClock[V]) GetAt(key string, _ time.Time) (*driver.Item[V], bool) { return s.Get(key) }
 
 // readSharedGuarded is readShared under a ticket of its own,
 // for the read before the flight.
@@ -747,11 +766,11 @@ func (c *Cache[V]) fill(t coherence.Ticket, key string, it *driver.Item[V], from
 // fillLocked is fill's decision (coherence.Model.DecideFill) and its local
 // write, under the key's lock and the bulk lock.
 func (c *Cache[V]) fillLocked(current bool, key string, it *driver.Item[V], fromTier bool) (stored bool, newer *driver.Item[V], older bool) {
+	now := c.opts.Now()
 	var held *driver.Item[V]
 	if c.opts.Local != nil {
-		held, _ = c.opts.Local.Get(key)
+		held, _ = c.local.GetAt(key, now)
 	}
-	now := c.opts.Now()
 	h := coherence.Held{}
 	if held != nil {
 		fresh := now.Before(held.FreshUntil) && c.tagsCover(held, now) == coherence.TagsClear

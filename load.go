@@ -123,7 +123,7 @@ func (m *miss[V]) run(ctx context.Context) (*flight[V], error) {
 		// A Refresh loads whatever is held; it only notes what it
 		// replaces, for a wake-up in cluster mode (see coordinated).
 		if c.opts.Local != nil {
-			if it, ok := c.opts.Local.Get(m.key); ok {
+			if it, ok := c.local.GetAt(m.key, now); ok {
 				m.replaces(&it.Meta)
 			}
 		}
@@ -170,7 +170,7 @@ func (m *miss[V]) recheck(ctx context.Context, now time.Time, t coherence.Ticket
 		return now.Before(it.FreshUntil) && it.FreshUntil.UnixNano() > m.newerThan
 	}
 	if c.opts.Local != nil {
-		if it, ok := c.opts.Local.Get(m.key); ok && c.localState(it, now) == coherence.Fresh && usable(it) {
+		if it, ok := c.local.GetAt(m.key, now); ok && c.localState(it, now) == coherence.Fresh && usable(it) {
 			return *it, true
 		}
 	}

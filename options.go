@@ -225,9 +225,12 @@ type Options[V any] struct {
 	// Clock() func() time.Time (memstore.Store has: with ClockResolution, a coarse
 	// clock that is ~1 ns to read and lags real time by about a
 	// millisecond), else clock.Monotonic (the real time, in one monotonic
-	// clock read). The
-	// freshness checks then agree with the store's expiry, and a hit reads
-	// no real clock, which costs 30-80 ns on virtual machines. With the
+	// clock read). The freshness checks then agree with the store's
+	// expiry. A local hit reads this clock once, before the lookup, and a
+	// store that implements driver.LocalStoreAt (memstore does) judges the
+	// item by that reading instead of reading a clock of its own: with
+	// memstore's default one real clock read per hit, with its coarse
+	// clock none (a read costs 30-80 ns on virtual machines). With the
 	// default, load durations are still measured on the precise real clock,
 	// so that sub-millisecond loads keep a non-zero Δ.
 	Now func() time.Time

@@ -71,6 +71,7 @@ func BenchmarkHitLocal(b *testing.B) {
 	b.Run("impl=flightcache", func(b *testing.B) {
 		c := warmLocalCache(b, 0)
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		i := 0
 		for b.Loop() {
 			sink, _ = c.Get(ctx, benchKeyNames[i&(benchKeys-1)], benchLoad)
@@ -81,6 +82,7 @@ func BenchmarkHitLocal(b *testing.B) {
 		// memstore with its opt-in coarse clock, which the Cache adopts.
 		c := warmLocalCache(b, clock.DefaultResolution)
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		i := 0
 		for b.Loop() {
 			sink, _ = c.Get(ctx, benchKeyNames[i&(benchKeys-1)], benchLoad)
@@ -94,6 +96,7 @@ func BenchmarkHitLocal(b *testing.B) {
 			oc.Set(k, benchProduct)
 		}
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		i := 0
 		for b.Loop() {
 			sink, _ = oc.GetIfPresent(benchKeyNames[i&(benchKeys-1)])
@@ -112,6 +115,7 @@ func BenchmarkHitLocal(b *testing.B) {
 			oc.Set(k, benchProduct)
 		}
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		i := 0
 		for b.Loop() {
 			sink, _ = oc.GetIfPresent(benchKeyNames[i&(benchKeys-1)])
@@ -136,6 +140,7 @@ func BenchmarkHitLocal(b *testing.B) {
 			oc.Set(k, &driver.Item[*product]{Value: benchProduct, Meta: driver.Meta{FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour)}})
 		}
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		i := 0
 		for b.Loop() {
 			it, _ := oc.GetIfPresent(benchKeyNames[i&(benchKeys-1)])
@@ -151,6 +156,7 @@ func BenchmarkHitLocal(b *testing.B) {
 			local.Set(k, driver.Item[*product]{Value: benchProduct, Meta: driver.Meta{FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour)}})
 		}
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		i := 0
 		for b.Loop() {
 			it, _ := local.Get(benchKeyNames[i&(benchKeys-1)])
@@ -167,6 +173,7 @@ func BenchmarkHitLocal(b *testing.B) {
 			local.Set(k, driver.Item[*product]{Value: benchProduct, Meta: driver.Meta{FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(time.Hour)}})
 		}
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		i := 0
 		for b.Loop() {
 			it, _ := local.Get(benchKeyNames[i&(benchKeys-1)])
@@ -180,6 +187,7 @@ func BenchmarkHitLocal(b *testing.B) {
 			sc.GetOrFetch(ctx, k, benchLoad)
 		}
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		i := 0
 		for b.Loop() {
 			sink, _ = sc.GetOrFetch(ctx, benchKeyNames[i&(benchKeys-1)], benchLoad)
@@ -193,6 +201,7 @@ func BenchmarkHitLocal(b *testing.B) {
 			rc.Set(&rediscache.Item{Key: k, Value: benchProduct, TTL: time.Hour})
 		}
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		i := 0
 		for b.Loop() {
 			var p product

@@ -50,6 +50,29 @@ func BenchmarkGet(b *testing.B) {
 		}
 	})
 
+	b.Run("memstore-GetAt", func(b *testing.B) {
+		// GetAt with the caller's reading, as a Cache hit calls it: no
+		// precise clock read inside.
+		s, err := New(Options[*payload]{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		for _, k := range keys {
+			s.Set(k, driver.Item[*payload]{Value: &payload{k}, Meta: driver.Meta{
+				FreshUntil: now.Add(time.Hour), StaleUntil: now.Add(2 * time.Hour),
+			}})
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, ok := s.GetAt(keys[i&(benchKeys-1)], now); !ok {
+				b.Fatal("miss")
+			}
+			i++
+		}
+	})
+
 	b.Run("otter-raw", func(b *testing.B) {
 		c := otter.Must(&otter.Options[string, *payload]{
 			MaximumSize:      DefaultMaxEntries,
@@ -127,6 +150,10 @@ func TestGetDoesNotAllocateForPointerValues(t *testing.T) {
 	s.Set("k", driver.Item[*payload]{Value: &payload{"k"}, Meta: driver.Meta{StaleUntil: time.Now().Add(time.Hour)}})
 	if n := testing.AllocsPerRun(1000, func() { s.Get("k") }); n != 0 {
 		t.Fatalf("Get allocates %.1f times per call; want 0", n)
+	}
+	now := time.Now()
+	if n := testing.AllocsPerRun(1000, func() { s.GetAt("k", now) }); n != 0 {
+		t.Fatalf("GetAt allocates %.1f times per call; want 0", n)
 	}
 }
 

@@ -131,3 +131,62 @@ func TestTypedNilStoreIsAConfigError(t *testing.T) {
 		t.Fatalf("New with a nil *memstore.Store = %v, want a *ConfigError on Local", err)
 	}
 }
+
+// The Cache reads its clock once per local hit and hands that reading to
+// the Store (GetAt): the two agree on the boundary instant. With no
+// StaleFor, FreshUntil is StaleUntil: 1ns before it the Cache serves the
+// local copy, at it the Cache loads, and so does the Store's GetAt.
+func TestCacheAndStoreAgreeAtTheBoundary(t *testing.T) {
+	clk := &testClock{}
+	clk.ns.Store(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	local, err := memstore.New(memstore.Options[string]{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCache(t, local, flightcache.Options[string]{TTL: time.Minute, Jitter: flightcache.DisableJitter, Now: clk.Now})
+	var loads atomic.Int64
+	fetch(t, c, "k", &loads)
+	clk.Advance(time.Minute - time.Nanosecond)
+	if r := fetch(t, c, "k", &loads); r.Outcome != flightcache.OutcomeHitLocal {
+		t.Fatalf("Fetch 1ns before the TTL ends: %v, want hit_local", r.Outcome)
+	}
+	clk.Advance(time.Nanosecond)
+	if _, ok := local.GetAt("k", clk.Now()); ok {
+		t.Fatal("the Store's GetAt returned the item at its StaleUntil")
+	}
+	if r := fetch(t, c, "k", &loads); r.Outcome != flightcache.OutcomeLoaded || loads.Load() != 2 {
+		t.Fatalf("Fetch at the instant the TTL ends: %v after %d loads; want loaded, 2", r.Outcome, loads.Load())
+	}
+}
+
+// A Cache with its own Options.Now over a Store on the real clock: the
+// Cache's reading decides. Past StaleUntil by the Cache's clock the item is
+// served neither fresh nor as the fallback of a failed load, although the
+// Store's own clock says it has an hour to live; between FreshUntil and
+// StaleUntil it is the fallback.
+func TestItemExpiredByTheCachesClockIsNeverServed(t *testing.T) {
+	clk := &testClock{}
+	clk.ns.Store(time.Now().UnixNano())
+	local, err := memstore.New(memstore.Options[string]{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCache(t, local, flightcache.Options[string]{TTL: 30 * time.Minute, StaleFor: 30 * time.Minute,
+		Jitter: flightcache.DisableJitter, Now: clk.Now})
+	var loads atomic.Int64
+	fetch(t, c, "k", &loads)
+	failing := func(context.Context) (string, error) { return "", errors.New("origin down") }
+
+	clk.Advance(45 * time.Minute) // stale by the Cache's clock
+	if r, err := c.Fetch(context.Background(), "k", failing); r.Outcome != flightcache.OutcomeStale || r.Value != "v" {
+		t.Fatalf("Fetch between FreshUntil and StaleUntil, load failing: %v %q, %v; want the stale value", r.Outcome, r.Value, err)
+	}
+	clk.Advance(15 * time.Minute) // at StaleUntil by the Cache's clock
+	if _, ok := local.Get("k"); !ok {
+		t.Fatal("the Store lost the item before its StaleUntil on its own clock")
+	}
+	r, err := c.Fetch(context.Background(), "k", failing)
+	if err == nil || r.Outcome != flightcache.OutcomeLoadFailed || r.Value != "" {
+		t.Fatalf("Fetch at StaleUntil by the Cache's clock, load failing: %v %q, %v; want load_failed and no value", r.Outcome, r.Value, err)
+	}
+}

@@ -2,9 +2,9 @@
 // concurrent map from key to driver.Item[V] on
 // github.com/maypok86/otter/v2.
 //
-// Every item lives exactly until its own StaleUntil (otter's per-entry expiry
-// calculator, not a fixed TTL): after that instant Get no longer returns it,
-// even before otter's maintenance has physically removed it. Size is bounded
+// Every item lives exactly until its own StaleUntil: after that instant Get
+// no longer returns it, even before otter's per-entry expiry has physically
+// removed it (by default a second or two later, see Clock). Size is bounded
 // either by entry count (MaxEntries) or by a caller-defined cost (Cost with
 // MaxCost); otter's W-TinyLFU policy picks the victims.
 //
@@ -13,17 +13,31 @@
 //
 // # Clock
 //
-// By default a Store reads the real clock (otter reads it on every Get to
-// check expiry). On virtual machines that read costs 30-80 ns, more than
-// the rest of a hit. Options.ClockResolution opts into a clock.Coarse
-// owned by the Store (one goroutine reading the real time once per
-// resolution): hits then read one atomic word instead, and items expire up
-// to about one resolution after their StaleUntil (later if that goroutine
-// is starved), never before. Store.Clock exposes the Store's clock, and a
-// flightcache.Cache whose Options.Now is nil uses it for its freshness
-// checks, so with a coarse clock a Cache hit reads no real clock either.
-// Close stops the goroutine; a Store that is never closed stops it once the
-// Store has been garbage collected.
+// By default a Store judges StaleUntil by the real clock (clock.Monotonic),
+// which Get reads once. GetAt (driver.LocalStoreAt) takes that reading from
+// its caller instead: a flightcache.Cache passes the one it reads for its
+// own freshness check, so a Cache hit reads the real clock once, not twice.
+// On virtual machines a precise clock read costs 30-80 ns, as much as the
+// rest of a hit. otter, which needs a time on every lookup for its
+// per-entry expiry, runs on a coarse clock of one second's resolution
+// (otter.CoarseClock: an atomic load per lookup, one wake-up per second).
+// That clock only schedules the removal of expired items; otter removes
+// each item a resolution after its StaleUntil, so not before it (unless
+// the clock's goroutine was starved for more than a second when the item
+// was stored: otter may then drop it up to that much early, which costs a
+// miss, never a late hit).
+//
+// Options.ClockResolution opts into a clock.Coarse owned by the Store (one
+// goroutine reading the real time once per resolution) for everything:
+// hits then read one atomic word instead of the real clock, and items
+// expire up to about one resolution after their StaleUntil (later if that
+// goroutine is starved), never before. Store.Clock exposes the Store's
+// clock, and a flightcache.Cache whose Options.Now is nil uses it for its
+// freshness checks, so with a coarse clock a Cache hit reads no real clock
+// at all.
+//
+// Close stops the clocks' goroutines; a Store that is never closed stops
+// them once the Store has been garbage collected.
 package memstore
 
 import (
@@ -86,15 +100,29 @@ type Store[V any] struct {
 	// faster hits and much smaller stack frames), for one allocation per
 	// Set. Stored Items are never modified, so Get may copy from them
 	// without a lock.
-	c      *otter.Cache[string, *driver.Item[V]]
+	c *otter.Cache[string, *driver.Item[V]]
+	// now is the Store's clock (Clock): Get, Set and All judge StaleUntil
+	// by it.
 	now    func() time.Time
 	coarse *clock.Coarse // nil unless Options.ClockResolution; owned, stopped by Close
+	// reclaim is otter's clock by default (nil with Options.Now or
+	// ClockResolution, where otter shares now): it lags now by up to
+	// slack, so otter's expiry of each item is pushed back by slack and
+	// otter does not drop an item before its StaleUntil. Owned, stopped by
+	// Close.
+	reclaim *otter.CoarseClock
+	slack   time.Duration
 }
+
+// reclaimResolution is the resolution of otter's clock by default: how
+// often it is read, and about how long after its StaleUntil otter removes
+// an item nobody asked for (Get never returns it meanwhile).
+const reclaimResolution = time.Second
 
 // Compile-time proof that Store satisfies the interfaces the cache consumes.
 var (
-	_ driver.LocalStore[int]  = (*Store[int])(nil)
-	_ driver.LocalRanger[int] = (*Store[int])(nil)
+	_ driver.LocalStoreAt[int] = (*Store[int])(nil)
+	_ driver.LocalRanger[int]  = (*Store[int])(nil)
 )
 
 // New returns a Store configured by opts. Options out of range are reported
@@ -115,7 +143,10 @@ func New[V any](opts Options[V]) (*Store[V], error) {
 		s.now = s.coarse.Now
 		oo.Clock = s.coarse
 	default:
-		s.now = clock.Monotonic // otter keeps its own (monotonic) real clock
+		s.now = clock.Monotonic
+		s.reclaim = otter.NewCoarseClock(reclaimResolution)
+		s.slack = reclaimResolution
+		oo.Clock = s.reclaim
 	}
 	if opts.Cost != nil {
 		cost := opts.Cost
@@ -131,9 +162,7 @@ func New[V any](opts Options[V]) (*Store[V], error) {
 	}
 	c, err := otter.New(oo)
 	if err != nil {
-		if s.coarse != nil {
-			s.coarse.Stop()
-		}
+		s.stopClocks()
 		// validate mirrors otter's rules, so this is a bug in validate.
 		return nil, &flightcache.ConfigError{Field: "Options", Reason: err.Error()}
 	}
@@ -159,12 +188,14 @@ func (o *Options[V]) validate() error {
 	return nil
 }
 
-// expiresAfter is otter's per-entry expiry: the time left until StaleUntil,
-// measured on the same clock otter uses. otter adds it to a snapshot of its
-// clock taken before this runs, so the entry expires at or just before
-// StaleUntil, never after.
+// expiresAfter is otter's per-entry expiry: the time left until StaleUntil
+// on the Store's clock, plus slack. otter adds it to a snapshot of its own
+// clock taken before this runs; that clock lags the Store's by at most
+// slack (none when they are the same clock; more only while the coarse
+// clock's goroutine is starved), so otter removes the entry at or after
+// its StaleUntil: Get, not otter, decides when an item stops being served.
 func (s *Store[V]) expiresAfter(e otter.Entry[string, *driver.Item[V]]) time.Duration {
-	d := e.Value.StaleUntil.Sub(s.now())
+	d := e.Value.StaleUntil.Sub(s.now()) + s.slack
 	if d <= 0 {
 		// Set refuses such items; a clock that moved between Set's check
 		// and this call can still get here. 1ns makes it expire at once.
@@ -174,13 +205,25 @@ func (s *Store[V]) expiresAfter(e otter.Entry[string, *driver.Item[V]]) time.Dur
 }
 
 // Get returns the item stored under key. An item whose StaleUntil has passed
-// is never returned (with ClockResolution: once the coarse clock has
-// passed it).
+// on the Store's clock is never returned (with ClockResolution: once the
+// coarse clock has passed it).
 //
 // The Item is the Store's own copy, shared by every caller: it must not be
 // modified (driver.LocalStore's contract).
 func (s *Store[V]) Get(key string) (*driver.Item[V], bool) {
-	return s.c.GetIfPresent(key)
+	return s.GetAt(key, s.now())
+}
+
+// GetAt is Get as of now, a reading of the caller's clock
+// (driver.LocalStoreAt): an item whose StaleUntil is not after now is not
+// returned. It reads no precise clock (otter's lookup reads its coarse one,
+// an atomic load), so a flightcache.Cache hit reads the real clock once.
+func (s *Store[V]) GetAt(key string, now time.Time) (*driver.Item[V], bool) {
+	it, ok := s.c.GetIfPresent(key)
+	if !ok || !now.Before(it.StaleUntil) {
+		return nil, false
+	}
+	return it, true
 }
 
 // Set stores it under key until it.StaleUntil, replacing any previous item.
@@ -213,11 +256,20 @@ func (s *Store[V]) Delete(key string) {
 // item stored, unchanged, for the whole iteration is yielded; an item Set
 // or Deleted while it runs may be yielded in its old or new state, or not
 // at all. A pass costs on the order of 100 ns per item, mostly cache
-// misses and, without ClockResolution, a clock read per item (otter checks
-// each item's expiry as it goes; see BenchmarkAll): bulk operations over a
-// large store are for writes, not for the read path.
+// misses and, without ClockResolution, a clock read per item (each item's
+// StaleUntil is checked as it is yielded; see BenchmarkAll): bulk
+// operations over a large store are for writes, not for the read path.
 func (s *Store[V]) All() iter.Seq2[string, *driver.Item[V]] {
-	return s.c.All()
+	return func(yield func(string, *driver.Item[V]) bool) {
+		for k, it := range s.c.All() {
+			if !s.now().Before(it.StaleUntil) {
+				continue // otter removes it a little later; see expiresAfter
+			}
+			if !yield(k, it) {
+				return
+			}
+		}
+	}
 }
 
 // Len returns the approximate number of items held. It may count items that
@@ -236,14 +288,22 @@ func (s *Store[V]) Len() int {
 // call instead of two.
 func (s *Store[V]) Clock() func() time.Time { return s.now }
 
-// Close stops otter's periodic clean-up goroutine and the Store's clock
-// goroutine. The Store keeps working after Close (its clock then reads the
-// precise time); expired items are then only removed lazily. Close is
+// Close stops otter's periodic clean-up goroutine and the goroutines of the
+// Store's clocks. The Store keeps working after Close (its clocks then read
+// the precise time); expired items are then only removed lazily. Close is
 // idempotent.
 func (s *Store[V]) Close() {
 	s.c.StopAllGoroutines()
+	s.stopClocks()
+}
+
+// stopClocks stops the goroutines of the Store's own clocks, if any.
+func (s *Store[V]) stopClocks() {
 	if s.coarse != nil {
 		s.coarse.Stop()
+	}
+	if s.reclaim != nil {
+		s.reclaim.Stop()
 	}
 }
 

@@ -167,6 +167,66 @@ func TestItemExpiresAtStaleUntilOnRealClock(t *testing.T) {
 	}
 }
 
+// GetAt judges StaleUntil by the caller's reading alone: up to the instant
+// before StaleUntil the item is there, from StaleUntil on it is not, even
+// while the Store's own clock still says it lives.
+func TestGetAtJudgesByTheCallersTime(t *testing.T) {
+	clk := newFakeClock()
+	s := newStore(t, Options[int]{Now: clk.Now})
+	it := item(1, clk.Now(), time.Minute, time.Hour)
+	s.Set("k", it)
+	if got, ok := s.GetAt("k", it.StaleUntil.Add(-time.Nanosecond)); !ok || got.Value != 1 {
+		t.Fatalf("GetAt 1ns before StaleUntil = %v, %v; want the item", got, ok)
+	}
+	for _, at := range []time.Time{it.StaleUntil, it.StaleUntil.Add(time.Hour)} {
+		if got, ok := s.GetAt("k", at); ok {
+			t.Fatalf("GetAt %v after StaleUntil = %+v; want a miss", at.Sub(it.StaleUntil), got)
+		}
+	}
+	if _, ok := s.Get("k"); !ok {
+		t.Fatal("Get on the Store's clock (an hour before StaleUntil) missed")
+	}
+}
+
+// By default otter runs on a coarse clock and removes an item a second or
+// so after its StaleUntil; Get and All must stop returning it at
+// StaleUntil all the same, and otter must remove it in the end.
+func TestDefaultClockHidesExpiredItemsBeforeOtterRemovesThem(t *testing.T) {
+	s := newStore(t, Options[int]{})
+	it := item(1, time.Now(), 10*time.Millisecond, 30*time.Millisecond)
+	s.Set("k", it)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		before := time.Now()
+		_, ok := s.Get("k")
+		if ok && !before.Before(it.StaleUntil) {
+			t.Fatalf("Get returned the item %v after its StaleUntil", before.Sub(it.StaleUntil))
+		}
+		if !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("item still returned 10s after its StaleUntil")
+		}
+		time.Sleep(time.Millisecond) // polling with a deadline: expiry has no event to wait on
+	}
+	if time.Now().Before(it.StaleUntil) {
+		t.Fatalf("item vanished %v before its StaleUntil", it.StaleUntil.Sub(time.Now()))
+	}
+	for k := range s.All() {
+		t.Fatalf("All yielded %q after its StaleUntil", k)
+	}
+	for {
+		if _, held := s.c.GetIfPresent("k"); !held {
+			return // otter removed it
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("otter still holds the item 10s after its StaleUntil")
+		}
+		time.Sleep(10 * time.Millisecond) // polling with a deadline, as above
+	}
+}
+
 func TestMaxEntriesBoundsSize(t *testing.T) {
 	clk := newFakeClock()
 	const max = 100
