@@ -239,6 +239,15 @@ type leaseTimer interface {
 	LeaseTTL() time.Duration
 }
 
+// claimReader is a Coordinator that tells, before any Claim, whether its
+// Claim honours driver.ClaimRequest.Read (redislease's does): a Get that
+// misses its local tier then leaves the shared read to its flight's first
+// Claim from the start (read-or-claim, see Cache.fetch), not only once a
+// Grant showed it.
+type claimReader interface {
+	ClaimReads() bool
+}
+
 // storeClock is a LocalStore that keeps its own clock; see Options.Now.
 type storeClock interface {
 	Clock() func() time.Time

@@ -235,6 +235,15 @@ func (c *Coordinator) checkPermissions(ctx context.Context) error {
 	return refused("a subscribe to the channel", err)
 }
 
+// ClaimReads reports that Claim honours driver.ClaimRequest.Read: it
+// reads the store's entry for the key in the same script as each decision
+// (read-or-claim). A flightcache.Cache asks it at New and then leaves the
+// shared read of a Get that missed its local tier to the flight's first
+// Claim, a look (driver.ClaimRequest.Wait 0) that reads the entry first:
+// a warm shared hit is one script, a cold miss two (the look that claims
+// the lease, and Complete).
+func (c *Coordinator) ClaimReads() bool { return true }
+
 // LeaseTTL returns the lease TTL in use.
 func (c *Coordinator) LeaseTTL() time.Duration { return c.leaseTTL }
 
@@ -298,13 +307,16 @@ type acquireReply struct {
 	hasVal  bool   // payload was in the reply
 }
 
-func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64, read bool) (acquireReply, error) {
+// The acquire script's read modes (its ARGV[3]).
+const (
+	noRead    = "0" // decide without reading the value key
+	readAlong = "1" // read-or-claim: the value key read with each decision
+	readFirst = "2" // a look (ClaimRequest.Wait 0): the value key first
+)
+
+func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64, readArg string) (acquireReply, error) {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	readArg := "0"
-	if read {
-		readArg = "1"
-	}
 	v, err := acquireScript.Run(ctx, c.client, []string{k.lease, k.token, k.done, k.fail, k.value},
 		ms(c.leaseTTL), strconv.FormatUint(after, 10), readArg, c.store.MaxPayload()).Slice()
 	if err != nil {
@@ -393,7 +405,14 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req driver.ClaimReq
 	}()
 	read := req.Read
 	for {
-		r, err := c.acquire(ctx, k, req.After, read)
+		mode := noRead
+		switch {
+		case read && req.Wait <= 0:
+			mode = readFirst
+		case read:
+			mode = readAlong
+		}
+		r, err := c.acquire(ctx, k, req.After, mode)
 		if err != nil {
 			return driver.Grant{Waited: time.Since(start)}, err
 		}
@@ -422,6 +441,11 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req driver.ClaimReq
 			// claims or waits, and the Cache reads the tier itself.
 			read = false
 			continue
+		}
+		if req.Wait <= 0 {
+			// A look (see driver.ClaimRequest.Wait): no subscription, no
+			// wait.
+			return driver.Grant{}, flightcache.ErrCoalesceTimeout
 		}
 		// Another instance holds the lease: a completion from now on is
 		// one this Claim waited for.
