@@ -75,10 +75,14 @@ type Cache[V any] struct {
 	// change is reported once.
 	breakerState atomic.Uint32
 	// claimReads is set when the Coordinator says its Claim honours
-	// ClaimRequest.Read (claimReader), or once a Grant showed it did
-	// (driver.Grant.Read): from then on a Get that misses the local tier
+	// ClaimRequest.Read and wants it used for the Get's read
+	// (claimReader), or, from a Coordinator that says nothing, once a Grant
+	// showed it did (driver.Grant.Read): from then on a Get that misses the local tier
 	// leaves the shared read to its flight's Claim (see fetch).
 	claimReads atomic.Bool
+	// claimReadsSaid: the Coordinator said at New whether claimReads holds
+	// (claimReader), and no Grant changes it. Read-only after New.
+	claimReadsSaid bool
 
 	// One limiter per kind of warning, so that a flood of one kind never
 	// hides the first line of another.
@@ -166,8 +170,9 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 	c.scope.Store(uint32(ScopeLocal))
 	if o.Coordinator != nil {
 		c.scope.Store(uint32(ScopeCluster))
-		if cr, ok := o.Coordinator.(claimReader); ok && cr.ClaimReads() {
-			c.claimReads.Store(true)
+		if cr, ok := o.Coordinator.(claimReader); ok {
+			c.claimReads.Store(cr.ClaimReads())
+			c.claimReadsSaid = true
 		}
 	}
 	c.coh.DownTTL = o.BusDownTTL

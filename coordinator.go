@@ -158,7 +158,7 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (fl *flig
 			cl, err = c.opts.Coordinator.Claim(cctx, m.key, driver.ClaimRequest{After: after, Wait: wait, Read: read})
 			cancel()
 		}
-		if err == nil && cl.Read && !c.claimReads.Load() {
+		if err == nil && cl.Read && !c.claimReadsSaid && !c.claimReads.Load() {
 			c.claimReads.Store(true)
 		}
 		switch {

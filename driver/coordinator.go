@@ -73,6 +73,7 @@ type ClaimRequest struct {
 	// Cache then skips the shared reads that would otherwise surround the
 	// Claim (its double-check before it, a follower's read after it):
 	// one round trip instead of two on a cold miss, and on every wake-up.
+	// With Wait 0 it is the Get's own shared read too (a look, see Wait).
 	// An implementation that cannot read the tier ignores Read and leaves
 	// Grant.Read false; the Cache reads the tier itself.
 	Read bool

@@ -85,6 +85,13 @@ type Options struct {
 	// DefaultBulkRetention (25h: any TTL up to 24h with StaleFor up to
 	// 1h).
 	BulkRetention time.Duration
+	// PlainSharedRead keeps a Cache's shared read of a single-key Get a
+	// plain bounded GET before its flight, instead of the read-or-claim
+	// look (see ClaimReads): a warm shared hit then costs Redis a GET
+	// instead of a script (measured 0.3 µs against 5 µs of Redis time),
+	// and a cold miss 3 round trips instead of 2. For deployments where
+	// warm shared hits, not cold misses, load Redis.
+	PlainSharedRead bool
 }
 
 // Coordinator is a driver.Coordinator on Redis. It shares its client
@@ -96,6 +103,7 @@ type Options struct {
 type Coordinator struct {
 	client     redis.UniversalClient
 	store      *redisstore.Store
+	plainRead  bool                 // Options.PlainSharedRead
 	cluster    *redis.ClusterClient // nil outside Redis Cluster
 	leaseTTL   time.Duration
 	failWindow time.Duration
@@ -136,7 +144,7 @@ func New(ctx context.Context, client redis.UniversalClient, store *redisstore.St
 	if err := redisstore.CheckClient(client); err != nil {
 		return nil, err
 	}
-	c := &Coordinator{client: client, store: store, leaseTTL: opts.LeaseTTL, failWindow: opts.FailureWindow, timeout: opts.Timeout, subs: make(map[string]*subscriber)}
+	c := &Coordinator{client: client, store: store, plainRead: opts.PlainSharedRead, leaseTTL: opts.LeaseTTL, failWindow: opts.FailureWindow, timeout: opts.Timeout, subs: make(map[string]*subscriber)}
 	if c.leaseTTL == 0 {
 		c.leaseTTL = DefaultLeaseTTL
 	}
@@ -235,14 +243,15 @@ func (c *Coordinator) checkPermissions(ctx context.Context) error {
 	return refused("a subscribe to the channel", err)
 }
 
-// ClaimReads reports that Claim honours driver.ClaimRequest.Read: it
-// reads the store's entry for the key in the same script as each decision
-// (read-or-claim). A flightcache.Cache asks it at New and then leaves the
-// shared read of a Get that missed its local tier to the flight's first
-// Claim, a look (driver.ClaimRequest.Wait 0) that reads the entry first:
-// a warm shared hit is one script, a cold miss two (the look that claims
-// the lease, and Complete).
-func (c *Coordinator) ClaimReads() bool { return true }
+// ClaimReads reports whether a flightcache.Cache should leave the shared
+// read of a Get that missed its local tier to its flight's first Claim:
+// true unless Options.PlainSharedRead. Claim honours
+// driver.ClaimRequest.Read either way (it reads the store's entry in the
+// same script as each decision); the Cache asks at New. With it, the
+// first Claim is a look (driver.ClaimRequest.Wait 0) that reads the entry
+// first: a warm shared hit is one script, a cold miss two round trips (the
+// look that takes the lease, and Complete).
+func (c *Coordinator) ClaimReads() bool { return !c.plainRead }
 
 // LeaseTTL returns the lease TTL in use.
 func (c *Coordinator) LeaseTTL() time.Duration { return c.leaseTTL }

@@ -205,3 +205,38 @@ func TestClusterFollowerReadsTheValueInItsWakeUpScript(t *testing.T) {
 	}
 	t.Logf("a cluster follower: %d round trips %q", len(trips), trips)
 }
+
+// With Options.PlainSharedRead the Get reads the shared tier with a plain
+// bounded GET before its flight, as before the read-or-claim look: a warm
+// shared hit is that one GET (no script), a cold miss 3 round trips.
+func TestPlainSharedReadKeepsTheGETBeforeTheFlight(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	other := newInstance(t, newClient(t, addr), prefix, instanceConfig{})
+	hook := &roundTripHook{}
+	in := newInstance(t, newClient(t, addr, hook), prefix, instanceConfig{lease: Options{PlainSharedRead: true}})
+	if in.coord.ClaimReads() {
+		t.Fatal("ClaimReads with PlainSharedRead = true, want false")
+	}
+	ctx := context.Background()
+	load := func(context.Context) (string, error) { return "v", nil }
+	if _, err := in.cache.Fetch(ctx, "warm-up", load); err != nil {
+		t.Fatal(err)
+	}
+	hook.watch("cold-key")
+	if r, err := in.cache.Fetch(ctx, "cold-key", load); err != nil || r.Outcome != flightcache.OutcomeLoaded {
+		t.Fatalf("cold Fetch: %+v %v", r, err)
+	}
+	if trips, want := hook.seen(), []string{"getrange", "evalsha", "evalsha"}; fmt.Sprint(trips) != fmt.Sprint(want) {
+		t.Fatalf("a cold miss made round trips %q, want %q", trips, want)
+	}
+	if _, err := other.cache.Fetch(ctx, "warm-key", load); err != nil {
+		t.Fatal(err)
+	}
+	hook.watch("warm-key")
+	if r, err := in.cache.Fetch(ctx, "warm-key", load); err != nil || r.Outcome != flightcache.OutcomeHitShared {
+		t.Fatalf("warm Fetch: %+v %v", r, err)
+	}
+	if trips, want := hook.seen(), []string{"getrange"}; fmt.Sprint(trips) != fmt.Sprint(want) {
+		t.Fatalf("a warm shared hit made round trips %q, want %q", trips, want)
+	}
+}
