@@ -359,10 +359,14 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	// first Claim is this read instead (read-or-claim, see
 	// miss.lookShared): a warm shared hit is that one round trip, and a
 	// cold miss claims the lease in it. Not with a SoftTimeout and no local
-	// stale item: the soft timeout needs its fallback before the flight.
+	// stale item (the soft timeout needs its fallback before the flight),
+	// nor without a LoadFunc (there is no flight: a shared hit is all it
+	// may get), nor with a FailureThrottle (the flight refuses a throttled
+	// key before any Claim, and the key may meanwhile have a value that
+	// another instance stored).
 	var sharedDown sharedSkip
-	inFlight := c.opts.Coordinator != nil && c.opts.Shared != nil && c.claimReads.Load() &&
-		(c.opts.SoftTimeout == 0 || stale != nil)
+	inFlight := c.opts.Coordinator != nil && c.opts.Shared != nil && load != nil && c.throttle == nil &&
+		c.claimReads.Load() && (c.opts.SoftTimeout == 0 || stale != nil)
 	if c.opts.Shared != nil && !inFlight {
 		it, err := c.readSharedGuarded(ctx, key, now)
 		sharedDown = unavailable(ctx, err)
