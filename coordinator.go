@@ -90,6 +90,11 @@ func (c *Cache[V]) setScope(ctx context.Context, s Scope, why error) {
 //     the one an early refresh replaces) means Claim again, without
 //     reading. A Coordinator that does not read leaves this to the Cache:
 //     it reads the tier itself once it holds the lease (see readAfterClaim).
+//     When the Get left its own shared read to the flight
+//     (miss.readInFlight), that first Claim is a look (lookShared): a
+//     shared call that does not wait, whose fresh entry is the Get's
+//     shared hit and whose stale one its fallback; another instance's
+//     lease sends the flight on to an ordinary Claim, which waits.
 //  2. The Coordinator either hands this instance the lease (it leads:
 //     load, fenced write, broadcast, release; see lead), or waits for the
 //     instance that holds it.
