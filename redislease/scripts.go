@@ -102,9 +102,8 @@ redis.call('SET', ` + tokenKey + `, ts, 'PX', ` + ttlMS + `)
 // read) a payload in the value key answers {4} before any marker is read:
 // a warm shared hit costs the script one bounded read. That read is
 // readValue's, written out before readLua's functions are defined, so a
-// warm hit does not even create them (closures per call: measured a
-// third of the script's Redis time); an empty string there reads as a
-// missing key. The Cache judges the payload; when it cannot serve it, it
+// warm hit does not even create them (they are closures, made on every
+// call); an empty string there reads as a missing key. The Cache judges the payload; when it cannot serve it, it
 // claims again without read, and the markers answer then.
 var acquireScript = redis.NewScript(`
 if ARGV[3] == '2' then
