@@ -78,6 +78,15 @@ type Cache[V any] struct {
 	// breakerState is the last BreakerState the Cache saw, so that each
 	// change is reported once.
 	breakerState atomic.Uint32
+	// claimReads is set when the Coordinator says its Claim honours
+	// ClaimRequest.Read and wants it used for the Get's read
+	// (claimReader), or, from a Coordinator that says nothing, once a Grant
+	// showed it did (driver.Grant.Read): from then on a Get that misses the local tier
+	// leaves the shared read to its flight's Claim (see fetch).
+	claimReads atomic.Bool
+	// claimReadsSaid: the Coordinator said at New whether claimReads holds
+	// (claimReader), and no Grant changes it. Read-only after New.
+	claimReadsSaid bool
 
 	// One limiter per kind of warning, so that a flood of one kind never
 	// hides the first line of another.
@@ -171,6 +180,10 @@ func New[V any](opts Options[V]) (*Cache[V], error) {
 	c.scope.Store(uint32(ScopeLocal))
 	if o.Coordinator != nil {
 		c.scope.Store(uint32(ScopeCluster))
+		if cr, ok := o.Coordinator.(claimReader); ok {
+			c.claimReads.Store(cr.ClaimReads())
+			c.claimReadsSaid = true
+		}
 	}
 	c.coh.DownTTL = o.BusDownTTL
 	// A write-back of a load that began before a fence can land after
@@ -353,9 +366,20 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	}
 
 	// 2. The shared tier. A failure is a miss; a newer stale item than the
-	// local one becomes the fallback.
+	// local one becomes the fallback. In cluster mode, with a Coordinator
+	// known to read the tier in its Claim (Cache.claimReads), the flight's
+	// first Claim is this read instead (read-or-claim, see
+	// miss.lookShared): a warm shared hit is that one round trip, and a
+	// cold miss claims the lease in it. Not with a SoftTimeout and no local
+	// stale item (the soft timeout needs its fallback before the flight),
+	// nor without a LoadFunc (there is no flight: a shared hit is all it
+	// may get), nor with a FailureThrottle (the flight refuses a throttled
+	// key before any Claim, and the key may meanwhile have a value that
+	// another instance stored).
 	var sharedDown sharedSkip
-	if c.opts.Shared != nil {
+	inFlight := c.opts.Coordinator != nil && c.opts.Shared != nil && load != nil && c.throttle == nil &&
+		c.claimReads.Load() && (c.opts.SoftTimeout == 0 || stale != nil)
+	if c.opts.Shared != nil && !inFlight {
 		it, err := c.readSharedGuarded(ctx, key, now)
 		sharedDown = unavailable(ctx, err)
 		if it != nil && now.Before(it.FreshUntil) {
@@ -379,7 +403,7 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	if err := ctx.Err(); err != nil { // the caller left while the shared tier answered
 		return Result[V]{Outcome: OutcomeCallerLeft}, nil, err
 	}
-	m := &miss[V]{c: c, key: key, load: load, sharedDown: sharedDown, hasStale: stale != nil}
+	m := &miss[V]{c: c, key: key, load: load, sharedDown: sharedDown, hasStale: stale != nil, readInFlight: inFlight}
 	var fl *flight[V]
 	var err error
 	if stale != nil && c.opts.SoftTimeout > 0 {
@@ -392,6 +416,15 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 	}
 	if fl != nil {
 		m.loadCtx = fl.loadCtx
+		if fl.sharedHit && err == nil {
+			// The flight's read-or-claim found a fresh entry: a shared hit,
+			// for every caller of the flight.
+			r, err := c.serveFresh(ctx, key, load, &fl.item, now, driver.TierShared)
+			return r, m, err
+		}
+		if fl.stale != nil && (stale == nil || fl.stale.FreshUntil.After(stale.FreshUntil)) {
+			stale = fl.stale
+		}
 	}
 	r, err := c.settle(ctx, fl, err, m.led.Load(), stale, now)
 	return r, m, err

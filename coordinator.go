@@ -90,6 +90,11 @@ func (c *Cache[V]) setScope(ctx context.Context, s Scope, why error) {
 //     the one an early refresh replaces) means Claim again, without
 //     reading. A Coordinator that does not read leaves this to the Cache:
 //     it reads the tier itself once it holds the lease (see readAfterClaim).
+//     When the Get left its own shared read to the flight
+//     (miss.readInFlight), that first Claim is a look (lookShared): a
+//     shared call that does not wait, whose fresh entry is the Get's
+//     shared hit and whose stale one its fallback; another instance's
+//     lease sends the flight on to an ordinary Claim, which waits.
 //  2. The Coordinator either hands this instance the lease (it leads:
 //     load, fenced write, broadcast, release; see lead), or waits for the
 //     instance that holds it.
@@ -109,24 +114,58 @@ func (c *Cache[V]) setScope(ctx context.Context, s Scope, why error) {
 //     that already found the shared tier unavailable (timeout, open
 //     breaker) does not ask the Coordinator, which lives on the same
 //     Redis: it pays at most one shared timeout, as without cluster mode.
-func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[V], error) {
+func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (fl *flight[V], err error) {
 	c := m.c
 	if m.sharedDown != sharedUsable {
 		return m.coordinatorFailed(ctx, t, fmt.Errorf("flightcache: coordinator not asked, the shared tier is unavailable: %w", m.sharedDown.err()))
 	}
+	// stale is a stale entry the flight's first look found (lookShared):
+	// the callers' fallback should the flight end in an error.
+	var stale *driver.Item[V]
+	defer func() {
+		if stale != nil && err != nil {
+			if fl == nil {
+				fl = new(flight[V])
+			}
+			fl.stale = stale
+		}
+	}()
 	var after uint64
 	read := true // the first Claim reads the shared tier (read-or-claim)
+	look := m.readInFlight
 	deadline := time.Now().Add(c.opts.CoalesceWait)
 	for {
 		wait := time.Until(deadline)
 		if wait <= 0 {
 			return m.waitTimedOut(ctx, t, ErrCoalesceTimeout)
 		}
-		// Bounded as the flight's hard timeout budgets it (see New): the
-		// wait, and one shared call's time to answer.
-		cctx, cancel := context.WithTimeout(ctx, wait+c.opts.SharedTimeout)
-		cl, err := c.opts.Coordinator.Claim(cctx, m.key, driver.ClaimRequest{After: after, Wait: wait, Read: read})
-		cancel()
+		var cl driver.Grant
+		looked := look
+		if look {
+			// The Get's shared read, folded into the first Claim.
+			look = false
+			var held bool
+			cl, held, err = m.lookShared(ctx)
+			switch {
+			case m.sharedDown != sharedUsable:
+				return m.coordinatorFailed(ctx, t, fmt.Errorf("flightcache: read-or-claim failed, the shared tier is unavailable: %w", err))
+			case held:
+				// Another instance loads the key: wait for it.
+				if c.opts.Observer != nil {
+					c.emit(ctx, driver.EventMiss, driver.TierShared, nil)
+				}
+				continue
+			}
+		} else {
+			// Bounded as the flight's hard timeout budgets it (see New):
+			// the wait, and one shared call's time to answer.
+			cctx, cancel := context.WithTimeout(ctx, wait+c.opts.SharedTimeout)
+			cl, err = c.opts.Coordinator.Claim(cctx, m.key, driver.ClaimRequest{After: after, Wait: wait, Read: read})
+			cancel()
+		}
+		if err == nil && cl.Read && !c.claimReadsSaid && !c.claimReads.Load() {
+			c.claimReads.Store(true)
+		}
 		switch {
 		case err == nil:
 			c.setScope(ctx, ScopeCluster, nil)
@@ -141,6 +180,28 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 			return nil, err
 		default:
 			return m.coordinatorFailed(ctx, t, err)
+		}
+		if looked && cl.Lease == nil && cl.Read && cl.Current != nil {
+			// The look found an entry and took no lease: the shared hit
+			// the read before the flight would have served, or its stale
+			// fallback.
+			now := c.opts.Now()
+			if it := c.acceptShared(ctx, m.key, cl.Current, now, t); it != nil {
+				if now.Before(it.FreshUntil) {
+					return &flight[V]{item: *it, found: true, sharedHit: true}, nil
+				}
+				if !it.NotFound {
+					stale, m.hasStale = it, true
+				}
+			}
+			if c.opts.Observer != nil {
+				c.emit(ctx, driver.EventMiss, driver.TierShared, nil)
+			}
+			after, read = cl.Done, false
+			continue
+		}
+		if looked && c.opts.Observer != nil {
+			c.emit(ctx, driver.EventMiss, driver.TierShared, nil)
 		}
 		if cl.Lease != nil {
 			if c.opts.Observer != nil {
@@ -183,6 +244,39 @@ func (m *miss[V]) coordinated(ctx context.Context, t coherence.Ticket) (*flight[
 		}
 		after, read = cl.Done, false
 	}
+}
+
+// lookShared is the flight's first Claim when its caller left the shared
+// read to it (miss.readInFlight): read-or-claim, looking once without
+// waiting (ClaimRequest.Wait 0), as a shared call (see sharedCall): under
+// the SharedBreaker and SharedTimeout, as the read it replaces. held
+// reports that another instance holds the key's lease (the Claim's
+// ErrCoalesceTimeout): an answer of the tier, not a failure, as
+// ErrLeaderFailed is. A failure sets m.sharedDown when it makes the tier
+// unavailable for this Get.
+func (m *miss[V]) lookShared(ctx context.Context) (cl driver.Grant, held bool, err error) {
+	c := m.c
+	var answer error
+	err = c.sharedCall(ctx, true, func(ctx context.Context) error {
+		var err error
+		cl, err = c.opts.Coordinator.Claim(ctx, m.key, driver.ClaimRequest{Read: true})
+		if errors.Is(err, ErrLeaderFailed) || errors.Is(err, ErrCoalesceTimeout) {
+			answer = err
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		if ctx.Err() == nil { // the caller leaving is not a store failure
+			c.readFailed(ctx, err)
+		}
+		m.sharedDown = unavailable(ctx, err)
+		return cl, false, err
+	}
+	if errors.Is(answer, ErrCoalesceTimeout) {
+		return cl, true, nil
+	}
+	return cl, false, answer
 }
 
 // readAfterClaim is the shared half of the double-check for a Coordinator

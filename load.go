@@ -39,8 +39,14 @@ type miss[V any] struct {
 	sharedDown sharedSkip
 	// hasStale: the caller has a stale value to fall back on, so cluster
 	// mode's wait bound serves it rather than loading. Written before the
-	// flight. (It fits in sharedDown's padding: the size stays 64.)
+	// flight, and by run when the flight's read-or-claim found a stale
+	// entry (lookShared). (It fits in sharedDown's padding: the size stays
+	// 64.)
 	hasStale bool
+	// readInFlight: the caller did not read the shared tier before the
+	// flight; the flight's first Claim is that read (lookShared). Written
+	// before the flight. (In the padding too.)
+	readInFlight bool
 	// forced: the miss is a Refresh's (refreshnow.go), which loads even
 	// though a fresh value is held. Its double-check serves nothing, and
 	// newerThan is then the read time (UnixNano, this Cache's clock) of
@@ -82,6 +88,14 @@ type flight[V any] struct {
 	// noStore: the loader called NoStore, so nothing was stored (the
 	// Outcome stays OutcomeLoaded); a Refresh then announces nothing.
 	noStore bool
+	// sharedHit: with found, the item is a fresh shared entry the
+	// flight's read-or-claim found (lookShared): every caller serves it as
+	// a shared hit, as the read before the flight would have.
+	sharedHit bool
+	// stale is, when the flight ended in an error, a stale shared entry
+	// its read-or-claim found: the callers' fallback, as the read before
+	// the flight would have been.
+	stale *driver.Item[V]
 	// announced: a Refresh led this flight and published the new value's
 	// Invalidation (see Refresh); a Refresh that joined it does not again.
 	// Written by the leader before the flight's result is handed over.

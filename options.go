@@ -105,7 +105,12 @@ type Options[V any] struct {
 	// one. Default none: loads are coalesced within the process only.
 	// Batch reads (GetMany, FetchMany) are coalesced within the process
 	// only, and write what they load to Local only: their loads hold no
-	// lease, so a shared write could not be fenced.
+	// lease, so a shared write could not be fenced. A Coordinator that
+	// reads the shared tier in its Claim (redislease's does) also does a
+	// single-key Get's shared read: the flight's first Claim reads the
+	// entry or, when there is none, takes the lease, in one round trip
+	// (see driver.ClaimRequest.Wait), under SharedBreaker and
+	// SharedTimeout like the read it replaces.
 	Coordinator driver.Coordinator
 	// CoalesceWait bounds how long a flight waits for another instance's
 	// load before OnCoalesceTimeout applies (the flight's own load, if it
@@ -240,6 +245,15 @@ type Options[V any] struct {
 // does); see Options.CoalesceWait.
 type leaseTimer interface {
 	LeaseTTL() time.Duration
+}
+
+// claimReader is a Coordinator that tells, before any Claim, whether a
+// Get that misses its local tier should leave its shared read to its
+// flight's first Claim (read-or-claim, see Cache.fetch): true from the
+// start, not only once a Grant showed Read; false never, whatever the
+// Grants show (redislease's Options.PlainSharedRead).
+type claimReader interface {
+	ClaimReads() bool
 }
 
 // storeClock is a LocalStore that keeps its own clock; see Options.Now.

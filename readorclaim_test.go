@@ -169,3 +169,66 @@ func TestReadOrClaimThatFindsAFinishedLoadIsNoWakeUp(t *testing.T) {
 		})
 	}
 }
+
+// plainReadCoordinator is a scriptedCoordinator that says, as redislease's
+// with PlainSharedRead does, that Gets must keep their own shared read.
+type plainReadCoordinator struct{ *scriptedCoordinator }
+
+func (plainReadCoordinator) ClaimReads() bool { return false }
+
+// A Coordinator that says nothing about reading is learnt from its Grants:
+// once one showed Read, a Get that misses its local tier leaves its shared
+// read to the flight, whose first Claim is then a look (Wait 0, Read) and
+// the shared tier is not read by the Cache at all; its fresh answer is a
+// shared hit. A Coordinator that says no (ClaimReads false) is never
+// asked so, whatever its Grants show: the Cache reads the tier before the
+// flight, and the Claim's find is its double-check's.
+func TestALookReplacesTheSharedReadOnceTheCoordinatorReads(t *testing.T) {
+	entry := func() *driver.Entry {
+		now := time.Now()
+		return &driver.Entry{Value: []byte(`{"ID":"p:2","Name":"shared"}`), Meta: driver.Meta{
+			LoadedAt: now, FreshUntil: now.Add(time.Minute), StaleUntil: now.Add(time.Hour)}}
+	}
+	answers := func() []func(string) driver.Grant {
+		lease := &recordingLease{coord: &recordingCoordinator{}}
+		return []func(string) driver.Grant{
+			func(string) driver.Grant { return driver.Grant{Lease: lease, Read: true} },
+			func(string) driver.Grant { return driver.Grant{Read: true, Current: entry()} },
+		}
+	}
+	load := func(context.Context) (*product, error) { return &product{ID: "p", Name: "loaded"}, nil }
+	for _, c := range []struct {
+		name      string
+		says      bool // the Coordinator implements ClaimReads, returning false
+		wantWait0 bool
+		wantGets  int64
+		want      flightcache.Outcome // the double-check's find is a coalesced answer
+	}{
+		{"learnt", false, true, 1, flightcache.OutcomeHitShared},
+		{"plain", true, false, 2, flightcache.OutcomeCoalesced},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sc := &scriptedCoordinator{answers: answers()}
+			var coord driver.Coordinator = sc
+			if c.says {
+				coord = plainReadCoordinator{sc}
+			}
+			shared := newMapShared(time.Now)
+			cache := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: shared, Coordinator: coord})
+			if _, err := cache.Fetch(context.Background(), "p:1", load); err != nil {
+				t.Fatal(err)
+			}
+			r, err := cache.Fetch(context.Background(), "p:2", load)
+			if err != nil || r.Value == nil || r.Value.Name != "shared" || r.Outcome != c.want {
+				t.Fatalf("second Fetch = %+v, %v; want the Coordinator's entry, %v", r, err, c.want)
+			}
+			req := sc.requests()
+			if len(req) != 2 || !req[1].Read || (req[1].Wait == 0) != c.wantWait0 {
+				t.Fatalf("Claims %+v; want the second reading, with Wait 0: %v", req, c.wantWait0)
+			}
+			if n := shared.gets.Load(); n != c.wantGets {
+				t.Fatalf("the Cache read the shared tier %d times, want %d", n, c.wantGets)
+			}
+		})
+	}
+}

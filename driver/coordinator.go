@@ -57,7 +57,14 @@ type ClaimRequest struct {
 	// After is the token of a completion the caller has already seen (0 for
 	// none); Claim reports only newer ones.
 	After uint64
-	// Wait bounds how long Claim waits for another instance's load.
+	// Wait bounds how long Claim waits for another instance's load. Zero
+	// (or less) asks for a look: Claim decides on what it finds at once
+	// and, when another instance holds the lease, returns an error
+	// matching flightcache.ErrCoalesceTimeout without waiting or
+	// subscribing to anything. With Read, a look is the Cache's shared
+	// read of a Get that missed its local tier: it may read the entry
+	// before anything else, since the Cache judges it and claims again
+	// (without Read) when it cannot serve it.
 	Wait time.Duration
 	// Read asks Claim to read the key's shared entry in the same atomic
 	// step as each decision it makes (read-or-claim): an entry present
@@ -66,6 +73,7 @@ type ClaimRequest struct {
 	// Cache then skips the shared reads that would otherwise surround the
 	// Claim (its double-check before it, a follower's read after it):
 	// one round trip instead of two on a cold miss, and on every wake-up.
+	// With Wait 0 it is the Get's own shared read too (a look, see Wait).
 	// An implementation that cannot read the tier ignores Read and leaves
 	// Grant.Read false; the Cache reads the tier itself.
 	Read bool

@@ -79,8 +79,8 @@ func BenchmarkFollowerLatency(b *testing.B) {
 }
 
 // BenchmarkColdMiss measures a cold miss of one instance in cluster mode,
-// nobody else asking: the read before the flight, read-or-claim and
-// complete-and-publish (TestColdMissInClusterModeCostsThreeRoundTrips
+// nobody else asking: the read-or-claim look that takes the lease, and
+// complete-and-publish (TestColdMissInClusterModeCostsTwoRoundTrips
 // counts them). serial is one miss at a time, its latency; parallel keeps
 // 16 misses in flight per core, its throughput in misses per second.
 func BenchmarkColdMiss(b *testing.B) {

@@ -85,6 +85,13 @@ type Options struct {
 	// DefaultBulkRetention (25h: any TTL up to 24h with StaleFor up to
 	// 1h).
 	BulkRetention time.Duration
+	// PlainSharedRead keeps a Cache's shared read of a single-key Get a
+	// plain bounded GET before its flight, instead of the read-or-claim
+	// look (see ClaimReads): a warm shared hit then costs Redis a GET
+	// instead of a script (measured 0.3 µs against 5 µs of Redis time),
+	// and a cold miss 3 round trips instead of 2. For deployments where
+	// warm shared hits, not cold misses, load Redis.
+	PlainSharedRead bool
 }
 
 // Coordinator is a driver.Coordinator on Redis. It shares its client
@@ -96,6 +103,7 @@ type Options struct {
 type Coordinator struct {
 	client     redis.UniversalClient
 	store      *redisstore.Store
+	plainRead  bool                 // Options.PlainSharedRead
 	cluster    *redis.ClusterClient // nil outside Redis Cluster
 	leaseTTL   time.Duration
 	failWindow time.Duration
@@ -137,7 +145,7 @@ func New(ctx context.Context, client redis.UniversalClient, store *redisstore.St
 	if err := redisstore.CheckClient(client); err != nil {
 		return nil, err
 	}
-	c := &Coordinator{client: client, store: store, leaseTTL: opts.LeaseTTL, failWindow: opts.FailureWindow, timeout: opts.Timeout, subs: make(map[string]*subscriber)}
+	c := &Coordinator{client: client, store: store, plainRead: opts.PlainSharedRead, leaseTTL: opts.LeaseTTL, failWindow: opts.FailureWindow, timeout: opts.Timeout, subs: make(map[string]*subscriber)}
 	if c.leaseTTL == 0 {
 		c.leaseTTL = DefaultLeaseTTL
 	}
@@ -250,6 +258,16 @@ func (c *Coordinator) checkPermissions(ctx context.Context) error {
 	return refused("a subscribe to the channel", err)
 }
 
+// ClaimReads reports whether a flightcache.Cache should leave the shared
+// read of a Get that missed its local tier to its flight's first Claim:
+// true unless Options.PlainSharedRead. Claim honours
+// driver.ClaimRequest.Read either way (it reads the store's entry in the
+// same script as each decision); the Cache asks at New. With it, the
+// first Claim is a look (driver.ClaimRequest.Wait 0) that reads the entry
+// first: a warm shared hit is one script, a cold miss two round trips (the
+// look that takes the lease, and Complete).
+func (c *Coordinator) ClaimReads() bool { return !c.plainRead }
+
 // LeaseTTL returns the lease TTL in use.
 func (c *Coordinator) LeaseTTL() time.Duration { return c.leaseTTL }
 
@@ -313,13 +331,16 @@ type acquireReply struct {
 	hasVal  bool   // payload was in the reply
 }
 
-func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64, read bool) (acquireReply, error) {
+// The acquire script's read modes (its ARGV[3]).
+const (
+	noRead    = "0" // decide without reading the value key
+	readAlong = "1" // read-or-claim: the value key read with each decision
+	readFirst = "2" // a look (ClaimRequest.Wait 0): the value key first
+)
+
+func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64, readArg string) (acquireReply, error) {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	readArg := "0"
-	if read {
-		readArg = "1"
-	}
 	v, err := acquireScript.Run(ctx, c.client, []string{k.lease, k.token, k.done, k.fail, k.value},
 		ms(c.leaseTTL), strconv.FormatUint(after, 10), readArg, c.store.MaxPayload()).Slice()
 	if err != nil {
@@ -408,7 +429,14 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req driver.ClaimReq
 	}()
 	read := req.Read
 	for {
-		r, err := c.acquire(ctx, k, req.After, read)
+		mode := noRead
+		switch {
+		case read && req.Wait <= 0:
+			mode = readFirst
+		case read:
+			mode = readAlong
+		}
+		r, err := c.acquire(ctx, k, req.After, mode)
 		if err != nil {
 			return driver.Grant{Waited: time.Since(start)}, err
 		}
@@ -437,6 +465,11 @@ func (c *Coordinator) Claim(ctx context.Context, key string, req driver.ClaimReq
 			// claims or waits, and the Cache reads the tier itself.
 			read = false
 			continue
+		}
+		if req.Wait <= 0 {
+			// A look (see driver.ClaimRequest.Wait): no subscription, no
+			// wait.
+			return driver.Grant{}, flightcache.ErrCoalesceTimeout
 		}
 		// Another instance holds the lease: a completion from now on is
 		// one this Claim waited for.

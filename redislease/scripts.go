@@ -81,7 +81,8 @@ redis.call('SET', ` + tokenKey + `, ts, 'PX', ` + ttlMS + `)
 
 // acquireScript: KEYS lease, token, done, fail, value; ARGV lease TTL ms
 // (the token key's too), after (a completion token already seen), read
-// ("1": read-or-claim, see driver.ClaimRequest.Read), the store's
+// ("1": read-or-claim, see driver.ClaimRequest.Read; "2": the same, but
+// the value key is read first, for a look, see readFirst), the store's
 // MaxPayload (see readLua). Replies:
 //
 //	{0, token}           this caller now holds the lease
@@ -96,12 +97,26 @@ redis.call('SET', ` + tokenKey + `, ts, 'PX', ` + ttlMS + `)
 // With read, the reads the Cache would make around the acquire (its
 // double-check before, a follower's GET after a completion) happen in the
 // same atomic step: a cold miss and each wake-up cost one round trip less.
-var acquireScript = redis.NewScript(readLua + `
+//
+// With read "2" (a Get's first look, which stands in for its plain shared
+// read) a payload in the value key answers {4} before any marker is read:
+// a warm shared hit costs the script one bounded read. That read is
+// readValue's, written out before readLua's functions are defined, so a
+// warm hit does not even create them (they are closures, made on every
+// call); an empty string there reads as a missing key. The Cache judges the payload; when it cannot serve it, it
+// claims again without read, and the markers answer then.
+var acquireScript = redis.NewScript(`
+if ARGV[3] == '2' then
+	local n = redis.pcall('STRLEN', KEYS[5])
+	if type(n) ~= 'number' or n > tonumber(ARGV[4]) then return {4, '', '` + unreadable + `'} end
+	if n > 0 then return {4, '', redis.call('GET', KEYS[5])} end
+end
+` + readLua + `
 local f = readMarker(KEYS[4], false)
 if f then return {3, f} end
 local d = readMarker(KEYS[3], true)
 if d and tonumber(d) > tonumber(ARGV[2]) then
-	if ARGV[3] == '1' then
+	if ARGV[3] ~= '0' then
 		local v = readValue(KEYS[5], ARGV[4])
 		if v then return {2, d, v} end
 	end
