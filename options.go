@@ -103,9 +103,11 @@ type Options[V any] struct {
 	// the others wait for it and read its value from Shared, which is
 	// therefore required. See Coordinator; package redislease provides
 	// one. Default none: loads are coalesced within the process only.
-	// Batch reads (GetMany, FetchMany) are coalesced within the process
-	// only, and write what they load to Local only: their loads hold no
-	// lease, so a shared write could not be fenced.
+	// Batch reads (GetMany, FetchMany) coalesce across the cluster too,
+	// claiming and completing their keys' leases together, when the
+	// Coordinator is a driver.BatchCoordinator (redislease's is); with
+	// another Coordinator their loads hold no lease, so they write Local
+	// only.
 	Coordinator driver.Coordinator
 	// CoalesceWait bounds how long a flight waits for another instance's
 	// load before OnCoalesceTimeout applies (the flight's own load, if it
