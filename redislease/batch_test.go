@@ -2,6 +2,7 @@ package redislease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -418,5 +419,89 @@ func (f pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		f(cmds)
 		return next(ctx, cmds)
+	}
+}
+
+// A Set on another instance while a batch loads one of its keys wins:
+// the Set fences the batch's lease, the batch's write of that key is
+// refused, and its callers get the Set's value, handed back by the
+// refusing script; the other keys are written as loaded.
+func TestSetDuringAClusterBatchLoadWins(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	cfg := instanceConfig{lease: Options{LeaseTTL: 15 * time.Second}}
+	loader := newInstance(t, newClient(t, addr), prefix, cfg)
+	writer := newInstance(t, newClient(t, addr), prefix, cfg)
+	keys := batchKeys("fenced", 3)
+	o := newBatchOrigin("old-")
+	o.gate, o.started = make(chan struct{}), make(chan struct{}, 1)
+	done := make(chan []flightcache.KeyResult[string], 1)
+	go func() { done <- loader.cache.FetchMany(context.Background(), keys, o.load) }()
+	select {
+	case <-o.started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the batch never started loading")
+	}
+	if err := writer.cache.Set(context.Background(), keys[1], "set"); err != nil {
+		t.Fatal(err)
+	}
+	close(o.gate)
+	var rs []flightcache.KeyResult[string]
+	select {
+	case rs = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the batch never returned")
+	}
+	want := []string{"old-" + keys[0], "set", "old-" + keys[2]}
+	for n, r := range rs {
+		if r.Err != nil || r.Value != want[n] {
+			t.Fatalf("key %s: %q %v %v; want %q", keys[n], r.Value, r.Outcome, r.Err, want[n])
+		}
+	}
+	if n := loader.rec.count(driver.EventFencedWriteRejected); n != 1 {
+		t.Fatalf("%d fenced writes refused, want 1", n)
+	}
+	reader := newInstance(t, newClient(t, addr), prefix, cfg)
+	for n, r := range reader.cache.FetchMany(context.Background(), keys, nil) {
+		if r.Value != want[n] || r.Outcome != flightcache.OutcomeHitShared {
+			t.Fatalf("shared tier: %s = %q (%v), want %q", keys[n], r.Value, r.Outcome, want[n])
+		}
+	}
+}
+
+// Per key, a cluster batch keeps the single key's rules: a key the loader
+// leaves out is a tombstone in the shared tier (another instance reads
+// ErrNotFound from it without loading), and a key the loader fails alone
+// (a *BatchError with Keys) is a failure the other instances hear of
+// within the failure window (ErrLeaderFailed), while the batch's other
+// keys are stored.
+func TestClusterBatchKeepsNegativeCachingAndPerKeyErrors(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	cfg := instanceConfig{lease: Options{LeaseTTL: 15 * time.Second, FailureWindow: time.Minute}}
+	a := newInstance(t, newClient(t, addr), prefix, cfg)
+	b := newInstance(t, newClient(t, addr), prefix, cfg)
+	keys := []string{"rules:found", "rules:absent", "rules:broken"}
+	errBroken := errors.New("row unreadable")
+	rs := a.cache.FetchMany(context.Background(), keys, func(ctx context.Context, keys []string) (map[string]string, error) {
+		return map[string]string{"rules:found": "v"}, &flightcache.BatchError{Keys: map[string]error{"rules:broken": errBroken}}
+	})
+	if rs[0].Err != nil || rs[0].Value != "v" || !errors.Is(rs[1].Err, flightcache.ErrNotFound) || !errors.Is(rs[2].Err, errBroken) {
+		t.Fatalf("batch: %+v", rs)
+	}
+	calls := 0
+	rs = b.cache.FetchMany(context.Background(), keys, func(ctx context.Context, keys []string) (map[string]string, error) {
+		calls++
+		return nil, errors.New("must not load")
+	})
+	if calls != 0 {
+		t.Fatalf("the second instance called its loader %d times, want 0", calls)
+	}
+	if rs[0].Value != "v" || rs[0].Outcome != flightcache.OutcomeHitShared {
+		t.Fatalf("found key on the second instance: %+v", rs[0])
+	}
+	if !errors.Is(rs[1].Err, flightcache.ErrNotFound) || rs[1].Outcome != flightcache.OutcomeNegativeHit {
+		t.Fatalf("absent key on the second instance: %v %v, want the shared tombstone", rs[1].Outcome, rs[1].Err)
+	}
+	if !errors.Is(rs[2].Err, flightcache.ErrLeaderFailed) || strings.Contains(rs[2].Err.Error(), "unreadable") {
+		t.Fatalf("broken key on the second instance: %v; want ErrLeaderFailed without the leader's error text", rs[2].Err)
 	}
 }
