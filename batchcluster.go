@@ -177,6 +177,12 @@ func (c *Cache[V]) loadLeased(fctx context.Context, bc driver.BatchCoordinator, 
 	if len(toLoad) == 0 {
 		return
 	}
+	// From here on, the flight context of a key this goroutine loads, not
+	// the chunk's first key's (loadChunk's fctx): that key may be followed
+	// in its own goroutine, which completes its flight, and so ends its
+	// context, as soon as its leader's value arrives; a load context made
+	// from an ended flight context is ended from the start.
+	fctx = keys[toLoad[0]].f.Context()
 	loaded, flights, pol := c.originChunk(fctx, keys, owned, names, toLoad, load, answers)
 	// The leases of keys that failed (the whole call, or one key): a
 	// load whose every caller left did not fail, its lease is completed

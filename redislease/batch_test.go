@@ -505,3 +505,46 @@ func TestClusterBatchKeepsNegativeCachingAndPerKeyErrors(t *testing.T) {
 		t.Fatalf("broken key on the second instance: %v; want ErrLeaderFailed without the leader's error text", rs[2].Err)
 	}
 }
+
+// A batch's load is not cut short when a key of the same chunk that
+// another instance was loading arrives while it loads: that key's flight,
+// followed in its own goroutine, completes (and its context ends) while
+// the batch still loads its own keys, on a context of their own. (Its
+// arrival before the load starts, which ended the load at once when the
+// load ran on the chunk's first key's context, is too narrow a window to
+// pin here; TestBatchOfThreeInstancesLoadsEachKeyOnce at -count=20 met it.)
+func TestClusterBatchLoadOutlivesAFollowedKeyOfItsChunk(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	cfg := instanceConfig{lease: Options{LeaseTTL: 15 * time.Second}}
+	a := newInstance(t, newClient(t, addr), prefix, cfg)
+	b := newInstance(t, newClient(t, addr), prefix, cfg)
+	first := newBatchOrigin("a-")
+	first.gate, first.started = make(chan struct{}), make(chan struct{}, 1)
+	aDone := make(chan []flightcache.KeyResult[string], 1)
+	go func() { aDone <- a.cache.FetchMany(context.Background(), []string{"chunk:0"}, first.load) }()
+	<-first.started // a holds chunk:0's lease
+
+	second := newBatchOrigin("b-")
+	second.gate, second.started = make(chan struct{}), make(chan struct{}, 1)
+	bDone := make(chan []flightcache.KeyResult[string], 1)
+	go func() { bDone <- b.cache.FetchMany(context.Background(), []string{"chunk:0", "chunk:1"}, second.load) }()
+	<-second.started // b follows chunk:0 and loads chunk:1
+
+	close(first.gate)
+	if rs := <-aDone; rs[0].Err != nil {
+		t.Fatal(rs[0].Err)
+	}
+	// b's flight of chunk:0 has ended once a Get of it on b returns: it
+	// joins that flight, or hits what the flight stored.
+	if r, err := b.cache.Fetch(context.Background(), "chunk:0", nil); err != nil || r.Value != "a-chunk:0" {
+		t.Fatalf("chunk:0 on b: %q %v", r.Value, err)
+	}
+	close(second.gate)
+	rs := <-bDone
+	if rs[0].Err != nil || rs[0].Value != "a-chunk:0" || rs[1].Err != nil || rs[1].Value != "b-chunk:1" {
+		t.Fatalf("b's batch: %q %v, %q %v; want a's chunk:0 and its own chunk:1", rs[0].Value, rs[0].Err, rs[1].Value, rs[1].Err)
+	}
+	if n := second.loadsOf("chunk:0"); n != 0 {
+		t.Fatalf("b loaded chunk:0 %d times, want 0 (a was loading it)", n)
+	}
+}
