@@ -164,12 +164,7 @@ func (c *Coordinator) ClaimMany(ctx context.Context, names []string, read bool) 
 			g.Err = fmt.Errorf("redislease: claim many: unknown reply %d", kind)
 		}
 	}
-	if failed == len(cmds) {
-		for i := range grants {
-			if l, ok := grants[i].Lease.(*lease); ok { // none: every call failed
-				l.end()
-			}
-		}
+	if failed == len(cmds) { // every call failed: no lease was granted
 		return nil, first
 	}
 	return grants, nil
