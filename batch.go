@@ -121,6 +121,11 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFun
 // own Outcome, the loader timeout, limits, negative caching, explicit writes
 // that win over the load, early refresh, the stale fallback, and the
 // caller's context (the loads go on for the other callers when it ends).
+// In cluster mode, with a Coordinator that is a driver.BatchCoordinator,
+// the keys left are claimed together and loaded once in the whole
+// cluster: the keys this instance is granted are loaded together and
+// written to the shared tier under fencing, and the keys another instance
+// is loading are waited for (see Options.Coordinator).
 // The Observer gets one EventGet per key; a Tracer gets one load span per
 // loader call and no Get span.
 func (c *Cache[V]) FetchMany(ctx context.Context, keys []string, load BatchLoadFunc[V]) []KeyResult[V] {
@@ -762,9 +767,12 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 // unavailable already). The check and the writes happen with every key's
 // guard lock held (writeIfAll).
 //
-// In cluster mode a batch writes the local tier only (see sharedWritable).
-// The callers get their values all the same; other instances load those
-// keys themselves, under a lease, when they miss them.
+// In cluster mode the keys it writes hold no lease (a Coordinator that is
+// not a driver.BatchCoordinator, or a degraded claim), so it writes the
+// local tier only (see sharedWritable); leased keys are written by their
+// leases' completion instead (loadLeased). The callers get their values
+// all the same; other instances load those keys themselves, under a
+// lease, when they miss them.
 func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []coherence.Ticket, flights []*flight[V], sharedDown sharedSkip) {
 	writeShared, skipErr := c.sharedWritable(sharedDown)
 	var entries []driver.Entry
