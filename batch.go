@@ -121,6 +121,11 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string, load BatchLoadFun
 // own Outcome, the loader timeout, limits, negative caching, explicit writes
 // that win over the load, early refresh, the stale fallback, and the
 // caller's context (the loads go on for the other callers when it ends).
+// In cluster mode, with a Coordinator that is a driver.BatchCoordinator,
+// the keys left are claimed together and loaded once in the whole
+// cluster: the keys this instance is granted are loaded together and
+// written to the shared tier under fencing, and the keys another instance
+// is loading are waited for (see Options.Coordinator).
 // The Observer gets one EventGet per key; a Tracer gets one load span per
 // loader call and no Get span.
 func (c *Cache[V]) FetchMany(ctx context.Context, keys []string, load BatchLoadFunc[V]) []KeyResult[V] {
@@ -418,11 +423,17 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	for j := range answers {
 		answers[j].err = errBatchAborted
 	}
+	// owned[j]: key j was handed to a goroutine of its own (in cluster
+	// mode, a key another instance is loading, see loadLeased), which
+	// completes its flight and ends its ticket; this one must not.
+	owned := make([]bool, len(keys))
 	// Every flight is completed exactly once, whatever happens below, and
 	// only after the write-back, as a single load returns after its own.
 	defer func() {
 		for j, bk := range keys {
-			bk.f.Complete(answers[j].fl, answers[j].err)
+			if !owned[j] {
+				bk.f.Complete(answers[j].fl, answers[j].err)
+			}
 		}
 	}()
 	// A panic in a store, the codec or a Cost function would end the
@@ -449,7 +460,9 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 	}
 	defer func() {
 		for j := range keys {
-			c.coh.End(names[j], tickets[j])
+			if !owned[j] {
+				c.coh.End(names[j], tickets[j])
+			}
 		}
 	}()
 
@@ -471,6 +484,12 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 			}
 		}
 		todo = append(todo, j)
+	}
+	if bc, ok := c.opts.Coordinator.(driver.BatchCoordinator); ok && len(todo) > 0 {
+		// Cluster mode: the shared half of the double-check is read in
+		// the step that claims the keys (see loadLeased).
+		c.loadLeased(fctx, bc, keys, names, tickets, todo, load, sharedDown, answers, owned, now)
+		return
 	}
 	if c.opts.Shared != nil && sharedDown == sharedUsable && len(todo) > 0 {
 		ks, ts := make([]string, len(todo)), make([]coherence.Ticket, len(todo))
@@ -506,6 +525,30 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		return
 	}
 
+	todo, flights, pol := c.originChunk(fctx, keys, owned, names, todo, load, answers)
+	if pol == nil {
+		return
+	}
+	if !pol.noStore.Load() {
+		ask, ts := make([]string, len(todo)), make([]coherence.Ticket, len(todo))
+		for n, j := range todo {
+			ask[n], ts[n] = names[j], tickets[j]
+		}
+		// On the flight's context, outside the loader timeout, each shared
+		// call under SharedTimeout (as miss.writeBack).
+		c.writeBackMany(fctx, ask, ts, flights, sharedDown)
+	}
+	for n, j := range todo {
+		answers[j] = batchAnswer[V]{fl: flights[n]}
+	}
+}
+
+// originChunk is a chunk's origin call: the loader, once, for the keys
+// names[j], j in todo, under LoaderTimeout as a single load's
+// (miss.loadOrigin). Keys that failed get their answers here; it returns
+// the keys loaded (found or not found) and their flights, aligned, and
+// the policy the loader set (nil when the whole call failed).
+func (c *Cache[V]) originChunk(fctx context.Context, keys []*batchKey[V], owned []bool, names []string, todo []int, load BatchLoadFunc[V], answers []batchAnswer[V]) ([]int, []*flight[V], *storePolicy) {
 	// The load, under LoaderTimeout as a single load's (miss.loadOrigin):
 	// the origin's own deadline, inside the flight's.
 	ask := make([]string, len(todo))
@@ -554,13 +597,15 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 			}
 			answers[j] = batchAnswer[V]{fl: fl, err: err}
 		}
-		return
+		return nil, nil, nil
 	}
 	// Loaded in time: the flights' hard timeout must not cut the
 	// write-back short and lose the values (as in miss.run). Every key of
 	// the chunk waits for it, found in a tier or loaded.
-	for _, bk := range keys {
-		flightgroup.StopTimeout(bk.f.Context())
+	for j, bk := range keys {
+		if !owned[j] { // an owned key's flight is its own goroutine's
+			flightgroup.StopTimeout(bk.f.Context())
+		}
 	}
 	c.reportUnrequested(fctx, found, ask)
 	// Keys the loader failed one by one (a *BatchError with Keys) get their
@@ -618,18 +663,7 @@ func (c *Cache[V]) loadChunk(ctx context.Context, keys []*batchKey[V], load Batc
 		}
 		flights[n] = fl
 	}
-	if !pol.noStore.Load() {
-		ts := make([]coherence.Ticket, len(todo))
-		for n, j := range todo {
-			ts[n] = tickets[j]
-		}
-		// On the flight's context, outside the loader timeout, each shared
-		// call under SharedTimeout (as miss.writeBack).
-		c.writeBackMany(fctx, ask, ts, flights, sharedDown)
-	}
-	for n, j := range todo {
-		answers[j] = batchAnswer[V]{fl: flights[n]}
-	}
+	return todo, flights, pol
 }
 
 // callBatchLoader calls load, turning a panic into a *singleflight.PanicError
@@ -733,9 +767,12 @@ func (c *Cache[V]) readSharedMany(ctx context.Context, keys []string, tickets []
 // unavailable already). The check and the writes happen with every key's
 // guard lock held (writeIfAll).
 //
-// In cluster mode a batch writes the local tier only (see sharedWritable).
-// The callers get their values all the same; other instances load those
-// keys themselves, under a lease, when they miss them.
+// In cluster mode the keys it writes hold no lease (a Coordinator that is
+// not a driver.BatchCoordinator, or a degraded claim), so it writes the
+// local tier only (see sharedWritable); leased keys are written by their
+// leases' completion instead (loadLeased). The callers get their values
+// all the same; other instances load those keys themselves, under a
+// lease, when they miss them.
 func (c *Cache[V]) writeBackMany(ctx context.Context, keys []string, tickets []coherence.Ticket, flights []*flight[V], sharedDown sharedSkip) {
 	writeShared, skipErr := c.sharedWritable(sharedDown)
 	var entries []driver.Entry

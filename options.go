@@ -103,14 +103,15 @@ type Options[V any] struct {
 	// the others wait for it and read its value from Shared, which is
 	// therefore required. See Coordinator; package redislease provides
 	// one. Default none: loads are coalesced within the process only.
-	// Batch reads (GetMany, FetchMany) are coalesced within the process
-	// only, and write what they load to Local only: their loads hold no
-	// lease, so a shared write could not be fenced. A Coordinator that
-	// reads the shared tier in its Claim (redislease's does) also does a
-	// single-key Get's shared read: the flight's first Claim reads the
-	// entry or, when there is none, takes the lease, in one round trip
-	// (see driver.ClaimRequest.Wait), under SharedBreaker and
-	// SharedTimeout like the read it replaces.
+	// Batch reads (GetMany, FetchMany) coalesce across the cluster too,
+	// claiming and completing their keys' leases together, when the
+	// Coordinator is a driver.BatchCoordinator (redislease's is); with
+	// another Coordinator their loads hold no lease, so they write Local
+	// only. A Coordinator that reads the shared tier in its Claim
+	// (redislease's does) also does a single-key Get's shared read: the
+	// flight's first Claim reads the entry or, when there is none, takes
+	// the lease, in one round trip (see driver.ClaimRequest.Wait), under
+	// SharedBreaker and SharedTimeout like the read it replaces.
 	Coordinator driver.Coordinator
 	// CoalesceWait bounds how long a flight waits for another instance's
 	// load before OnCoalesceTimeout applies (the flight's own load, if it

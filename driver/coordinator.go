@@ -144,3 +144,63 @@ type Completion struct {
 	// shared tier itself.
 	Current *Entry
 }
+
+// BatchCoordinator is a Coordinator that claims and completes many keys
+// per round trip. A Cache whose Coordinator implements it serves the keys
+// a batch must load (GetMany, FetchMany) in cluster mode with one
+// ClaimMany for all of them and one CompleteMany (or FailMany) per loader
+// call, instead of a Claim and a Complete per key; without it, a batch
+// loads its keys under no lease and writes them to the local tier only.
+// Package redislease implements it: one pipeline per Redis node, so one
+// round trip outside Redis Cluster, and at most one per hash slot on one.
+//
+// ClaimMany never waits: a key that another instance is loading is
+// reported Busy, and the Cache waits for it with Claim, exactly as for a
+// single key (so the wake-up, the take-over of an expired lease and
+// CoalesceWait are the single-key path's). Leases it grants are ordinary
+// Leases: each may also be ended alone with its own Complete or Fail.
+type BatchCoordinator interface {
+	Coordinator
+	// ClaimMany looks once at each key, in the order given, and returns
+	// one BatchGrant per key, aligned with keys. With read, a key whose
+	// shared entry is present is answered with it (BatchGrant.Current)
+	// and takes no lease (read-or-claim); without read, the entry is not
+	// looked at and a lease is granted whenever no other instance holds
+	// one (the Cache claims again without read the keys whose entry it
+	// could not serve). err is a failure of the whole call: no key was
+	// claimed, or the claimed ones will expire. A key's own failure
+	// (a load of it failed within the failure window, a key the store
+	// refuses) is its BatchGrant.Err.
+	ClaimMany(ctx context.Context, keys []string, read bool) ([]BatchGrant, error)
+	// CompleteMany ends leases granted by ClaimMany, each as its own
+	// Complete would with entries[i] (nil: store nothing): a fenced write,
+	// the wake-up of its followers, the release. The result is aligned
+	// with leases; errs, when not nil, is aligned too and holds the keys
+	// whose completion failed (their followers find out when the lease
+	// expires). Exactly one of Complete, Fail, CompleteMany and FailMany
+	// must end each lease.
+	CompleteMany(ctx context.Context, leases []Lease, entries []*Entry) ([]Completion, []error)
+	// FailMany ends leases granted by ClaimMany as Fail would, each with
+	// errs[i] (only its class may leave the instance, see Lease.Fail). It
+	// returns the first failure to reach the coordination service.
+	FailMany(ctx context.Context, leases []Lease, errs []error) error
+}
+
+// BatchGrant is one key's answer from BatchCoordinator.ClaimMany. At most
+// one of Lease, Current, Busy and Err is set. None is when read was asked
+// and the key's entry was present but failed the store's checks (corrupt,
+// expired since): the Cache claims the key again without read.
+type BatchGrant struct {
+	// Lease is set when this instance must load the key.
+	Lease Lease
+	// Current is the key's shared entry, when read was asked and the
+	// tier held one that passed the store's checks: no lease was taken.
+	Current *Entry
+	// Busy reports that another instance holds the key's lease: wait for
+	// its load with Claim.
+	Busy bool
+	// Err is the key's own failure: one matching
+	// flightcache.ErrLeaderFailed when a load of the key failed within the
+	// failure window, or the store's refusal of the key.
+	Err error
+}

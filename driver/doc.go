@@ -6,7 +6,8 @@
 //   - tiers: LocalStore (typed, in-process; memstore), SharedStore and
 //     BatchSharedStore (bytes, shared; redisstore), with their Item, Entry,
 //     Meta and Lookup, a Codec between the two, and a SharedBreaker;
-//   - cluster mode: Coordinator, Grant and Lease (redislease);
+//   - cluster mode: Coordinator, Grant and Lease, and BatchCoordinator
+//     with its BatchGrant for batches (redislease);
 //   - cross-instance invalidation: Bus, BusHandler and Invalidation
 //     (redislease);
 //   - penetration: Guard (bloomguard);
@@ -20,7 +21,8 @@
 // typed value and its Meta); an Entry is what a SharedStore holds (the
 // Codec's bytes and the same Meta); a Lookup is one key's answer from
 // BatchSharedStore.GetMany; a Grant is Coordinator.Claim's answer, which
-// carries a Lease when this instance must load.
+// carries a Lease when this instance must load; a BatchGrant is one key's
+// answer from BatchCoordinator.ClaimMany.
 //
 // This package imports only the standard library.
 package driver

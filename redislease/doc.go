@@ -77,6 +77,15 @@
 // flightcache.ErrLeaderFailed that names the class, and the leader's own
 // callers keep the full error.
 //
+// A batch (flightcache's GetMany and FetchMany) uses the Coordinator as a
+// driver.BatchCoordinator: ClaimMany sends one small claim script per key
+// (the failure marker, the value when read is asked, the lease), all in
+// one pipeline, so a batch claims its keys in one round trip on one
+// Redis and one per master on a Redis Cluster; CompleteMany and FailMany
+// pipeline the complete and fail scripts the same way. A key another
+// instance holds is reported busy, and the Cache waits for it with Claim.
+// Each granted lease has its own heartbeat, as Claim's has.
+//
 // A follower subscribes to the key's channel (reference-counted, over one
 // subscription connection per instance, or per master for sharded pub/sub
 // on a Cluster) and waits for confirmation before it looks at the lease

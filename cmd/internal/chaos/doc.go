@@ -5,7 +5,8 @@
 // flightcache.Cache with a memstore local tier, a redisstore shared tier
 // and a redislease Bus (and Coordinator, in cluster mode), over one
 // in-memory origin whose keys carry a version that each write bumps.
-// Readers Get, writers bump the origin and then Set, Delete,
+// Readers Get (one read in four a FetchMany of a few keys of one
+// tenant, recorded as one read per key), writers bump the origin and then Set, Delete,
 // InvalidatePrefix or InvalidateTag of a category (every key of it
 // bumped), as a service answers a PUT or a reprice, and a raw reader reads
 // the shared tier's entries straight from Redis. Meanwhile faults are
@@ -20,7 +21,7 @@
 //
 // In ModeProductd the instances are productd processes instead (built
 // once per run, in cluster mode, on one origin database), read with HTTP
-// GETs and written with PUTs and category reprices, whose new revisions
+// GETs (one in four of the batch endpoint) and written with PUTs and category reprices, whose new revisions
 // the harness reads: the same History, the same Check. Besides the Redis faults, the process
 // leading the load of a cold key is killed mid-load and started again, or
 // frozen past its lease and thawed.

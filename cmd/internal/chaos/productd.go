@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flightcache/flightcache/cmd/internal/httpapi"
 	"github.com/flightcache/flightcache/cmd/internal/product"
 )
 
@@ -508,6 +509,55 @@ func (p *phase) httpGet(in *instance, key string, gated bool) {
 		op.Found, op.Version, op.BodyKey = true, body.Revision, p.pd.rows.keyOf(body)
 	}
 	p.h.Record(op)
+}
+
+// httpBatch is a GET of the batch endpoint for keys (one tenant's rows,
+// in one locale and currency) on in, recorded as one read per key that
+// spans the request. A row the answer lists as missing is a failed read.
+func (p *phase) httpBatch(in *instance, keys []string) {
+	refs := make([]product.Ref, len(keys))
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		refs[i] = p.pd.rows.ref(k)
+		ids[i] = refs[i].ID
+	}
+	in.gate.RLock()
+	defer in.gate.RUnlock()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	target := "/v1/tenants/" + refs[0].Tenant + "/products?" +
+		url.Values{"ids": {strings.Join(ids, ",")}, "locale": {refs[0].Locale}, "currency": {refs[0].Currency}}.Encode()
+	start := p.h.Now()
+	status, header, data, err := p.httpDo(ctx, in, http.MethodGet, target, nil)
+	end := p.h.Now()
+	var body httpapi.ListBody
+	var whole string
+	switch {
+	case err != nil:
+		whole = errText(err)
+	case status != http.StatusOK:
+		whole = fmt.Sprintf("%d %s", status, bytes.TrimSpace(data))
+	case json.Unmarshal(data, &body) != nil:
+		whole = fmt.Sprintf("malformed body %q", data)
+	}
+	byID := make(map[string]product.Product, len(body.Products))
+	for _, pr := range body.Products {
+		byID[pr.ProductID] = pr
+	}
+	for i, k := range keys {
+		op := Op{Instance: in.id, Key: k, Kind: Read, Start: start, End: end, Err: whole}
+		if header != nil {
+			op.Detail = header.Get(httpapi.OutcomesHeader) + "/batch"
+		}
+		if whole == "" {
+			if pr, ok := byID[ids[i]]; ok {
+				op.Found, op.Version, op.BodyKey = true, pr.Revision, p.pd.rows.keyOf(pr)
+			} else {
+				op.Err = "missing from the batch answer"
+			}
+		}
+		p.h.Record(op)
+	}
 }
 
 // httpPut changes key's row through in (a PUT of a new price), holding the

@@ -246,6 +246,42 @@ func (o *origin) load(key string) flightcache.LoadFunc[Value] {
 	}
 }
 
+// loadMany is load for a batch: every key's version read at the start,
+// one latency for the call, and the tags of every key's category on every
+// value (SetTags covers a whole call: a value carries more tags than its
+// own, so it is invalidated more often, never less).
+func (o *origin) loadMany(ctx context.Context, keys []string) (map[string]Value, error) {
+	o.mu.Lock()
+	versions := make([]int64, len(keys))
+	for i, k := range keys {
+		versions[i] = o.versions[k]
+	}
+	latency := time.Duration(1+o.rng.IntN(5)) * time.Millisecond
+	if o.rng.IntN(5) == 0 {
+		latency = time.Duration(50+o.rng.IntN(100)) * time.Millisecond
+	}
+	o.mu.Unlock()
+	var tags []string
+	for _, k := range keys {
+		if t := tagOf(k); !slices.Contains(tags, t) {
+			tags = append(tags, t)
+		}
+	}
+	flightcache.SetTags(ctx, tags...)
+	t := time.NewTimer(latency)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	found := make(map[string]Value, len(keys))
+	for i, k := range keys {
+		found[k] = valueOf(k, versions[i])
+	}
+	return found, nil
+}
+
 // categoryOf is the category of the workload's key "tN:pK": K/2, so that
 // products 0 and 1 of a tenant share one, as productd's catalog products
 // n and n+8 do (rowMap maps them so).
@@ -715,10 +751,62 @@ const (
 	writerPace     = 400 * time.Millisecond
 )
 
-// reader Gets random keys, at most pace apart, until stop closes.
+// reader Gets random keys, at most pace apart, until stop closes. One
+// read in four is a batch (FetchMany; in ModeProductd the batch endpoint)
+// of the key and up to three other keys of its tenant.
 func (p *phase) reader(stop <-chan struct{}, in *instance, pace time.Duration, rng *rand.Rand) {
 	for pause(stop, 1+time.Duration(rng.Int64N(int64(pace)))) {
-		p.read(in, p.keys[rng.IntN(len(p.keys))])
+		key := p.keys[rng.IntN(len(p.keys))]
+		if rng.IntN(4) == 0 {
+			p.readBatch(in, p.batchOf(key, rng))
+			continue
+		}
+		p.read(in, key)
+	}
+}
+
+// batchOf is key and up to three other random keys of its tenant.
+func (p *phase) batchOf(key string, rng *rand.Rand) []string {
+	tenant, _, _ := strings.Cut(key, ":")
+	keys := []string{key}
+	for range 3 {
+		k := p.keys[rng.IntN(len(p.keys))]
+		if t, _, _ := strings.Cut(k, ":"); t == tenant && !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// readBatch reads keys on in in one batch (in ModeProductd: one GET of
+// the batch endpoint) and records one read per key, spanning the batch.
+func (p *phase) readBatch(in *instance, keys []string) {
+	if p.pd != nil {
+		p.httpBatch(in, keys)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	start := p.h.Now()
+	var rs []flightcache.KeyResult[Value]
+	err, _ := call(func() error {
+		rs = in.cache.FetchMany(ctx, keys, p.org.loadMany)
+		return nil
+	})
+	end := p.h.Now()
+	for i, k := range keys {
+		op := Op{Instance: in.id, Key: k, Kind: Read, Start: start, End: end}
+		switch {
+		case err != nil:
+			op.Err = errText(err)
+		case rs[i].Err != nil:
+			op.Detail = rs[i].Outcome.String() + "/" + rs[i].Scope.String() + "/batch"
+			op.Err = errText(rs[i].Err)
+		default:
+			op.Detail = rs[i].Outcome.String() + "/" + rs[i].Scope.String() + "/batch"
+			op.Found, op.Version, op.BodyKey = true, rs[i].Value.Version, rs[i].Value.Key()
+		}
+		p.h.Record(op)
 	}
 }
 

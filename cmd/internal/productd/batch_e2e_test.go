@@ -227,3 +227,75 @@ func TestEndToEndBatchHerdLoadsEachIDOncePostgres(t *testing.T) {
 		t.Errorf("the database saw %d transactions but the service counted %v statements", got.statements, served)
 	}
 }
+
+// Three productd processes in cluster mode answer concurrent cold batch
+// requests for the same 20 products: each product is read from the origin
+// once in the whole cluster (the batches claim their keys' leases
+// together and wait for the ones another process loads), and what they
+// load fills Redis: a fourth process answers the same batch without an
+// origin row.
+func TestClusterBatchesOnThreeInstancesLoadEachProductOnceAndFillRedis(t *testing.T) {
+	t.Parallel()
+	dsn := testenv.PostgresDB(t)
+	args := []string{"-db", dsn, "-redis", sharedRedisURL(t), "-redis-prefix", testenv.UniqueName("productd-cbatch-") + ":",
+		"-seed-products", "20", "-failure-throttle", "0", "-redis-timeout", "10s", steadyBus[0], steadyBus[1], "-origin-latency", "100ms",
+		"-lease-ttl", "15s", "-loader-timeout", herdLoaderTimeout}
+	for _, p := range startInstances(t, 1, args...) { // migrate and seed
+		p.stop(t)
+	}
+	ps := startInstances(t, 3, args...)
+	c := herdClient(3 * 4)
+	defer c.CloseIdleConnections()
+	ids := make([]string, 20)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("p-%05d", i+1)
+	}
+	path := "/v1/tenants/acme/products?locale=de-DE&currency=EUR&ids=" + strings.Join(ids, ",")
+	get := func(p *process) error {
+		resp, err := c.Get(p.url + path)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var body httpapi.ListBody
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK || len(body.Products) != len(ids) || len(body.Missing) != 0 {
+			return fmt.Errorf("status %d, %d products, %d missing", resp.StatusCode, len(body.Products), len(body.Missing))
+		}
+		return nil
+	}
+	var (
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+		errs  = make(chan error, 3*4)
+	)
+	for i := range 3 * 4 {
+		wg.Go(func() {
+			<-start
+			if err := get(ps[i%3]); err != nil {
+				errs <- err
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a batch request failed: %v", err)
+	}
+	if rows := sumMetric(t, c, ps, OriginRowsMetric); rows != float64(len(ids)) {
+		t.Fatalf("3 instances batching the same %d products: %v origin rows, want each product once", len(ids), rows)
+	}
+	fourth := startInstances(t, 1, args...)
+	if err := get(fourth[0]); err != nil {
+		t.Fatal(err)
+	}
+	if rows := metric(t, c, fourth[0].url, OriginRowsMetric); rows != 0 {
+		t.Fatalf("a fourth instance read %v origin rows for the batch, want 0: the first three filled Redis", rows)
+	}
+	for _, p := range append(ps, fourth...) {
+		p.stop(t)
+	}
+}
