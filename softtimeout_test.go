@@ -9,7 +9,21 @@ import (
 
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/driver"
+	"github.com/flightcache/flightcache/singleflight"
 )
+
+// keysLeft signals each time a key leaves the Cache's engine (a flight
+// deregistered), so that a test can wait for a finished flight to be gone
+// rather than racing a new Get against its last steps.
+type keysLeft chan struct{}
+
+func (keysLeft) ObserveCache(driver.Event) {}
+
+func (k keysLeft) ObserveFlight(e singleflight.Event) {
+	if e.Kind == singleflight.EventInFlight && e.InFlightDelta < 0 {
+		k <- struct{}{}
+	}
+}
 
 // A hung origin costs the first caller of a key its SoftTimeout, not every
 // caller: one that comes while the load runs waits only what is left of
@@ -20,13 +34,16 @@ import (
 func TestCallersOfALoadPastItsSoftTimeoutAreServedStaleAtOnce(t *testing.T) {
 	clock := newFakeClock()
 	local := &notifyLocal[*product]{LocalStore: newLocal[*product](t, clock), sets: make(chan driver.Item[*product], 4)}
+	left := make(keysLeft, 8)
 	c := clocked(t, clock, flightcache.Options[*product]{
 		Local: local, TTL: time.Second, StaleFor: 24 * time.Hour,
 		SoftTimeout: 5 * time.Minute, LoaderTimeout: 10 * time.Minute,
+		Observer: left,
 	})
 	var o origin
 	first := mustFetch(t, c, "p:1", o.load("1"))
 	<-local.sets
+	<-left
 	clock.Advance(2 * time.Second) // stale
 
 	started, release := make(chan struct{}), make(chan struct{})
@@ -75,6 +92,7 @@ func TestCallersOfALoadPastItsSoftTimeoutAreServedStaleAtOnce(t *testing.T) {
 	}
 	leave()
 	wg.Wait()
+	<-left // the hung load's flight is gone: a later Get starts its own
 	r := mustFetch(t, c, "p:1", o.load("1"))
 	wantOutcome(t, r.Outcome, flightcache.OutcomeHitLocal)
 	if r.Value.Price != 2 || o.calls.Load() != 2 {
