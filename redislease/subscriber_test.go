@@ -201,7 +201,9 @@ func TestALateConfirmationDoesNotVouchForAResubscription(t *testing.T) {
 	addr, prefix := sharedRedis(t)
 	leader := newInstance(t, newClient(t, addr), prefix, instanceConfig{})
 	p := startProxy(t, addr)
-	in := newInstance(t, newClient(t, p.ln.Addr().String(), heldHook{}), prefix, instanceConfig{lease: Options{Timeout: 300 * time.Millisecond}})
+	// Timeout bounds each script call and the wait for a confirmation;
+	// a second leaves a loaded host room for the scripts.
+	in := newInstance(t, newClient(t, p.ln.Addr().String(), heldHook{}), prefix, instanceConfig{lease: Options{Timeout: time.Second}})
 	ctx := context.Background()
 	lc, err := leader.coord.Claim(ctx, "k", driver.ClaimRequest{Wait: time.Minute})
 	if err != nil || lc.Lease == nil {
@@ -231,18 +233,31 @@ func TestALateConfirmationDoesNotVouchForAResubscription(t *testing.T) {
 		}
 		res <- err
 	}()
-	<-held // it found the lease held and now subscribes
+	waitHeld := func(what string) {
+		t.Helper()
+		select {
+		case <-held:
+		case err := <-res:
+			t.Fatalf("the second Claim ended (%v) before %s", err, what)
+		}
+	}
+	waitHeld("it found the lease held") // and now subscribes
 	s := in.coord.subs[""]
 	for waiting := false; !waiting; {
 		s.mu.Lock()
 		cs := s.chans[k.channel]
 		waiting = cs != nil && len(cs.waiters) == 1
 		s.mu.Unlock()
+		select {
+		case err := <-res:
+			t.Fatalf("the second Claim ended (%v) before it waited on the channel", err)
+		default:
+		}
 		runtime.Gosched()
 	}
 	// The late confirmation of the first SUBSCRIBE arrives now.
 	p.down.lift()
-	<-held // its subscription is ready: it looked at the lease again and waits
+	waitHeld("its subscription was ready") // it looked at the lease again and waits
 
 	n, err := leader.client.(*redis.Client).PubSubNumSub(ctx, k.channel).Result()
 	if err != nil {
