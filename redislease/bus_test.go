@@ -271,8 +271,13 @@ func TestBusSharesTheLeaseSubscriptionConnection(t *testing.T) {
 		_, err := follower.Claim(context.WithValue(ctx, heldKey{}, held), "k", driver.ClaimRequest{Wait: time.Minute})
 		res <- err
 	}()
-	<-held // found the lease held; subscribes
-	<-held // subscribed, looked again, waits
+	for _, what := range []string{"it found the lease held", "it subscribed and looked again"} {
+		select {
+		case <-held:
+		case err := <-res:
+			t.Fatalf("the follower's Claim ended (%v) before %s", err, what)
+		}
+	}
 
 	admin := newClient(t, srv.Addr)
 	list, err := admin.ClientList(ctx).Result()
