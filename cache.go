@@ -367,7 +367,8 @@ func (c *Cache[V]) fetch(ctx context.Context, key string, load LoadFunc[V]) (Res
 
 	// 2. The shared tier. A failure is a miss; a newer stale item than the
 	// local one becomes the fallback. In cluster mode, with a Coordinator
-	// known to read the tier in its Claim (Cache.claimReads), the flight's
+	// that asks to read the tier in its Claim (Cache.claimReads:
+	// redislease's with its ReadInClaim option), the flight's
 	// first Claim is this read instead (read-or-claim, see
 	// miss.lookShared): a warm shared hit is that one round trip, and a
 	// cold miss claims the lease in it. Not with a SoftTimeout and no local

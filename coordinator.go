@@ -91,7 +91,8 @@ func (c *Cache[V]) setScope(ctx context.Context, s Scope, why error) {
 //     reading. A Coordinator that does not read leaves this to the Cache:
 //     it reads the tier itself once it holds the lease (see readAfterClaim).
 //     When the Get left its own shared read to the flight
-//     (miss.readInFlight), that first Claim is a look (lookShared): a
+//     (miss.readInFlight: the Coordinator asked for it, see claimReader),
+//     that first Claim is a look (lookShared): a
 //     shared call that does not wait, whose fresh entry is the Get's
 //     shared hit and whose stale one its fallback; another instance's
 //     lease sends the flight on to an ordinary Claim, which waits.

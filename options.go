@@ -107,8 +107,8 @@ type Options[V any] struct {
 	// claiming and completing their keys' leases together, when the
 	// Coordinator is a driver.BatchCoordinator (redislease's is); with
 	// another Coordinator their loads hold no lease, so they write Local
-	// only. A Coordinator that reads the shared tier in its Claim
-	// (redislease's does) also does a single-key Get's shared read: the
+	// only. A Coordinator that asks for it (redislease's with its
+	// ReadInClaim option) also does a single-key Get's shared read: the
 	// flight's first Claim reads the entry or, when there is none, takes
 	// the lease, in one round trip (see driver.ClaimRequest.Wait), under
 	// SharedBreaker and SharedTimeout like the read it replaces.
@@ -252,7 +252,11 @@ type leaseTimer interface {
 // Get that misses its local tier should leave its shared read to its
 // flight's first Claim (read-or-claim, see Cache.fetch): true from the
 // start, not only once a Grant showed Read; false never, whatever the
-// Grants show (redislease's Options.PlainSharedRead).
+// Grants show. redislease's says false unless its Options.ReadInClaim: a
+// warm shared hit is then one GET, not a script in a flight. A
+// Coordinator without the method is taken at its Grants: once one showed
+// Read (driver.Grant.Read) it has chosen to read in its Claim, and the
+// Cache leaves it the Get's read from then on.
 type claimReader interface {
 	ClaimReads() bool
 }

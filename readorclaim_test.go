@@ -170,11 +170,15 @@ func TestReadOrClaimThatFindsAFinishedLoadIsNoWakeUp(t *testing.T) {
 	}
 }
 
-// plainReadCoordinator is a scriptedCoordinator that says, as redislease's
-// with PlainSharedRead does, that Gets must keep their own shared read.
-type plainReadCoordinator struct{ *scriptedCoordinator }
+// sayingCoordinator is a scriptedCoordinator that says at New whether
+// Gets leave their shared read to the flight's Claim: redislease's says
+// no by default, yes with its ReadInClaim option.
+type sayingCoordinator struct {
+	*scriptedCoordinator
+	reads bool
+}
 
-func (plainReadCoordinator) ClaimReads() bool { return false }
+func (c sayingCoordinator) ClaimReads() bool { return c.reads }
 
 // A Coordinator that says nothing about reading is learnt from its Grants:
 // once one showed Read, a Get that misses its local tier leaves its shared
@@ -182,7 +186,8 @@ func (plainReadCoordinator) ClaimReads() bool { return false }
 // the shared tier is not read by the Cache at all; its fresh answer is a
 // shared hit. A Coordinator that says no (ClaimReads false) is never
 // asked so, whatever its Grants show: the Cache reads the tier before the
-// flight, and the Claim's find is its double-check's.
+// flight, and the Claim's find is its double-check's. One that says yes
+// gets the look from the first Get on: the Cache never reads the tier.
 func TestALookReplacesTheSharedReadOnceTheCoordinatorReads(t *testing.T) {
 	entry := func() *driver.Entry {
 		now := time.Now()
@@ -199,19 +204,20 @@ func TestALookReplacesTheSharedReadOnceTheCoordinatorReads(t *testing.T) {
 	load := func(context.Context) (*product, error) { return &product{ID: "p", Name: "loaded"}, nil }
 	for _, c := range []struct {
 		name      string
-		says      bool // the Coordinator implements ClaimReads, returning false
+		says      string // "": no ClaimReads method; "no", "yes": what it returns
 		wantWait0 bool
 		wantGets  int64
 		want      flightcache.Outcome // the double-check's find is a coalesced answer
 	}{
-		{"learnt", false, true, 1, flightcache.OutcomeHitShared},
-		{"plain", true, false, 2, flightcache.OutcomeCoalesced},
+		{"learnt", "", true, 1, flightcache.OutcomeHitShared},
+		{"plain", "no", false, 2, flightcache.OutcomeCoalesced},
+		{"said", "yes", true, 0, flightcache.OutcomeHitShared},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			sc := &scriptedCoordinator{answers: answers()}
 			var coord driver.Coordinator = sc
-			if c.says {
-				coord = plainReadCoordinator{sc}
+			if c.says != "" {
+				coord = sayingCoordinator{sc, c.says == "yes"}
 			}
 			shared := newMapShared(time.Now)
 			cache := newCache(t, flightcache.Options[*product]{Local: newLocal[*product](t, nil), Shared: shared, Coordinator: coord})

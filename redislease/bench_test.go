@@ -79,9 +79,9 @@ func BenchmarkFollowerLatency(b *testing.B) {
 }
 
 // BenchmarkColdMiss measures a cold miss of one instance in cluster mode,
-// nobody else asking: the read-or-claim look that takes the lease, and
-// complete-and-publish (TestColdMissInClusterModeCostsTwoRoundTrips
-// counts them). serial is one miss at a time, its latency; parallel keeps
+// nobody else asking, by default: the shared read, read-or-claim, and
+// complete-and-publish (TestColdMissInClusterModeCostsThreeRoundTrips
+// counts them; BenchmarkColdMissLookVsPlainRead compares ReadInClaim). serial is one miss at a time, its latency; parallel keeps
 // 16 misses in flight per core, its throughput in misses per second.
 func BenchmarkColdMiss(b *testing.B) {
 	addr, prefix := sharedRedis(b)

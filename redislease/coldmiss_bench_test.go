@@ -13,8 +13,10 @@ import (
 
 // BenchmarkWarmSharedHit measures a Get in cluster mode that the shared
 // tier answers: another instance loaded the key, this one keeps no local
-// tier (Options.Local nil), so every iteration reads Redis. latency runs
-// on the shared loopback Redis; redis-cpu on a private redis-server,
+// tier (Options.Local nil), so every iteration reads Redis, in both modes:
+// plain-get (the default: a bounded GET before the flight) and
+// read-in-claim (Options.ReadInClaim: the flight's read-or-claim look).
+// latency runs on the shared loopback Redis; redis-cpu on a private redis-server,
 // whose INFO commandstats gives Redis's own time per hit (redis-µs/hit:
 // the usec of the top-level commands, EVALSHA and GETRANGE, over the
 // hits; a script's inner commands are inside its time), beside a plain
@@ -25,24 +27,24 @@ import (
 // machine a longer command is more often descheduled mid-way, so compare
 // the sub-benchmarks of one run only.
 func BenchmarkWarmSharedHit(b *testing.B) {
-	b.Run("latency", func(b *testing.B) {
+	b.Run("latency-plain-get", func(b *testing.B) {
 		addr, prefix := sharedRedis(b)
 		warmHits(b, newClient(b, addr), prefix, Options{})
 	})
-	b.Run("latency-plain-get", func(b *testing.B) {
+	b.Run("latency-read-in-claim", func(b *testing.B) {
 		addr, prefix := sharedRedis(b)
-		warmHits(b, newClient(b, addr), prefix, Options{PlainSharedRead: true})
+		warmHits(b, newClient(b, addr), prefix, Options{ReadInClaim: true})
 	})
 	b.Run("redis-cpu", func(b *testing.B) {
 		srv := testenv.StartRedis(b)
 		client := newClient(b, srv.Addr)
 		ctx := context.Background()
-		b.Run("fetch", func(b *testing.B) {
+		b.Run("fetch-plain-get", func(b *testing.B) {
 			warmHits(b, client, "cpu:", Options{})
 			reportRedisCPU(b, client, []string{"evalsha", "getrange"})
 		})
-		b.Run("fetch-plain-get", func(b *testing.B) {
-			warmHits(b, client, "cpu:", Options{PlainSharedRead: true})
+		b.Run("fetch-read-in-claim", func(b *testing.B) {
+			warmHits(b, client, "cpu:", Options{ReadInClaim: true})
 			reportRedisCPU(b, client, []string{"evalsha", "getrange"})
 		})
 		b.Run("store-get", func(b *testing.B) {
@@ -166,14 +168,15 @@ func reportRedisCPU(b *testing.B, c *redis.Client, cmds []string) {
 }
 
 // BenchmarkColdMissLookVsPlainRead measures a cold miss of one instance
-// in cluster mode, one at a time, both ways in the same run: look (the
-// read-or-claim look takes the lease: 2 round trips) and plain-get
-// (Options.PlainSharedRead: a GET before the flight, then the claim: 3).
+// in cluster mode, one at a time, both ways in the same run: plain-get
+// (the default: a GET before the flight, then the claim: 3 round trips)
+// and read-in-claim (Options.ReadInClaim: the read-or-claim look takes
+// the lease: 2).
 func BenchmarkColdMissLookVsPlainRead(b *testing.B) {
 	for _, tc := range []struct {
 		name  string
 		lease Options
-	}{{"look", Options{}}, {"plain-get", Options{PlainSharedRead: true}}} {
+	}{{"plain-get", Options{}}, {"read-in-claim", Options{ReadInClaim: true}}} {
 		b.Run(tc.name, func(b *testing.B) {
 			addr, prefix := sharedRedis(b)
 			in := newInstance(b, newClient(b, addr), prefix, instanceConfig{lease: tc.lease})

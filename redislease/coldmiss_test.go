@@ -15,8 +15,8 @@ import (
 )
 
 // The faults of the read-or-claim look, the first Redis call of a Get
-// that missed its local tier in cluster mode (it stands in for the plain
-// shared read): it is a shared call, under the SharedBreaker and
+// that missed its local tier in cluster mode with Options.ReadInClaim (it
+// stands in for the plain shared read): it is a shared call, under the SharedBreaker and
 // SharedTimeout, and what the read before the flight used to give (a
 // stale fallback, a shared hit) it gives too.
 
@@ -58,7 +58,7 @@ func TestReadOrClaimLookIsASharedCall(t *testing.T) {
 	hook := &roundTripHook{}
 	client := newClient(t, srv.Addr, hook)
 	breaker := &countingBreaker{}
-	in := newInstance(t, client, "look:", instanceConfig{cache: func(o *flightcache.Options[string]) {
+	in := newInstance(t, client, "look:", instanceConfig{lease: Options{ReadInClaim: true}, cache: func(o *flightcache.Options[string]) {
 		o.SharedBreaker = breaker
 		// Far below the Coordinator's 10s Timeout (newInstance): a Get
 		// that returns at all did not wait for that one.
@@ -118,22 +118,22 @@ func TestReadOrClaimLookIsASharedCall(t *testing.T) {
 		if err != nil || r.Value != "w" || r.Outcome != flightcache.OutcomeLoaded {
 			t.Fatalf("Fetch after Redis restarted empty: %+v %v, want w loaded under a lease", r, err)
 		}
-		other := newInstance(t, newClient(t, srv.Addr), "look:", instanceConfig{})
+		other := newInstance(t, newClient(t, srv.Addr), "look:", instanceConfig{lease: Options{ReadInClaim: true}})
 		if r, err := other.cache.Fetch(ctx, "restarted", o2.load); err != nil || r.Value != "w" || r.Outcome != flightcache.OutcomeHitShared {
 			t.Fatalf("another instance after the restart: %+v %v, want a shared hit", r, err)
 		}
 	})
 }
 
-// A stale entry in the shared tier, which this instance does not hold:
-// the look reads it (it is not served, being stale), the next Claim takes
+// A stale entry in the shared tier, which this instance does not hold,
+// with ReadInClaim: the look reads it (it is not served, being stale), the next Claim takes
 // the lease, and when the load fails the Get serves that stale entry, as
 // it did when it read the tier before the flight. Three round trips: the
 // look, the claim, the failure.
 func TestReadOrClaimLookKeepsTheStaleFallback(t *testing.T) {
 	addr, prefix := sharedRedis(t)
 	hook := &roundTripHook{}
-	in := newInstance(t, newClient(t, addr, hook), prefix, instanceConfig{cache: func(o *flightcache.Options[string]) {
+	in := newInstance(t, newClient(t, addr, hook), prefix, instanceConfig{lease: Options{ReadInClaim: true}, cache: func(o *flightcache.Options[string]) {
 		o.StaleFor = time.Hour
 	}})
 	ctx := context.Background()
@@ -160,8 +160,10 @@ func TestReadOrClaimLookKeepsTheStaleFallback(t *testing.T) {
 }
 
 // On a real three-master Redis Cluster (a ClusterClient: EVALSHA routed
-// by the key's slot), a cold miss is two round trips and a warm shared
-// hit one, as on a single Redis.
+// by the key's slot), the round trips are those of a single Redis, in
+// both modes: by default a cold miss is three (the GET, the claim,
+// Complete) and a warm shared hit one GET; with ReadInClaim a cold miss is
+// two and a warm shared hit one script.
 func TestRedisClusterColdMissAndWarmHitRoundTrips(t *testing.T) {
 	addrs := testenv.StartRedisCluster(t, 3)
 	newCluster := func(hooks ...redis.Hook) redis.UniversalClient {
@@ -175,41 +177,55 @@ func TestRedisClusterColdMissAndWarmHitRoundTrips(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	prefix := testenv.UniqueName("rt:") + ":"
-	hook := &roundTripHook{}
-	a := newInstance(t, newCluster(hook), prefix, instanceConfig{})
-	b := newInstance(t, newCluster(), prefix, instanceConfig{})
-	ctx := context.Background()
-	load := func(context.Context) (string, error) { return "v", nil }
-	// Scripts loaded on every master, slots learned: a miss of keys spread
-	// over the cluster.
-	for i := range 16 {
-		if _, err := a.cache.Fetch(ctx, fmt.Sprintf("warm-up-%d", i), load); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, key := range []string{"cold-1", "user:{42}:cart", "x{y}z"} {
-		hook.watch(key)
-		r, err := a.cache.Fetch(ctx, key, load)
-		if err != nil || r.Outcome != flightcache.OutcomeLoaded {
-			t.Fatalf("cold Fetch of %q: %+v %v", key, r, err)
-		}
-		if trips, want := hook.seen(), []string{"evalsha", "evalsha"}; fmt.Sprint(trips) != fmt.Sprint(want) {
-			t.Fatalf("a cold miss of %q made round trips %q, want %q", key, trips, want)
-		}
-	}
-	// b loads; a, with no local copy, hits the shared tier.
-	for _, key := range []string{"warm-1", "user:{43}:cart"} {
-		if r, err := b.cache.Fetch(ctx, key, load); err != nil || r.Outcome != flightcache.OutcomeLoaded {
-			t.Fatalf("b's load of %q: %+v %v", key, r, err)
-		}
-		hook.watch(key)
-		r, err := a.cache.Fetch(ctx, key, load)
-		if err != nil || r.Outcome != flightcache.OutcomeHitShared {
-			t.Fatalf("warm Fetch of %q: %+v %v", key, r, err)
-		}
-		if trips, want := hook.seen(), []string{"evalsha"}; fmt.Sprint(trips) != fmt.Sprint(want) {
-			t.Fatalf("a warm shared hit of %q made round trips %q, want %q", key, trips, want)
-		}
+	for _, mode := range []struct {
+		name       string
+		lease      Options
+		cold, warm []string
+	}{
+		{"Default", Options{}, []string{"getrange", "evalsha", "evalsha"}, []string{"getrange"}},
+		{"ReadInClaim", Options{ReadInClaim: true}, []string{"evalsha", "evalsha"}, []string{"evalsha"}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			prefix := testenv.UniqueName("rt:") + ":"
+			hook := &roundTripHook{}
+			a := newInstance(t, newCluster(hook), prefix, instanceConfig{lease: mode.lease})
+			b := newInstance(t, newCluster(), prefix, instanceConfig{lease: mode.lease})
+			if a.coord.ClaimReads() != mode.lease.ReadInClaim {
+				t.Fatalf("ClaimReads() = %v with ReadInClaim %v", a.coord.ClaimReads(), mode.lease.ReadInClaim)
+			}
+			ctx := context.Background()
+			load := func(context.Context) (string, error) { return "v", nil }
+			// Scripts loaded on every master, slots learned: a miss of keys
+			// spread over the cluster.
+			for i := range 16 {
+				if _, err := a.cache.Fetch(ctx, fmt.Sprintf("warm-up-%d", i), load); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, key := range []string{"cold-1", "user:{42}:cart", "x{y}z"} {
+				hook.watch(key)
+				r, err := a.cache.Fetch(ctx, key, load)
+				if err != nil || r.Outcome != flightcache.OutcomeLoaded {
+					t.Fatalf("cold Fetch of %q: %+v %v", key, r, err)
+				}
+				if trips := hook.seen(); fmt.Sprint(trips) != fmt.Sprint(mode.cold) {
+					t.Fatalf("a cold miss of %q made round trips %q, want %q", key, trips, mode.cold)
+				}
+			}
+			// b loads; a, with no local copy, hits the shared tier.
+			for _, key := range []string{"warm-1", "user:{43}:cart"} {
+				if r, err := b.cache.Fetch(ctx, key, load); err != nil || r.Outcome != flightcache.OutcomeLoaded {
+					t.Fatalf("b's load of %q: %+v %v", key, r, err)
+				}
+				hook.watch(key)
+				r, err := a.cache.Fetch(ctx, key, load)
+				if err != nil || r.Outcome != flightcache.OutcomeHitShared {
+					t.Fatalf("warm Fetch of %q: %+v %v", key, r, err)
+				}
+				if trips := hook.seen(); fmt.Sprint(trips) != fmt.Sprint(mode.warm) {
+					t.Fatalf("a warm shared hit of %q made round trips %q, want %q", key, trips, mode.warm)
+				}
+			}
+		})
 	}
 }

@@ -50,10 +50,13 @@
 // value and no lease (read-or-claim: the Cache's double-check and the
 // claim in one round trip); a lease held by another makes the caller a
 // follower. A look (driver.ClaimRequest.Wait 0 with Read: a Get's shared
-// read, which a flightcache.Cache sends as its flight's first Claim, see
-// Coordinator.ClaimReads) reads the value key before any marker, and
-// answers "held" at once instead of following: a warm shared hit is that
-// one script, and a cold miss two with Complete. Otherwise it
+// read, which a flightcache.Cache sends as its flight's first Claim with
+// Options.ReadInClaim, see Coordinator.ClaimReads) reads the value key
+// before any marker, and answers "held" at once instead of following: a
+// warm shared hit is that one script, and a cold miss two with Complete.
+// By default the Cache reads the value key itself with a plain bounded GET
+// before its flight (a warm shared hit is that GET, cheaper for Redis than
+// any script), and a cold miss costs three round trips. Otherwise it
 // sets the lease (SET NX-style, PX LeaseTTL) and issues a token (INCR, kept
 // above the server clock in microseconds so it never repeats even after the
 // token key expired or Redis restarted empty), in one atomic step.

@@ -70,19 +70,36 @@ func (h *roundTripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 }
 
 // A cold miss of one instance in cluster mode, with nobody else asking,
-// costs its leader two Redis round trips, counted on a real client: the
-// read-or-claim look (the Get's shared read, which finds nothing and takes
-// the lease in the same script), and the complete script, which also
-// makes the fenced write, writes the done marker, releases the lease and
-// publishes to the key's followers.
-func TestColdMissInClusterModeCostsTwoRoundTrips(t *testing.T) {
+// costs its leader three Redis round trips by default, counted on a real
+// client: the shared read (a bounded GET), the read-or-claim script (the
+// flight's double-check of the shared tier and the lease in one step), and
+// the complete script, which also makes the fenced write, writes the done
+// marker, releases the lease and publishes to the key's followers.
+func TestColdMissInClusterModeCostsThreeRoundTrips(t *testing.T) {
+	coldMissTrips(t, Options{}, []string{"getrange", "evalsha", "evalsha"})
+}
+
+// With Options.ReadInClaim a cold miss costs two: the read-or-claim look
+// (the Get's shared read, which finds nothing and takes the lease in the
+// same script), and the complete script.
+func TestColdMissWithReadInClaimCostsTwoRoundTrips(t *testing.T) {
+	coldMissTrips(t, Options{ReadInClaim: true}, []string{"evalsha", "evalsha"})
+}
+
+// coldMissTrips checks that a cold miss of one instance built with lease,
+// nobody else asking, makes the round trips want, and that its
+// Coordinator's ClaimReads is lease.ReadInClaim.
+func coldMissTrips(t *testing.T, lease Options, want []string) {
+	t.Helper()
 	addr, prefix := sharedRedis(t)
 	hook := &roundTripHook{}
-	in := newInstance(t, newClient(t, addr, hook), prefix, instanceConfig{})
+	in := newInstance(t, newClient(t, addr, hook), prefix, instanceConfig{lease: lease})
+	if got := in.coord.ClaimReads(); got != lease.ReadInClaim {
+		t.Fatalf("ClaimReads() = %v with ReadInClaim %v", got, lease.ReadInClaim)
+	}
 	ctx := context.Background()
 	load := func(context.Context) (string, error) { return "v", nil }
-	// The scripts are loaded (a first EVALSHA answers NOSCRIPT, then EVAL)
-	// by a miss of another key.
+	// Scripts loaded, connections dialled.
 	if _, err := in.cache.Fetch(ctx, "warm-up", load); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +109,6 @@ func TestColdMissInClusterModeCostsTwoRoundTrips(t *testing.T) {
 		t.Fatalf("cold Fetch: %v %v %v", res.Value, res.Outcome, err)
 	}
 	trips := hook.seen()
-	want := []string{"evalsha", "evalsha"}
 	if fmt.Sprint(trips) != fmt.Sprint(want) {
 		t.Fatalf("a cold miss made %d round trips %q, want %d %q", len(trips), trips, len(want), want)
 	}
@@ -100,15 +116,27 @@ func TestColdMissInClusterModeCostsTwoRoundTrips(t *testing.T) {
 }
 
 // A warm shared hit in cluster mode (another instance loaded the key, this
-// one has no local copy) costs one round trip: the read-or-claim look,
-// which finds the entry and takes no lease. The key's token is untouched
-// (no lease was issued), and the Result is a shared hit, as with a plain
-// read of the shared tier.
-func TestWarmSharedHitInClusterModeCostsOneRoundTrip(t *testing.T) {
+// one has no local copy) is one plain bounded GET by default, no script.
+func TestWarmSharedHitInClusterModeIsOneGET(t *testing.T) {
+	warmHitTrips(t, Options{}, []string{"getrange"})
+}
+
+// With Options.ReadInClaim a warm shared hit is one script instead: the
+// read-or-claim look, which finds the entry and takes no lease.
+func TestWarmSharedHitWithReadInClaimIsOneScript(t *testing.T) {
+	warmHitTrips(t, Options{ReadInClaim: true}, []string{"evalsha"})
+}
+
+// warmHitTrips checks that a warm shared hit of an instance built with
+// lease makes the round trips want, leaves the key's token untouched (no
+// lease was issued), is a shared hit, and fills the local tier: the next
+// Get makes no round trip.
+func warmHitTrips(t *testing.T, lease Options, want []string) {
+	t.Helper()
 	addr, prefix := sharedRedis(t)
-	other := newInstance(t, newClient(t, addr), prefix, instanceConfig{})
+	other := newInstance(t, newClient(t, addr), prefix, instanceConfig{lease: lease})
 	hook := &roundTripHook{}
-	in := newInstance(t, newClient(t, addr, hook), prefix, instanceConfig{})
+	in := newInstance(t, newClient(t, addr, hook), prefix, instanceConfig{lease: lease})
 	ctx := context.Background()
 	load := func(context.Context) (string, error) { return "v", nil }
 	if _, err := in.cache.Fetch(ctx, "warm-up", load); err != nil {
@@ -128,14 +156,12 @@ func TestWarmSharedHitInClusterModeCostsOneRoundTrip(t *testing.T) {
 	if err != nil || res.Value != "v" || res.Outcome != flightcache.OutcomeHitShared {
 		t.Fatalf("warm Fetch: %v %v %v", res.Value, res.Outcome, err)
 	}
-	trips := hook.seen()
-	if want := []string{"evalsha"}; fmt.Sprint(trips) != fmt.Sprint(want) {
+	if trips := hook.seen(); fmt.Sprint(trips) != fmt.Sprint(want) {
 		t.Fatalf("a warm shared hit made %d round trips %q, want %q", len(trips), trips, want)
 	}
 	if after, err := in.coord.Token(ctx, "warm-key"); err != nil || after != tok {
 		t.Fatalf("the key's token went from %d to %d (%v): a warm hit took a lease", tok, after, err)
 	}
-	// And the local tier has it now: the next Get makes no round trip.
 	hook.watch("warm-key")
 	if res, err := in.cache.Fetch(ctx, "warm-key", load); err != nil || res.Outcome != flightcache.OutcomeHitLocal {
 		t.Fatalf("second Fetch: %+v %v", res, err)
@@ -146,15 +172,33 @@ func TestWarmSharedHitInClusterModeCostsOneRoundTrip(t *testing.T) {
 }
 
 // A follower on another instance, woken by the leader's completion, reads
-// the value in the same script that reports the completion: its
-// read-or-claim look (the lease is held), its Claim's first look, the
-// subscription, the look after subscribing, and the look after the wake-up
-// that brings the value. No GET at all.
+// the value in the same script that reports the completion, in both modes.
+// By default: its shared read before the flight (one GET), its Claim's
+// first look (the lease is held), the subscription, the look after
+// subscribing, and the look after the wake-up that brings the value. With
+// ReadInClaim the GET is the read-or-claim look instead (the lease is
+// held): no GET at all. Either way, no GET after the wake-up.
 func TestClusterFollowerReadsTheValueInItsWakeUpScript(t *testing.T) {
+	for _, mode := range []struct {
+		name    string
+		lease   Options
+		gets    int // GETs the follower makes
+		scripts int // scripts before it waits on the key's channel
+	}{
+		{"Default", Options{}, 1, 2},
+		{"ReadInClaim", Options{ReadInClaim: true}, 0, 3},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			followerTrips(t, mode.lease, mode.gets, mode.scripts)
+		})
+	}
+}
+
+func followerTrips(t *testing.T, lease Options, wantGets, scripts int) {
 	addr, prefix := sharedRedis(t)
-	leader := newInstance(t, newClient(t, addr), prefix, instanceConfig{})
+	leader := newInstance(t, newClient(t, addr), prefix, instanceConfig{lease: lease})
 	hook := &roundTripHook{}
-	follower := newInstance(t, newClient(t, addr, hook), prefix, instanceConfig{})
+	follower := newInstance(t, newClient(t, addr, hook), prefix, instanceConfig{lease: lease})
 	ctx := context.Background()
 	quick := func(context.Context) (string, error) { return "w", nil }
 	// Scripts loaded, the subscription connection dialled.
@@ -183,7 +227,7 @@ func TestClusterFollowerReadsTheValueInItsWakeUpScript(t *testing.T) {
 				n++
 			}
 		}
-		return n >= 3
+		return n >= scripts
 	})
 	close(release)
 	if r := await(t, lead, time.Minute); r.err != nil || r.r.Value != "v" {
@@ -200,43 +244,11 @@ func TestClusterFollowerReadsTheValueInItsWakeUpScript(t *testing.T) {
 			gets++
 		}
 	}
-	if gets != 0 || trips[len(trips)-1] != "evalsha" {
-		t.Fatalf("the follower's round trips %q: want no GET, and the value in its last script", trips)
+	if gets != wantGets || trips[len(trips)-1] != "evalsha" {
+		t.Fatalf("the follower's round trips %q: want %d GET (before its flight) and the value in its last script", trips, wantGets)
+	}
+	if wantGets == 1 && trips[0] != "getrange" {
+		t.Fatalf("the follower's round trips %q: want its GET first, before its flight", trips)
 	}
 	t.Logf("a cluster follower: %d round trips %q", len(trips), trips)
-}
-
-// With Options.PlainSharedRead the Get reads the shared tier with a plain
-// bounded GET before its flight, as before the read-or-claim look: a warm
-// shared hit is that one GET (no script), a cold miss 3 round trips.
-func TestPlainSharedReadKeepsTheGETBeforeTheFlight(t *testing.T) {
-	addr, prefix := sharedRedis(t)
-	other := newInstance(t, newClient(t, addr), prefix, instanceConfig{})
-	hook := &roundTripHook{}
-	in := newInstance(t, newClient(t, addr, hook), prefix, instanceConfig{lease: Options{PlainSharedRead: true}})
-	if in.coord.ClaimReads() {
-		t.Fatal("ClaimReads with PlainSharedRead = true, want false")
-	}
-	ctx := context.Background()
-	load := func(context.Context) (string, error) { return "v", nil }
-	if _, err := in.cache.Fetch(ctx, "warm-up", load); err != nil {
-		t.Fatal(err)
-	}
-	hook.watch("cold-key")
-	if r, err := in.cache.Fetch(ctx, "cold-key", load); err != nil || r.Outcome != flightcache.OutcomeLoaded {
-		t.Fatalf("cold Fetch: %+v %v", r, err)
-	}
-	if trips, want := hook.seen(), []string{"getrange", "evalsha", "evalsha"}; fmt.Sprint(trips) != fmt.Sprint(want) {
-		t.Fatalf("a cold miss made round trips %q, want %q", trips, want)
-	}
-	if _, err := other.cache.Fetch(ctx, "warm-key", load); err != nil {
-		t.Fatal(err)
-	}
-	hook.watch("warm-key")
-	if r, err := in.cache.Fetch(ctx, "warm-key", load); err != nil || r.Outcome != flightcache.OutcomeHitShared {
-		t.Fatalf("warm Fetch: %+v %v", r, err)
-	}
-	if trips, want := hook.seen(), []string{"getrange"}; fmt.Sprint(trips) != fmt.Sprint(want) {
-		t.Fatalf("a warm shared hit made round trips %q, want %q", trips, want)
-	}
 }
