@@ -57,6 +57,24 @@ func (c *Cache[V]) loadLeased(fctx context.Context, bc driver.BatchCoordinator, 
 		return
 	}
 	leases := make([]driver.Lease, len(keys)) // by j; nil: no lease
+	ended := make([]bool, len(keys))          // by j: leases[j] was ended
+	// Every lease is ended, whatever happens below (a panic in a store or
+	// the codec, from the grants' sorting on): the followers learn at
+	// once, not when it expires, and no heartbeat keeps it alive.
+	defer func() {
+		var ls []driver.Lease
+		var errs []error
+		for j, l := range leases {
+			if l != nil && !ended[j] {
+				ls, errs = append(ls, l), append(errs, errLoaderAborted)
+			}
+		}
+		if len(ls) > 0 {
+			if err := bc.FailMany(context.WithoutCancel(fctx), ls, errs); err != nil {
+				c.writeFailed(fctx, driver.TierShared, err)
+			}
+		}
+	}()
 	var unleased, busy []int
 	coordFailed := func(j int, err error) {
 		if c.opts.OnCoordinatorFailure == FailOnCoordinatorError {
@@ -148,32 +166,13 @@ func (c *Cache[V]) loadLeased(fctx context.Context, bc driver.BatchCoordinator, 
 	}
 
 	// The keys to load: the leased ones and the degraded ones together.
-	var (
-		toLoad []int
-		ended  = make([]bool, len(keys))
-	)
+	var toLoad []int
 	for _, j := range todo {
 		if leases[j] != nil {
 			toLoad = append(toLoad, j)
 		}
 	}
 	toLoad = append(toLoad, unleased...)
-	// Every lease is ended, whatever happens below (a panic in a store or
-	// the codec): the followers learn at once, not when it expires.
-	defer func() {
-		var ls []driver.Lease
-		var errs []error
-		for j, l := range leases {
-			if l != nil && !ended[j] {
-				ls, errs = append(ls, l), append(errs, errLoaderAborted)
-			}
-		}
-		if len(ls) > 0 {
-			if err := bc.FailMany(context.WithoutCancel(fctx), ls, errs); err != nil {
-				c.writeFailed(fctx, driver.TierShared, err)
-			}
-		}
-	}()
 	if len(toLoad) == 0 {
 		return
 	}

@@ -548,3 +548,84 @@ func TestClusterBatchLoadOutlivesAFollowedKeyOfItsChunk(t *testing.T) {
 		t.Fatalf("b loaded chunk:0 %d times, want 0 (a was loading it)", n)
 	}
 }
+
+// panicCodec is the JSON codec, except that decoding the value "boom"
+// panics.
+type panicCodec struct{ driver.JSONCodec[string] }
+
+func (c panicCodec) Unmarshal(data []byte) (string, error) {
+	if string(data) == `"boom"` {
+		panic("panicCodec: boom")
+	}
+	return c.JSONCodec.Unmarshal(data)
+}
+
+// claimHook runs before, once, just ahead of the first pipeline that
+// runs a script (a batch's ClaimMany).
+type claimHook struct {
+	once   sync.Once
+	before func()
+}
+
+func (h *claimHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *claimHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *claimHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if n := cmd.Name(); n == "evalsha" || n == "eval" {
+				h.once.Do(h.before)
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A panic while a cluster batch sorts its grants (here the codec, on a
+// shared entry ClaimMany read for one key) does not leave the leases
+// granted to the batch's other keys held: they are ended at once, not
+// kept alive by their heartbeats for as long as the process runs.
+func TestClusterBatchPanicWhileClaimingEndsTheGrantedLeases(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	cfg := instanceConfig{lease: Options{LeaseTTL: 3 * time.Second}}
+	writer := newInstance(t, newClient(t, addr), prefix, cfg)
+	if err := writer.cache.Set(context.Background(), "panic:b", "boom"); err != nil {
+		t.Fatal(err)
+	}
+	kb, err := writer.coord.keysFor("panic:b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The entry is hidden from the batch's shared read and back in place
+	// for its ClaimMany, which reads it along with the claims.
+	admin := newClient(t, addr)
+	stash := kb.value + "|stash"
+	if err := admin.Rename(context.Background(), kb.value, stash).Err(); err != nil {
+		t.Fatal(err)
+	}
+	hook := &claimHook{before: func() {
+		if err := admin.Rename(context.Background(), stash, kb.value).Err(); err != nil {
+			t.Error(err)
+		}
+	}}
+	pcfg := cfg
+	pcfg.cache = func(o *flightcache.Options[string]) { o.Codec = panicCodec{} }
+	reader := newInstance(t, newClient(t, addr, hook), prefix, pcfg)
+	o := newBatchOrigin("v-")
+	rs := reader.cache.FetchMany(context.Background(), []string{"panic:a", "panic:b"}, o.load)
+	if rs[1].Err == nil {
+		t.Fatalf("panic:b: %+v; want the codec's panic as its error", rs[1])
+	}
+	ka, err := writer.coord.keysFor("panic:a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Ended before the batch returned, as a lease whose load failed.
+	n, err := admin.Exists(context.Background(), ka.lease).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatal("panic:a's lease is still held after the batch returned: it was granted and never ended")
+	}
+}
