@@ -36,6 +36,7 @@ type Config struct {
 	Upstream        *url.URL      // -upstream
 	Redis           string        // -redis: a redis:// or rediss:// URL, or ""
 	RedisPrefix     string        // -redis-prefix
+	RedisTimeout    time.Duration // -redis-timeout
 	MaxBody         int64         // -max-body
 	MaxEntries      int           // -max-entries
 	MaxWaiters      int           // -max-waiters
@@ -46,6 +47,12 @@ type Config struct {
 	Name            string        // -name
 	ShutdownTimeout time.Duration // -shutdown-timeout
 }
+
+// DefaultRedisTimeout is -redis-timeout's default: four times the
+// library's DefaultSharedTimeout, as productd's. On a busy host a loopback
+// round trip can take longer than 250ms, and each Claim that timed out
+// sent its proxy to the upstream on its own.
+const DefaultRedisTimeout = time.Second
 
 // FlagError reports an invalid flag.
 type FlagError struct {
@@ -67,6 +74,7 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&upstream, "upstream", "", "the upstream's base URL, http://host:port or https://host (required)")
 	fs.StringVar(&c.Redis, "redis", "", "Redis URL (redis://host:port/db) for the shared tier and cluster-wide collapsing; empty: this process only")
 	fs.StringVar(&c.RedisPrefix, "redis-prefix", "flightproxy:", "prefix of every Redis key")
+	fs.DurationVar(&c.RedisTimeout, "redis-timeout", DefaultRedisTimeout, "longest one Redis call may take (the shared tier's reads and writes, a lease's claim); past it the proxy collapses requests on its own")
 	fs.Int64Var(&c.MaxBody, "max-body", httpflight.DefaultMaxBody, "largest body stored, in bytes (larger responses are passed through); bounds each entry in Redis too")
 	fs.IntVar(&c.MaxEntries, "max-entries", 10_000, "most responses kept in memory")
 	fs.IntVar(&c.MaxWaiters, "max-waiters", 10_000, "most requests waiting for one response; beyond, 503")
@@ -116,6 +124,8 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 		return c, &FlagError{"-stale-for", "must be in [0, 168h]"}
 	case c.ShutdownTimeout <= 0:
 		return c, &FlagError{"-shutdown-timeout", "must be positive"}
+	case c.RedisTimeout < time.Millisecond || c.RedisTimeout > 10*time.Second:
+		return c, &FlagError{"-redis-timeout", "must be in [1ms, 10s]"}
 	}
 	for _, h := range strings.Split(keyHeaders, ",") {
 		if h = strings.TrimSpace(h); h != "" {
@@ -154,6 +164,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Proxy, err error
 		Codec:         codec,
 		TTL:           flightcache.DefaultTTL,
 		LoaderTimeout: cfg.UpstreamTimeout,
+		SharedTimeout: cfg.RedisTimeout,
 		StaleFor:      cfg.StaleFor,
 		MaxWaiters:    cfg.MaxWaiters,
 		Logger:        log,
@@ -173,7 +184,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (_ *Proxy, err error
 		if err != nil {
 			return nil, err
 		}
-		coord, err := redislease.New(ctx, rdb, store, redislease.Options{})
+		coord, err := redislease.New(ctx, rdb, store, redislease.Options{Timeout: cfg.RedisTimeout})
 		if err != nil {
 			return nil, fmt.Errorf("flightproxy: cluster collapsing on -redis: %w", err)
 		}

@@ -36,6 +36,8 @@ func TestFlagsAreValidatedWithClearErrors(t *testing.T) {
 		{[]string{"-upstream", "http://u", "-max-waiters", "-1"}, "-max-waiters"},
 		{[]string{"-upstream", "http://u", "-wait-timeout", "0s"}, "-wait-timeout"},
 		{[]string{"-upstream", "http://u", "-upstream-timeout", "1h"}, "-upstream-timeout"},
+		{[]string{"-upstream", "http://u", "-redis-timeout", "0s"}, "-redis-timeout"},
+		{[]string{"-upstream", "http://u", "-redis-timeout", "1m"}, "-redis-timeout"},
 		{[]string{"-upstream", "http://u", "stray"}, "arguments"},
 	} {
 		_, err := ParseFlags(tc.args, io.Discard)
@@ -202,7 +204,9 @@ func TestThreeProxiesOnRedisSendOneUpstreamRequestPerHerd(t *testing.T) {
 	prefix := testenv.UniqueName("flightproxy-test:")
 	var fronts []*httptest.Server
 	for range 3 {
-		p, err := New(context.Background(), config(t, up.URL, "-redis", "redis://"+addr+"/0", "-redis-prefix", prefix), quietLog())
+		// A Claim past -redis-timeout sends its proxy to the upstream on
+		// its own, as it should; the bound leaves a loaded host room.
+		p, err := New(context.Background(), config(t, up.URL, "-redis", "redis://"+addr+"/0", "-redis-prefix", prefix, "-redis-timeout", "5s"), quietLog())
 		if err != nil {
 			t.Fatal(err)
 		}
