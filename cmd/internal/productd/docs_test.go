@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/flightcache/flightcache/internal/testenv"
 )
@@ -183,9 +182,7 @@ func TestStartupLineInTheDocsHasEveryField(t *testing.T) {
 	cfg.RedisPrefix = testenv.UniqueName("productd-test-") + ":"
 	cfg.RedisTimeout = sharedTimeoutUnderLoad
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		cleanRedisPrefix(ctx, t, addr, cfg.RedisPrefix)
+		cleanRedisPrefix(t, addr, cfg.RedisPrefix)
 	})
 	var logs syncBuffer
 	s, err := New(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))

@@ -1,12 +1,10 @@
 package productd
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/flightcache/flightcache/internal/testenv"
 )
@@ -28,9 +26,7 @@ func TestEndToEndReadYourWritesAcrossTwoInstancesAndRestarts(t *testing.T) {
 		"-redis-prefix", prefix, "-cache-ttl", "1h"}
 	// The keys live an hour: delete them however the test ends.
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		cleanRedisPrefix(ctx, t, redisAddr, prefix)
+		cleanRedisPrefix(t, redisAddr, prefix)
 	})
 	inst := [2]*process{startProductd(t, args...), startProductd(t, args...)}
 	c := herdClient(4)

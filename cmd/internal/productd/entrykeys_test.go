@@ -59,9 +59,7 @@ func TestEndToEndForgedRedisEntryIsNotServedWithAnEntryKey(t *testing.T) {
 	base.RedisPrefix = testenv.UniqueName("productd-entrykey-") + ":"
 	base.RedisTimeout = sharedTimeoutUnderLoad
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		cleanRedisPrefix(ctx, t, addr, base.RedisPrefix)
+		cleanRedisPrefix(t, addr, base.RedisPrefix)
 	})
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
@@ -249,9 +247,7 @@ func TestEndToEndEntryClaimingADayIsFreshInMemoryAtMostCacheTTL(t *testing.T) {
 	cfg.NegativeTTL = ttl
 	cfg.BusDownTTL = ttl
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		cleanRedisPrefix(ctx, t, addr, cfg.RedisPrefix)
+		cleanRedisPrefix(t, addr, cfg.RedisPrefix)
 	})
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})

@@ -153,9 +153,7 @@ func TestEndToEndProductCreatedOnOneInstanceIsFoundOnAnotherAtOnce(t *testing.T)
 	args := []string{"-db", dsn, "-redis", "redis://" + redisAddr + "/0", "-redis-prefix", prefix, "-bloom-rebuild", "1h",
 		"-redis-timeout", redisTimeoutUnderLoad}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		cleanRedisPrefix(ctx, t, redisAddr, prefix)
+		cleanRedisPrefix(t, redisAddr, prefix)
 	})
 	a := startProductd(t, args...)
 	b := startProductd(t, args...)
@@ -200,9 +198,12 @@ func TestEndToEndProductCreatedOnOneInstanceIsFoundOnAnotherAtOnce(t *testing.T)
 	b.stop(t)
 }
 
-// cleanRedisPrefix deletes the keys a test wrote under its own prefix.
-func cleanRedisPrefix(ctx context.Context, t *testing.T, addr, prefix string) {
+// cleanRedisPrefix deletes the keys a test wrote under its own prefix,
+// within a bound that a loaded host and a busy shared Redis still meet.
+func cleanRedisPrefix(t *testing.T, addr, prefix string) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	iter := rdb.Scan(ctx, 0, prefix+"*", 100).Iterator()
@@ -227,9 +228,7 @@ func TestEndToEndNotFoundCachedBeforeACreateElsewhereIsDroppedAtOnce(t *testing.
 	dsn := testenv.PostgresDB(t)
 	prefix := testenv.UniqueName("productd-created-elsewhere-") + ":"
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		cleanRedisPrefix(ctx, t, redisAddr, prefix)
+		cleanRedisPrefix(t, redisAddr, prefix)
 	})
 	args := []string{"-db", dsn, "-seed-products", "50", "-redis", "redis://" + redisAddr + "/0", "-redis-prefix", prefix,
 		"-bloom-rebuild", "1h", "-negative-ttl", "5m", "-redis-timeout", redisTimeoutUnderLoad}

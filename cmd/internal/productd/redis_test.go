@@ -1,7 +1,6 @@
 package productd
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -29,9 +28,7 @@ func TestInstancesShareLoadsThroughRedis(t *testing.T) {
 	// (detail=shared-write-failed), rightly leaving B nothing to share.
 	cfg.RedisTimeout = sharedTimeoutUnderLoad
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		cleanRedisPrefix(ctx, t, addr, cfg.RedisPrefix)
+		cleanRedisPrefix(t, addr, cfg.RedisPrefix)
 	})
 	a, srvA := startInProcess(t, cfg)
 	b, srvB := startInProcess(t, cfg)
