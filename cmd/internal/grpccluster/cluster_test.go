@@ -63,7 +63,11 @@ func TestThreeServersOnRedisRunAHerdOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		coord, err := redislease.New(t.Context(), rdb, store, redislease.Options{})
+		// A Claim past the Coordinator's Timeout sends its server to the
+		// handler on its own, as it should; 5s leaves a loaded host room
+		// (the 250ms default made a herd run 2 and 3 times under two
+		// test suites side by side).
+		coord, err := redislease.New(t.Context(), rdb, store, redislease.Options{Timeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
