@@ -308,10 +308,14 @@ func TestBatchLeaderDyingMidBatchIsTakenOver(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the dead instance's batch never returned")
 	}
-	reader := newInstance(t, newClient(t, addr), prefix, cfg)
+	// The reader only reads: a generous SharedTimeout, so that a read
+	// a loaded host delays is not mistaken for a missing entry.
+	readCfg := cfg
+	readCfg.cache = func(o *flightcache.Options[string]) { o.SharedTimeout = 5 * time.Second }
+	reader := newInstance(t, newClient(t, addr), prefix, readCfg)
 	for n, r := range reader.cache.FetchMany(context.Background(), keys, nil) {
 		if r.Value != "new-"+keys[n] || r.Outcome != flightcache.OutcomeHitShared {
-			t.Fatalf("shared tier holds %q (%v) for %s, want the heir's value", r.Value, r.Outcome, keys[n])
+			t.Fatalf("shared tier holds %q (%v, %v) for %s, want the heir's value", r.Value, r.Outcome, r.Err, keys[n])
 		}
 	}
 }
