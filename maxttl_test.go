@@ -61,6 +61,43 @@ func TestSharedEntryIsFreshAtMostMaxTTL(t *testing.T) {
 	}
 }
 
+// Reading a shared entry does not renew it: one loaded 90s ago that claims
+// 12h is fresh here until its load plus Options.MaxTTL, 30s after the read
+// with a MaxTTL of 2 minutes, and the Age the Result reports says so.
+func TestSharedEntryIsFreshAtMostMaxTTLFromItsLoad(t *testing.T) {
+	const maxTTL = 2 * time.Minute
+	const age = 90 * time.Second
+	shared := newMapShared(time.Now)
+	data, _ := json.Marshal(&product{ID: "1", Name: "claims 12h"})
+	now := time.Now()
+	shared.m["p:1"] = driver.Entry{Value: data, Meta: driver.Meta{
+		FreshUntil: now.Add(12 * time.Hour), StaleUntil: now.Add(13 * time.Hour), LoadedAt: now.Add(-age),
+	}}
+	clock := newFakeClock()
+	local := newLocal[*product](t, clock)
+	c := clocked(t, clock, flightcache.Options[*product]{
+		Local: local, Shared: shared, TTL: time.Minute, MaxTTL: maxTTL, Jitter: flightcache.DisableJitter,
+	})
+	var o origin
+
+	r := mustFetch(t, c, "p:1", o.load("1"))
+	wantOutcome(t, r.Outcome, flightcache.OutcomeHitShared)
+	if r.Age < age-time.Second || r.Age > age+time.Second {
+		t.Fatalf("Age = %v, want about %v", r.Age, age)
+	}
+	it, ok := local.Get("p:1")
+	if !ok {
+		t.Fatal("the shared hit was not copied into the local tier")
+	}
+	if limit := clock.Now().Add(maxTTL - age + time.Second); it.FreshUntil.After(limit) {
+		t.Fatalf("local copy fresh until %v, want at most its load plus MaxTTL (%v)", it.FreshUntil, limit)
+	}
+	clock.Advance(maxTTL - age + 2*time.Second)
+	if r := mustFetch(t, c, "p:1", o.load("1")); r.Outcome == flightcache.OutcomeHitLocal {
+		t.Fatalf("served fresh from the local tier %v after its load; MaxTTL is %v", maxTTL+2*time.Second, maxTTL)
+	}
+}
+
 // A loader's SetTTL longer than Options.MaxTTL is cut to it, in Fetch and
 // in FetchMany.
 func TestSetTTLIsCappedAtMaxTTL(t *testing.T) {

@@ -41,10 +41,11 @@ type Options[V any] struct {
 	Jitter float64
 	// MaxTTL caps how long any entry stays fresh in this Cache, whoever
 	// chose its lifetime. An entry read from the shared tier is fresh at
-	// most MaxTTL from the read (then stale for at most StaleFor), whatever
-	// it claims: it may have been written by an instance with other
-	// options or an older version, or forged by anyone who can write to
-	// the shared tier. A loader's SetTTL longer than MaxTTL is cut to it.
+	// most MaxTTL from its load (Meta.LoadedAt, when the tier keeps it) and
+	// from the read (then stale for at most StaleFor), whatever it
+	// claims: it may have been written by an instance with other options
+	// or an older version, or forged by anyone who can write to the shared
+	// tier. A loader's SetTTL longer than MaxTTL is cut to it.
 	// Set it to TTL when no loader asks for more, so that no entry outlives
 	// what this Cache would have stored. Must be in [TTL, 24h] (the package
 	// constant MaxTTL). Default the package constant MaxTTL.

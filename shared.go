@@ -300,7 +300,7 @@ func toWall(m driver.Meta) driver.Meta {
 // tier to the Cache's clock, and caps them: the entry was written by another
 // process, possibly with other options, possibly corrupt or hostile, and
 // must not outlive what this Cache would have stored. FreshUntil is at most
-// now + Options.MaxTTL, StaleUntil at most FreshUntil + StaleFor (FreshUntil for a
+// now + Options.MaxTTL and LoadedAt + Options.MaxTTL, StaleUntil at most FreshUntil + StaleFor (FreshUntil for a
 // tombstone) and never before FreshUntil, LoadDuration at most the loader
 // timeout (XFetch would otherwise refresh on every hit), LoadedAt at most
 // now plus ClockSkew. Version stays on the wall clock: derived from
@@ -325,7 +325,19 @@ func (c *Cache[V]) fromWall(m driver.Meta) driver.Meta {
 	m.FreshUntil = shiftTime(m.FreshUntil, off)
 	m.StaleUntil = shiftTime(m.StaleUntil, off)
 	m.LoadedAt = shiftTime(m.LoadedAt, off)
+	if limit := now.Add(c.opts.ClockSkew); m.LoadedAt.After(limit) {
+		// Written by a host whose clock runs ahead: taken as now, so that
+		// it does not look newer than what this instance reads later.
+		m.LoadedAt = now
+	}
 	if limit := now.Add(c.opts.MaxTTL); m.FreshUntil.After(limit) {
+		m.FreshUntil = limit
+	}
+	if limit := m.LoadedAt.Add(c.opts.MaxTTL); !m.LoadedAt.IsZero() && m.FreshUntil.After(limit) {
+		// Nor past MaxTTL from its load: reading an entry does not renew
+		// it, so an entry loaded long ago that claims a long life is as
+		// fresh here as this Cache would have stored it, and the age a
+		// Result reports (Age) agrees with its freshness.
 		m.FreshUntil = limit
 	}
 	staleLimit := m.FreshUntil
@@ -339,11 +351,6 @@ func (c *Cache[V]) fromWall(m driver.Meta) driver.Meta {
 		m.StaleUntil = m.FreshUntil
 	}
 	m.LoadDuration = min(max(m.LoadDuration, 0), c.opts.LoaderTimeout)
-	if limit := now.Add(c.opts.ClockSkew); m.LoadedAt.After(limit) {
-		// Written by a host whose clock runs ahead: taken as now, so that
-		// it does not look newer than what this instance reads later.
-		m.LoadedAt = now
-	}
 	return m
 }
 
