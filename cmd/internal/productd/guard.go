@@ -79,10 +79,13 @@ type penetrationGuard struct {
 	lost, trouble chan struct{} // 1-buffered wake-ups of recover
 	touchEvery    time.Duration // how often recover renews the epoch's TTL
 	identityEvery time.Duration // how often recover checks the server's identity
-	ctx           context.Context
-	cancel        context.CancelFunc
-	done          chan struct{}
-	closeOnce     sync.Once
+	// identityChecks counts the identity checks recover has finished (a
+	// test waits on it to know that one ran after a recovery).
+	identityChecks atomic.Uint64
+	ctx            context.Context
+	cancel         context.CancelFunc
+	done           chan struct{}
+	closeOnce      sync.Once
 }
 
 // MayExist implements driver.Guard on productd's cache keys.
@@ -162,6 +165,7 @@ func (g *penetrationGuard) recover() {
 			g.recent.touch(g.ctx)
 		case <-identity:
 			g.recent.checkIdentity(g.ctx)
+			g.identityChecks.Add(1)
 		case <-g.trouble:
 			if err := g.filter.Rebuild(g.ctx, g.src); err != nil && g.ctx.Err() == nil {
 				g.log.LogAttrs(g.ctx, slog.LevelWarn, "bloom guard: early rebuild on redis trouble failed", slog.Any("error", err))
@@ -171,11 +175,22 @@ func (g *penetrationGuard) recover() {
 				return
 			}
 			for {
+				// The server's identity is read first: the filter
+				// rebuilt below covers the sets on that server, so the
+				// next identity check must not take the restart or
+				// failover that caused this loss for a new one (a
+				// second loss and rebuild, during which ids the filter
+				// rules out go to the origin again). Unread, the last
+				// one stays, which costs at most that second rebuild.
+				id, _ := g.recent.serverID(g.ctx)
 				epoch, err := g.recent.adopt(g.ctx)
 				if err == nil {
 					err = g.filter.Rebuild(g.ctx, g.src)
 				}
 				if err == nil {
+					if id != "" {
+						g.recent.runID = id
+					}
 					g.recent.trust(epoch)
 					g.log.LogAttrs(g.ctx, slog.LevelInfo, "bloom guard: filter rebuilt after the loss of the recent-creations set; trusting it again")
 					break

@@ -133,6 +133,19 @@ func TestRecentSetLostWithRedisRestartedEmptyLetsNewProductsThrough(t *testing.T
 	// rebuilt filter has both products from the database and rules made-up
 	// ids out again.
 	waitRebuilds(t, sb, rebuilds+1)
+	// The periodic identity check, running after the rebuild, sees the
+	// restarted server's identity; it must not take the same restart for a
+	// new loss (a second rebuild, made-up ids let through meanwhile).
+	checks := sb.guard.identityChecks.Load()
+	for deadline := time.Now().Add(30 * time.Second); sb.guard.identityChecks.Load() < checks+2; {
+		if time.Now().After(deadline) {
+			t.Fatal("no identity check ran within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := sb.guard.filter.Stats().Rebuilds; n != rebuilds+1 {
+		t.Fatalf("the filter was rebuilt %d times after one restart, want %d: the identity check took the restart for a second loss", n-rebuilds, 1)
+	}
 	evictLocal(sb)
 	for _, p := range []string{other, served} {
 		if code, cs := getProduct(t, c, b, p); code != http.StatusOK {
