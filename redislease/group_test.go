@@ -307,3 +307,61 @@ func TestGroupedClaimsSurviveAFlushedScriptCache(t *testing.T) {
 		t.Fatalf("round trips %q: no script was sent again with its text", r.trips.seen())
 	}
 }
+
+// A group's queue is bounded: a call that finds maxGroupQueue calls
+// waiting goes alone, at once, instead of joining them, and the queue
+// goes in pipelines of at most maxGroupPipeline.
+func TestFullGroupQueueSendsTheCallAlone(t *testing.T) {
+	addr, prefix := sharedRedis(t)
+	r := newGroupRig(t, addr, prefix)
+	ctx := context.Background()
+	r.trips.watch("full-")
+	r.faults.pauseNow()
+	chs := []<-chan claimResult{claimAsync(ctx, r.in.coord, "full-first")}
+	eventually(t, time.Minute, "the first Claim in progress", func() bool { return len(r.trips.seen()) == 1 })
+	for i := range maxGroupQueue {
+		chs = append(chs, claimAsync(ctx, r.in.coord, fmt.Sprintf("full-%d", i)))
+	}
+	r.awaitQueued(t, acquireScript, maxGroupQueue)
+	chs = append(chs, claimAsync(ctx, r.in.coord, "full-over"))
+	// Sent at once, alone: it reaches the client while the first is held.
+	eventually(t, time.Minute, "the call over the bound sent alone", func() bool { return len(r.trips.seen()) == 2 })
+	if q := r.group(acquireScript).queued(); q != maxGroupQueue {
+		t.Fatalf("%d calls queued, want the bound %d", q, maxGroupQueue)
+	}
+	r.faults.resume()
+	var wg sync.WaitGroup
+	for _, ch := range chs {
+		res := awaitClaim(t, ch)
+		if res.err != nil || res.g.Lease == nil {
+			t.Fatalf("Claim %q: %+v %v, want a lease", res.key, res.g, res.err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := res.g.Lease.Complete(ctx, nil); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	trips := r.trips.seen()
+	var alone, piped int
+	for _, trip := range trips {
+		if !strings.HasPrefix(trip, "evalsha") {
+			continue
+		}
+		switch n := strings.Count(trip, "evalsha"); {
+		case n == 1:
+			alone++
+		case n <= maxGroupPipeline:
+			piped += n
+		default:
+			t.Fatalf("a pipeline of %d scripts, over the bound %d", n, maxGroupPipeline)
+		}
+	}
+	// Claims and Completes together: every script was sent once.
+	if alone+piped != 2*(maxGroupQueue+2) {
+		t.Fatalf("%d scripts sent alone and %d in pipelines, want %d in all", alone, piped, 2*(maxGroupQueue+2))
+	}
+}
