@@ -91,9 +91,10 @@
 //
 // Single keys' scripts are grouped the same way when they are concurrent,
 // as the misses of a flightcache.Batcher are (each key's flight claims on
-// its own): per script (acquire, complete, fail) and per master, a call
-// that finds none of its kind in progress goes at once, alone, so a lone
-// Claim pays no window and no extra round trip; the calls that arrive
+// its own): per script (acquire, complete, fail, and the heartbeat's
+// extension) and per master, a call that finds none of its kind in
+// progress goes at once, alone, so a lone Claim pays no window and no
+// extra round trip; the calls that arrive
 // while one is in progress wait and go together, in one pipeline, when it
 // returns. N concurrent Claims of distinct keys then cost two round trips
 // on one Redis, not N, and two per master on a Cluster. Each caller keeps

@@ -7,9 +7,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Group commit of the lease scripts. The acquire, complete and fail
-// scripts of many keys (a Batcher's misses, each in its own flight, or a
-// herd of cold misses) would otherwise cost one Redis round trip each.
+// Group commit of the lease scripts. The acquire, complete, fail and
+// heartbeat (extend) scripts of many keys (a Batcher's misses, each in
+// its own flight, or a herd of cold misses) would otherwise cost one
+// Redis round trip each.
 // Instead, per script and per Redis master, a call that finds no call of
 // its kind in progress goes at once, alone, on its caller's goroutine: a
 // lone Claim pays no window and no extra round trip. Calls that arrive
@@ -101,6 +102,11 @@ func (c *Coordinator) runScript(ctx context.Context, s *redis.Script, keys []str
 	case <-q.done:
 		return q.cmd
 	case <-ctx.Done():
+		select {
+		case <-q.done: // answered meanwhile: a lease granted is not dropped
+			return q.cmd
+		default:
+		}
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(ctx.Err())
 		return cmd

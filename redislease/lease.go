@@ -59,7 +59,7 @@ func (l *lease) heartbeat() {
 		case <-t.C:
 		}
 		ctx, cancel := l.c.opCtx(context.Background())
-		n, err := extendScript.Run(ctx, l.c.client, []string{l.k.lease, l.k.token}, l.tok, ms(l.c.leaseTTL)).Int64()
+		n, err := l.c.runScript(ctx, extendScript, []string{l.k.lease, l.k.token}, l.tok, ms(l.c.leaseTTL)).Int64()
 		cancel()
 		switch {
 		case err == nil && n == 1:
