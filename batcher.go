@@ -61,8 +61,13 @@ type BatcherOptions struct {
 // tags of its key alone (SetTags on the flight's ctx after Load returns).
 //
 // In cluster mode each key's flight claims its own lease before its load
-// joins a call: one load per key in the cluster, one lease round trip per
-// key. A Batcher is safe for concurrent use and needs no Close: it runs
+// joins a call, so each key is loaded once in the cluster. The round trips
+// of those claims are the Coordinator's: redislease's groups the claims
+// (and the completions) that arrive while one of its calls to a Redis
+// master is in progress, and sends them together in one pipeline when it
+// returns, so the misses of a batch cost about two claim round trips per
+// master (the first claim alone, the others together), not one per key. A
+// Batcher is safe for concurrent use and needs no Close: it runs
 // goroutines only while calls are in progress.
 type Batcher[V any] struct {
 	load        BatchLoadFunc[V]

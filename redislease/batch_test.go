@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -203,67 +202,6 @@ func TestBatchClaimsAndCompletesInOneRoundTripEach(t *testing.T) {
 	}
 }
 
-// batchFaultHook fails (crashed) or holds (paused) every command and
-// every pipeline of a client: the instance is gone, or Redis does not
-// answer. A held call ends with its context.
-type batchFaultHook struct {
-	crashed atomic.Bool
-	mu      sync.Mutex
-	pause   chan struct{}
-}
-
-func (h *batchFaultHook) gate(ctx context.Context) error {
-	if h.crashed.Load() {
-		return errCrashed
-	}
-	h.mu.Lock()
-	p := h.pause
-	h.mu.Unlock()
-	if p != nil {
-		select {
-		case <-p:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-func (h *batchFaultHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *batchFaultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if err := h.gate(ctx); err != nil {
-			cmd.SetErr(err)
-			return err
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h *batchFaultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if err := h.gate(ctx); err != nil {
-			for _, c := range cmds {
-				c.SetErr(err)
-			}
-			return err
-		}
-		return next(ctx, cmds)
-	}
-}
-
-func (h *batchFaultHook) pauseNow() {
-	h.mu.Lock()
-	h.pause = make(chan struct{})
-	h.mu.Unlock()
-}
-
-func (h *batchFaultHook) resume() {
-	h.mu.Lock()
-	close(h.pause)
-	h.pause = nil
-	h.mu.Unlock()
-}
-
 // An instance that dies in the middle of a batch it leads (its Redis
 // calls fail from then on: no heartbeat, no completion) holds its leases
 // until they expire; another instance batching the same keys waits for
@@ -273,7 +211,7 @@ func (h *batchFaultHook) resume() {
 func TestBatchLeaderDyingMidBatchIsTakenOver(t *testing.T) {
 	addr, prefix := sharedRedis(t)
 	cfg := instanceConfig{lease: Options{LeaseTTL: time.Second}}
-	hook := &batchFaultHook{}
+	hook := &faultHook{}
 	dead := newInstance(t, newClient(t, addr, hook), prefix, cfg)
 	heir := newInstance(t, newClient(t, addr), prefix, cfg)
 	keys := batchKeys("dies", 6)
@@ -327,7 +265,7 @@ func TestBatchLeaderDyingMidBatchIsTakenOver(t *testing.T) {
 // ErrCoordinatorUnavailable's cause, the skipped write).
 func TestBatchWithRedisPausedLoadsLocallyAndWritesNoSharedEntry(t *testing.T) {
 	addr, prefix := sharedRedis(t)
-	hook := &batchFaultHook{}
+	hook := &faultHook{}
 	in := newInstance(t, newClient(t, addr, hook), prefix, instanceConfig{cache: func(o *flightcache.Options[string]) {
 		o.SharedTimeout = 200 * time.Millisecond
 	}})

@@ -118,6 +118,11 @@ type Coordinator struct {
 
 	bus *bus
 
+	// groups queue the lease scripts' concurrent calls, per script and
+	// master, to send them in one pipeline (see runScript).
+	groupMu sync.Mutex
+	groups  map[groupKey]*scriptGroup // guarded by groupMu
+
 	mu     sync.Mutex
 	subs   map[string]*subscriber // per shard address ("" outside Cluster); guarded by mu
 	closed bool                   // guarded by mu
@@ -350,7 +355,7 @@ const (
 func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64, readArg string) (acquireReply, error) {
 	ctx, cancel := c.opCtx(ctx)
 	defer cancel()
-	v, err := acquireScript.Run(ctx, c.client, []string{k.lease, k.token, k.done, k.fail, k.value},
+	v, err := c.runScript(ctx, acquireScript, []string{k.lease, k.token, k.done, k.fail, k.value},
 		ms(c.leaseTTL), strconv.FormatUint(after, 10), readArg, c.store.MaxPayload()).Slice()
 	if err != nil {
 		return acquireReply{}, fmt.Errorf("redislease: acquire: %w", err)

@@ -89,6 +89,24 @@
 // instance holds is reported busy, and the Cache waits for it with Claim.
 // Each granted lease has its own heartbeat, as Claim's has.
 //
+// Single keys' scripts are grouped the same way when they are concurrent,
+// as the misses of a flightcache.Batcher are (each key's flight claims on
+// its own): per script (acquire, complete, fail, and the heartbeat's
+// extension) and per master, a call that finds none of its kind in
+// progress goes at once, alone, so a lone Claim pays no window and no
+// extra round trip; the calls that arrive while one is in progress wait
+// and go together, in one pipeline, when it returns. N concurrent Claims
+// of distinct keys then cost two round trips on one Redis, not N, and two
+// per master on a Cluster. Each caller keeps its ctx: one whose ctx ends
+// while its call waits returns at once and its script is not sent; a
+// pipeline, once sent, is bounded by Options.Timeout alone, so no caller
+// cuts the others short (a Claim whose caller left during its pipeline may
+// still take a lease, which then expires after LeaseTTL, as when a caller
+// leaves during a lone call). Each call gets its own reply or error;
+// scripts answered NOSCRIPT are sent again with their text. At most 256
+// calls go in one pipeline and 1,024 wait per group; a call that finds its
+// group's queue full goes alone.
+//
 // A follower subscribes to the key's channel (reference-counted, over one
 // subscription connection per instance, or per master for sharded pub/sub
 // on a Cluster) and waits for confirmation before it looks at the lease

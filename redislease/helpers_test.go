@@ -241,11 +241,12 @@ func (r *recorder) scopeChanges() []flightcache.Scope {
 	return append([]flightcache.Scope(nil), r.scopes...)
 }
 
-// faultHook stands between a client and Redis: crashed fails every
-// command at once (the instance is gone: no heartbeat, no write, no
-// release); paused holds every command until resumed (the process is
-// stopped, as with SIGSTOP). followers is signalled each time an acquire
-// answered "held by another", so a test knows its followers wait.
+// faultHook stands between a client and Redis, for commands and
+// pipelines alike: crashed fails every command at once (the instance is
+// gone: no heartbeat, no write, no release); paused holds every command
+// until resumed or its ctx ends (the process is stopped, as with
+// SIGSTOP). followers is signalled each time an acquire answered "held by
+// another", so a test knows its followers wait.
 type faultHook struct {
 	crashed   atomic.Bool
 	failGets  atomic.Bool // GET fails, as a read timing out on a thawed host would
@@ -259,36 +260,72 @@ var (
 	errReadFailed = errors.New("injected: GET timed out")
 )
 
-func (h *faultHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+// gate is the fault cmd meets, nil when none: it fails at once when the
+// instance crashed or cmd is a GET while failGets is set, and waits while
+// paused.
+func (h *faultHook) gate(ctx context.Context, cmd redis.Cmder) error {
+	if h.crashed.Load() {
+		return errCrashed
+	}
+	if h.failGets.Load() && (cmd.Name() == "getrange" || cmd.Name() == "get") {
+		return errReadFailed
+	}
+	h.mu.Lock()
+	p := h.pause
+	h.mu.Unlock()
+	if p != nil {
+		select {
+		case <-p:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
+
+// followed signals h.following when cmd is an acquire that answered "held
+// by another".
+func (h *faultHook) followed(cmd redis.Cmder) {
+	if h.following == nil || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
+		return
+	}
+	if c, ok := cmd.(*redis.Cmd); ok {
+		if v, err := c.Slice(); err == nil && len(v) >= 3 && v[0] == int64(1) {
+			select {
+			case h.following <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func (h *faultHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.crashed.Load() {
-			cmd.SetErr(errCrashed)
-			return errCrashed
-		}
-		if h.failGets.Load() && (cmd.Name() == "getrange" || cmd.Name() == "get") {
-			cmd.SetErr(errReadFailed)
-			return errReadFailed
-		}
-		h.mu.Lock()
-		p := h.pause
-		h.mu.Unlock()
-		if p != nil {
-			<-p
+		if err := h.gate(ctx, cmd); err != nil {
+			cmd.SetErr(err)
+			return err
 		}
 		err := next(ctx, cmd)
-		if h.following != nil && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
-			if c, ok := cmd.(*redis.Cmd); ok {
-				if v, err := c.Slice(); err == nil && len(v) >= 3 && v[0] == int64(1) {
-					select {
-					case h.following <- struct{}{}:
-					default:
-					}
+		h.followed(cmd)
+		return err
+	}
+}
+func (h *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if err := h.gate(ctx, cmd); err != nil {
+				// One fault fails the whole pipeline, as a dead or
+				// stopped server would.
+				for _, c := range cmds {
+					c.SetErr(err)
 				}
+				return err
 			}
+		}
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.followed(cmd)
 		}
 		return err
 	}
