@@ -210,7 +210,11 @@ func TestBatchClaimsAndCompletesInOneRoundTripEach(t *testing.T) {
 // nothing.
 func TestBatchLeaderDyingMidBatchIsTakenOver(t *testing.T) {
 	addr, prefix := sharedRedis(t)
-	cfg := instanceConfig{lease: Options{LeaseTTL: time.Second}}
+	// The heir must claim while the dead leases still stand (they end
+	// between 2 and 3 lease-TTL thirds after the crash): a lease that
+	// expired first is claimed afresh, not taken over. 3s leaves a loaded
+	// host two seconds for that.
+	cfg := instanceConfig{lease: Options{LeaseTTL: 3 * time.Second}}
 	hook := &faultHook{}
 	dead := newInstance(t, newClient(t, addr, hook), prefix, cfg)
 	heir := newInstance(t, newClient(t, addr), prefix, cfg)
