@@ -176,7 +176,7 @@ soak:
 http-conformance:
 	./cmd/flightproxy/conformance/run.sh
 
-## perf-report: the scaling curves (engine cost against waiters per key and keys in flight, origin queries against instances, hit paths per tier, follower wake-up against instances and waiters beside the loopback floor, productd's and httpflight's hit requests per second beside a bare net/http handler, httpflight's upstream requests and p99 against herd size, grpcflight's hit against a bare unary call), side by side with the peers, measured on this machine: SVG charts and tables in docs/perf (about 7 minutes on 2 cores; needs Redis)
+## perf-report: the scaling curves (engine cost against waiters per key and keys in flight, origin queries against instances, hit paths per tier, follower wake-up against instances and waiters beside the loopback floor, productd's and httpflight's hit requests per second beside a bare net/http handler, httpflight's upstream requests and p99 against herd size, the Batcher's loads and origin calls per second and p99 against concurrent callers beside the dataloaders and sturdyc, grpcflight's hit against a bare unary call), side by side with the peers, measured on this machine: SVG charts and tables in docs/perf (about 7 minutes on 2 cores; needs Redis)
 perf-report:
 	$(GO) run ./bench/perfreport -out docs/perf
 

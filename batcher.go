@@ -15,11 +15,12 @@ type BatcherOptions struct {
 	// MaxKeys bounds the keys of one origin call; 0 means 100.
 	MaxKeys int
 	// MaxDelay, when positive, bounds how long a key waits for the calls
-	// in progress to return: then the waiting keys go in a call of their
-	// own (MaxInFlight permitting). 0: they wait for a return or for
-	// MaxKeys, so a slow or hung call holds the keys behind it until it
-	// returns; set MaxDelay to a few of the origin's round trips when its
-	// calls may be slow.
+	// in progress to return, and the wait after a return for the returning
+	// callers' keys: then the waiting keys go in a call of their own
+	// (MaxInFlight permitting). 0: they wait for a return or for MaxKeys,
+	// so a slow or hung call holds the keys behind it until it returns; set
+	// MaxDelay to a few of the origin's round trips when its calls may be
+	// slow.
 	MaxDelay time.Duration
 	// MaxInFlight bounds the origin calls in progress at once; 0 means 8.
 	// Keys beyond it wait for a call to return, MaxDelay or not.
@@ -39,7 +40,12 @@ type BatcherOptions struct {
 // no call of its partition at the origin goes at once, alone; the loads
 // that arrive while calls are in progress wait, and go together when one
 // returns, when MaxKeys of them wait, or after MaxDelay. A lone load never
-// waits for a window.
+// waits for a window. Right after a call of several keys returns, its
+// callers are likely to come back with their next misses: the partition's
+// next call waits for as many keys as that call carried (at most MaxKeys),
+// for at most a quarter of that call's duration (at most 5 ms, and
+// MaxDelay when set), so that they go together rather than the first
+// alone and the others behind it. A call of one key leaves no such wait.
 //
 // A call belongs to no caller. Its ctx carries no caller's values or
 // cancellation: it ends when the contexts of all the flights it serves
@@ -75,6 +81,9 @@ type Batcher[V any] struct {
 	maxKeys     int
 	maxInFlight int
 	maxDelay    time.Duration
+	// fixedHold, when positive, replaces the hold computed from a call's
+	// duration (tests, which cannot make a call last long enough).
+	fixedHold time.Duration
 
 	mu sync.Mutex
 	// lanes holds the partitions with keys waiting or calls in progress;
@@ -96,7 +105,23 @@ type lane[V any] struct {
 	// gen grows each time the lane empties, so a timer that fires late
 	// sees that the keys it was set for are gone.
 	gen uint64
+	// held: a call of several keys returned; the lane's next call waits
+	// for expect keys (its callers' next misses, likely on their way) or
+	// for holdTimer, whichever comes first. Cleared when a call goes or
+	// the hold ends; the lane stays while it is held.
+	held      bool
+	expect    int
+	holdTimer *time.Timer
+	holdGen   uint64 // grows when the hold clears, as gen does
 }
+
+// holdFraction and holdMax bound the hold after a return: a quarter of
+// the call's duration, at most 5 ms (and MaxDelay when set), so that a
+// slow call does not become a long hold.
+const (
+	holdFraction = 4
+	holdMax      = 5 * time.Millisecond
+)
 
 // slot is one key of one member waiting in a lane.
 type slot[V any] struct {
@@ -247,15 +272,22 @@ func (b *Batcher[V]) enqueue(m *member[V], n int) {
 }
 
 // pump sends the waiting keys of l that may go: all of them at once, in
-// calls of at most maxKeys, when the lane has no call in progress or is
-// ready; only full calls otherwise. Called with b.mu held.
+// calls of at most maxKeys, when the lane is idle (no call in progress,
+// no hold) or ready, or when as many keys wait as its hold expects; only
+// full calls otherwise. Called with b.mu held.
 func (b *Batcher[V]) pump(l *lane[V]) {
-	for len(l.pending) > 0 && b.inFlight < b.maxInFlight && (l.inFlight == 0 || l.ready || len(l.pending) >= b.maxKeys) {
+	for len(l.pending) > 0 && b.inFlight < b.maxInFlight &&
+		(l.ready || len(l.pending) >= b.maxKeys ||
+			(l.held && len(l.pending) >= l.expect) || (!l.held && l.inFlight == 0)) {
 		n := min(len(l.pending), b.maxKeys)
 		call := l.pending[:n:n]
 		l.pending = l.pending[n:]
 		l.inFlight++
 		b.inFlight++
+		if l.held { // what it waited for has gone, or a bound was reached
+			l.ready = len(l.pending) > 0
+			l.unhold()
+		}
 		go b.call(l, call)
 	}
 	switch {
@@ -267,7 +299,7 @@ func (b *Batcher[V]) pump(l *lane[V]) {
 			l.timer.Stop()
 			l.timer = nil
 		}
-		if l.inFlight == 0 {
+		if l.inFlight == 0 && !l.held && b.lanes[l.name] == l {
 			delete(b.lanes, l.name)
 		}
 	case b.maxDelay > 0 && l.timer == nil && !l.ready:
@@ -284,14 +316,60 @@ func (b *Batcher[V]) pump(l *lane[V]) {
 	}
 }
 
-// returned accounts for a call of l that returned, and sends what waits:
-// l's keys (the group commit), and other lanes' that MaxInFlight held.
-func (b *Batcher[V]) returned(l *lane[V]) {
+// unhold ends l's hold. Called with b.mu held.
+func (l *lane[V]) unhold() {
+	l.held, l.expect = false, 0
+	l.holdGen++
+	if l.holdTimer != nil {
+		l.holdTimer.Stop()
+		l.holdTimer = nil
+	}
+}
+
+// returned accounts for a call of l that returned after took with n keys,
+// and sends what waits: l's keys (the group commit), and other lanes' that
+// MaxInFlight held.
+//
+// The callers that call answered are likely to come back with their next
+// misses within a moment: a call of several keys is followed by a hold, in
+// which the lane's next call waits until as many keys wait as the call
+// carried (at most MaxKeys), or until a quarter of took has passed (at
+// most holdMax, and MaxDelay when set). Without it, the first of those
+// callers to come back finds nothing in progress and goes alone, the rest
+// pile up behind it, and calls alternate between one key and many. A call
+// of one key leaves no hold: the next key is as many as it carried, so a
+// lone caller's next miss still goes at once.
+func (b *Batcher[V]) returned(l *lane[V], n int, took time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	l.inFlight--
 	b.inFlight--
-	l.ready = true
+	hold := min(took/holdFraction, holdMax)
+	if b.fixedHold > 0 {
+		hold = b.fixedHold
+	}
+	if b.maxDelay > 0 {
+		hold = min(hold, b.maxDelay)
+	}
+	if n > 1 && hold > 0 {
+		l.expect = min(l.expect+n, b.maxKeys)
+		if !l.held {
+			l.held = true
+			gen := l.holdGen
+			l.holdTimer = time.AfterFunc(hold, func() {
+				b.mu.Lock()
+				defer b.mu.Unlock()
+				if l.held && l.holdGen == gen {
+					l.holdTimer = nil
+					l.unhold()
+					l.ready = len(l.pending) > 0
+					b.pump(l)
+				}
+			})
+		}
+	} else {
+		l.ready = true
+	}
 	b.pump(l)
 	for _, o := range b.lanes {
 		if b.inFlight >= b.maxInFlight {
@@ -309,7 +387,11 @@ var errBatcherAborted = errors.New("flightcache: batch loader exited without ret
 
 // call is one origin call for slots, on its own goroutine.
 func (b *Batcher[V]) call(l *lane[V], slots []slot[V]) {
-	defer b.returned(l)
+	var (
+		sent int           // the keys sent to the origin
+		took time.Duration // how long the origin took with them
+	)
+	defer func() { b.returned(l, sent, took) }()
 	// The members still waiting, and the distinct keys they ask.
 	var (
 		members []*member[V]
@@ -364,7 +446,10 @@ func (b *Batcher[V]) call(l *lane[V], slots []slot[V]) {
 	pol := new(storePolicy)
 	ctx = context.WithValue(driver.WithBatchMembers(ctx, ctxs), policyKey{}, pol)
 
+	sent = len(keys)
+	t0 := time.Now()
 	found, err := callBatchLoader(ctx, b.load, keys)
+	took = time.Since(t0)
 
 	// The call's SetTTL and NoStore become every member flight's, before
 	// any of them returns (a policy set after its loader returned is

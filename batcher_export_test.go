@@ -1,5 +1,7 @@
 package flightcache
 
+import "time"
+
 // Waiting counts the keys queued in b and not yet sent to the origin, so
 // that tests can wait for a state instead of sleeping.
 func (b *Batcher[V]) Waiting() int {
@@ -10,4 +12,12 @@ func (b *Batcher[V]) Waiting() int {
 		n += len(l.pending)
 	}
 	return n
+}
+
+// SetHold makes every hold after a return last d (MaxDelay still bounds
+// it), whatever the call took.
+func (b *Batcher[V]) SetHold(d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fixedHold = d
 }

@@ -160,6 +160,128 @@ func TestBatcherGroupsTheLoadsThatArriveDuringACall(t *testing.T) {
 	}
 }
 
+// returnedCall sends keys in one call and answers it: the Batcher then
+// holds its next call for the callers of keys, whose next misses are
+// likely on their way.
+func returnedCall(t *testing.T, o *heldOrigin, c *flightcache.Cache[string], b *flightcache.Batcher[string], keys ...string) {
+	t.Helper()
+	res := getAll(c, b, "opener")
+	opener := o.next(t)
+	res2 := getAll(c, b, keys...)
+	waitQueued(t, b, len(keys))
+	answerAll(opener)
+	call := o.next(t)
+	if len(call.keys) != len(keys) {
+		t.Fatalf("a call of %d keys, want the %d queued", len(call.keys), len(keys))
+	}
+	answerAll(call)
+	<-res
+	for range keys {
+		if r := <-res2; r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+}
+
+// TestBatcherHoldsAfterAReturnForItsCallers: after a call of 5 keys
+// returns, the next misses wait until 5 of them are there and go in one
+// call, where they went one alone and the others behind it.
+func TestBatcherHoldsAfterAReturnForItsCallers(t *testing.T) {
+	o := newHeldOrigin()
+	b := newBatcher(t, o.load, flightcache.BatcherOptions{MaxInFlight: 1})
+	b.SetHold(time.Hour) // only the expected keys can end it
+	c := newCache(t, flightcache.Options[string]{})
+	returnedCall(t, o, c, b, "a", "b", "c", "d", "e")
+	next := []string{"a2", "b2", "c2", "d2", "e2"}
+	res := getAll(c, b, next[:4]...)
+	waitQueued(t, b, 4) // nothing in progress, yet they wait: the lane is held
+	res = mergeResults(res, getAll(c, b, next[4]))
+	call := o.next(t)
+	slices.Sort(call.keys)
+	if !slices.Equal(call.keys, next) {
+		t.Fatalf("call %v, want the 5 keys of the returned call's callers together", call.keys)
+	}
+	answerAll(call)
+	for range next {
+		if r := <-res; r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+}
+
+// mergeResults returns one channel of the results of a and b.
+func mergeResults(a, b chan keyResult) chan keyResult {
+	out := make(chan keyResult, cap(a)+cap(b))
+	go func() {
+		for range cap(a) {
+			out <- <-a
+		}
+	}()
+	go func() {
+		for range cap(b) {
+			out <- <-b
+		}
+	}()
+	return out
+}
+
+// TestBatcherHoldEnds: when fewer callers come back than the call carried,
+// the hold ends by itself (a fraction of the call's duration, at most a
+// few ms), and MaxDelay bounds it too.
+func TestBatcherHoldEnds(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts flightcache.BatcherOptions
+		hold time.Duration
+	}{
+		{"computed", flightcache.BatcherOptions{}, 0},
+		{"MaxDelay", flightcache.BatcherOptions{MaxDelay: time.Millisecond}, time.Hour},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := newHeldOrigin()
+			b := newBatcher(t, o.load, c.opts)
+			if c.hold > 0 {
+				b.SetHold(c.hold)
+			}
+			cache := newCache(t, flightcache.Options[string]{})
+			returnedCall(t, o, cache, b, "a", "b", "c", "d", "e")
+			res := getAll(cache, b, "a2", "b2")
+			seen := 0
+			for seen < 2 { // o.next fails the test if the keys never go
+				call := o.next(t)
+				seen += len(call.keys)
+				answerAll(call)
+			}
+			for range 2 {
+				if r := <-res; r.err != nil {
+					t.Fatal(r.err)
+				}
+			}
+		})
+	}
+}
+
+// TestBatcherLoneCallerNeverHeld: a call of one key leaves no hold, so a
+// lone caller's misses, one after another, each go at once.
+func TestBatcherLoneCallerNeverHeld(t *testing.T) {
+	o := newHeldOrigin()
+	b := newBatcher(t, o.load, flightcache.BatcherOptions{})
+	b.SetHold(time.Hour) // a hold would keep the next miss from the origin
+	c := newCache(t, flightcache.Options[string]{})
+	for i := range 5 {
+		k := fmt.Sprint("lone", i)
+		res := getAll(c, b, k)
+		call := o.next(t)
+		if !slices.Equal(call.keys, []string{k}) {
+			t.Fatalf("call %v, want %s alone", call.keys, k)
+		}
+		answerAll(call)
+		if r := <-res; r.err != nil || r.v != "v:"+k {
+			t.Fatalf("Get(%s) = %q, %v", k, r.v, r.err)
+		}
+	}
+}
+
 func TestBatcherCallsHoldAtMostMaxKeys(t *testing.T) {
 	o := newHeldOrigin()
 	b := newBatcher(t, o.load, flightcache.BatcherOptions{MaxKeys: 3, MaxInFlight: 1})

@@ -6,6 +6,7 @@ package bench_test
 // caller loads a key nobody loaded before.
 //
 //	go test -run '^$' -bench 'Autobatch' -benchtime 2s .
+//	go test -run '^$' -bench 'AutobatchFloor' .
 //	go test -run 'TestAutobatchIsolation' -v .
 
 import (
@@ -224,6 +225,28 @@ func BenchmarkAutobatch(b *testing.B) {
 				b.ReportMetric(float64((p99 - floor).Microseconds()), "added-p99-µs")
 			})
 		}
+	}
+}
+
+// BenchmarkAutobatchFloor: the bound of any batching of callers closed-loop
+// callers that makes one origin call a round, as the dataloaders do at
+// 1,024 callers (986 keys a call): the round cannot be shorter than one
+// origin call of every caller's key, so loads/s is at most callers over
+// that call's duration. Each op is one such call, measured as the
+// benchmark's slowOrigin measures it (the timer's lateness included).
+func BenchmarkAutobatchFloor(b *testing.B) {
+	for _, callers := range []int{1, 8, 64, 1024} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			var o slowOrigin
+			keys := autoKeys(callers)
+			ctx := context.Background()
+			for b.Loop() {
+				o.fetch(ctx, keys)
+			}
+			perCall := time.Duration(o.busy.Load() / o.calls.Load())
+			b.ReportMetric(float64(perCall)/1e6, "ms/call")
+			b.ReportMetric(float64(callers)/perCall.Seconds(), "bound-loads/s")
+		})
 	}
 }
 

@@ -6,6 +6,7 @@
 //	go run ./bench/perfreport                      # docs/perf, about 7 minutes on 2 cores
 //	go run ./bench/perfreport -quick               # every benchmark once, into a temporary directory: checks that it runs
 //	go run ./bench/perfreport -count 5 -out /tmp/perf
+//	go run ./bench/perfreport -only Autobatch -out /tmp/perf  # the suites whose -bench matches, alone
 //
 // The curves (bench/singleflight's BenchmarkCurve*, the hit paths and
 // instances of package bench, redislease's BenchmarkCurveFollower*,
@@ -35,6 +36,10 @@
 //   - httpflight's upstream requests per herd and p99 against herd size
 //     (10 to 10,000 concurrent requests for a cold URL, in process;
 //     BenchmarkCurveHerd);
+//   - automatic batching: loads per second, origin calls per second and a
+//     load's p99 against concurrent callers (1 to 1,024), flightcache's
+//     Batcher against graph-gophers/dataloader v7, vikstrous/dataloadgen
+//     and sturdyc (package bench's BenchmarkAutobatch);
 //   - grpcflight's hit through the server interceptor against a bare unary
 //     call over loopback (grpcflight's BenchmarkUnary, a table).
 //
@@ -55,6 +60,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -150,6 +156,16 @@ var suites = []suite{
 		},
 	},
 	{
+		// One curve per implementation, flightcache's Batcher beside the
+		// dataloaders and sturdyc; an origin of 1 ms + 20 µs per key.
+		pkg: "./bench", bench: "^BenchmarkAutobatch$", benchtime: "1s",
+		charts: []chart{
+			{"autobatch-loads.svg", "Automatic batching: loads per second against concurrent callers", "BenchmarkAutobatch", "callers", "loads/s", "loads per second"},
+			{"autobatch-calls.svg", "Automatic batching: origin calls per second against concurrent callers", "BenchmarkAutobatch", "callers", "calls/s", "origin calls per second"},
+			{"autobatch-p99.svg", "Automatic batching: a load's p99 latency against concurrent callers", "BenchmarkAutobatch", "callers", "p99-µs", "p99 µs"},
+		},
+	},
+	{
 		pkg: "./grpcflight", bench: "^BenchmarkUnary$", benchtime: "2s",
 		tables: []table{
 			{"grpcflight: a unary call over loopback, bare and a hit through the server interceptor", "BenchmarkUnary", []string{"ns/op", "allocs/op"}},
@@ -162,6 +178,7 @@ func main() {
 	out := fs.String("out", "docs/perf", "the directory the charts and README.md are written to (-quick: a temporary one unless set)")
 	count := fs.Int("count", 3, "runs of each benchmark; each point is their median")
 	quick := fs.Bool("quick", false, "run every benchmark once (-benchtime 1x -count 1) and the curves' smaller points only, to check that the report runs")
+	only := fs.String("only", "", "run only the suites whose -bench matches this regular expression; the page then holds their sections alone")
 	_ = fs.Parse(os.Args[1:])
 	outSet := false
 	fs.Visit(func(f *flag.Flag) { outSet = outSet || f.Name == "out" })
@@ -179,8 +196,12 @@ func main() {
 			*out, temporary = dir, true
 		}
 	}
+	selected, err := selectSuites(suites, *only)
+	if err != nil {
+		fail(err)
+	}
 	start := time.Now()
-	err := run(ctx, *out, *count, *quick, os.Stderr)
+	err = run(ctx, selected, *out, *count, *quick, *only, os.Stderr)
 	if temporary {
 		os.RemoveAll(*out)
 	}
@@ -203,14 +224,20 @@ func doneLine(out string, removed bool, took time.Duration) string {
 }
 
 // header is the report page's first lines up to the machine: the command
-// that wrote it, as it was run.
-func header(count int, quick bool) string {
+// that wrote it, as it was run (with -only, a part of the report that no
+// make target writes alone).
+func header(count int, quick bool, only string) string {
 	cmdline, target := "go run ./bench/perfreport", "make perf-report"
 	switch {
 	case quick:
 		cmdline, target = cmdline+" -quick", "make perf-report-quick"
 	case count != 3:
 		cmdline += " -count " + strconv.Itoa(count)
+	}
+	if only != "" {
+		cmdline += " -only '" + only + "'"
+		return fmt.Sprintf("# Scaling curves\n\nWritten by `%s` on %s, from real runs on that machine",
+			cmdline, time.Now().UTC().Format("2006-01-02"))
 	}
 	return fmt.Sprintf("# Scaling curves\n\nWritten by `%s` (`%s`) on %s, from real runs on that machine",
 		cmdline, target, time.Now().UTC().Format("2006-01-02"))
@@ -221,8 +248,30 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-// run runs every suite and writes the report into out.
-func run(ctx context.Context, out string, count int, quick bool, progress io.Writer) error {
+// selectSuites returns the suites of all whose -bench matches the regular
+// expression only; every suite when only is empty.
+func selectSuites(all []suite, only string) ([]suite, error) {
+	if only == "" {
+		return all, nil
+	}
+	re, err := regexp.Compile(only)
+	if err != nil {
+		return nil, fmt.Errorf("-only: %w", err)
+	}
+	var out []suite
+	for _, s := range all {
+		if re.MatchString(s.bench) {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("-only %s selects no suite", only)
+	}
+	return out, nil
+}
+
+// run runs the suites ss and writes the report into out.
+func run(ctx context.Context, ss []suite, out string, count int, quick bool, only string, progress io.Writer) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
@@ -230,8 +279,8 @@ func run(ctx context.Context, out string, count int, quick bool, progress io.Wri
 	var page bytes.Buffer
 	fmt.Fprintf(&page, "%s: %s.\n"+
 		"Each point is the median of %d runs; every implementation ran in the same run as the others.\n\n",
-		header(count, quick), machine(), count)
-	for _, s := range suites {
+		header(count, quick, only), machine(), count)
+	for _, s := range ss {
 		benchtime := s.benchtime
 		if quick {
 			benchtime = "1x"
@@ -482,7 +531,11 @@ func writeCurveTable(w io.Writer, c chart, ss []series, ref, refNote string) {
 		fmt.Fprintf(w, "\n%s; each other column's ratio is its figure over %s's, %s.\n\n", c.yLabel, ref, refNote)
 		return
 	}
-	fmt.Fprintf(w, "\n%s; each other column's ratio is its figure over %s's (above 1: %s costs less).\n\n", c.yLabel, ss[0].name, ss[0].name)
+	verdict := "above 1: " + ss[0].name + " costs less"
+	if strings.HasSuffix(c.metric, "/s") { // a rate: more is better
+		verdict = "below 1: " + ss[0].name + " does more"
+	}
+	fmt.Fprintf(w, "\n%s; each other column's ratio is its figure over %s's (%s).\n\n", c.yLabel, ss[0].name, verdict)
 }
 
 // writeTable writes a table's rows with each peer's ratio to the first

@@ -207,14 +207,16 @@ func TestHeaderNamesTheCommandThatRan(t *testing.T) {
 	for _, c := range []struct {
 		count int
 		quick bool
+		only  string
 		want  string
 	}{
-		{3, false, "Written by `go run ./bench/perfreport` (`make perf-report`)"},
-		{5, false, "Written by `go run ./bench/perfreport -count 5` (`make perf-report`)"},
-		{1, true, "Written by `go run ./bench/perfreport -quick` (`make perf-report-quick`)"},
+		{3, false, "", "Written by `go run ./bench/perfreport` (`make perf-report`)"},
+		{5, false, "", "Written by `go run ./bench/perfreport -count 5` (`make perf-report`)"},
+		{1, true, "", "Written by `go run ./bench/perfreport -quick` (`make perf-report-quick`)"},
+		{3, false, "Autobatch", "Written by `go run ./bench/perfreport -only 'Autobatch'` on "},
 	} {
-		if got := header(c.count, c.quick); !strings.Contains(got, c.want) {
-			t.Errorf("header(%d, %v) = %q, want it to contain %q", c.count, c.quick, got, c.want)
+		if got := header(c.count, c.quick, c.only); !strings.Contains(got, c.want) {
+			t.Errorf("header(%d, %v, %q) = %q, want it to contain %q", c.count, c.quick, c.only, got, c.want)
 		}
 	}
 }
@@ -228,5 +230,37 @@ func TestDoneLineNamesOnlyADirectoryThatStays(t *testing.T) {
 	}
 	if got := doneLine(dir, false, time.Minute); !strings.Contains(got, dir) {
 		t.Errorf("doneLine(kept) = %q does not say where the report is", got)
+	}
+}
+
+// -only keeps the suites whose -bench matches, in their order, and a
+// pattern that selects none is an error rather than an empty report.
+func TestOnlySelectsSuitesByBenchmark(t *testing.T) {
+	all, err := selectSuites(suites, "")
+	if err != nil || len(all) != len(suites) {
+		t.Fatalf("no -only: %d suites, %v; want all %d", len(all), err, len(suites))
+	}
+	got, err := selectSuites(suites, "Autobatch")
+	if err != nil || len(got) != 1 || got[0].bench != "^BenchmarkAutobatch$" {
+		t.Fatalf("-only Autobatch = %+v, %v; want the automatic batching suite alone", got, err)
+	}
+	if _, err := selectSuites(suites, "NoSuchBenchmark"); err == nil {
+		t.Fatal("-only that selects no suite gave no error")
+	}
+	if _, err := selectSuites(suites, "("); err == nil {
+		t.Fatal("a bad -only pattern gave no error")
+	}
+}
+
+// A long legend entry widens the image instead of running off its edge;
+// short ones keep the usual width.
+func TestLongLegendWidensTheChart(t *testing.T) {
+	short := renderSVG("T", "callers", "loads", []series{{"flightcache", []point{{1, 1}, {8, 2}}}})
+	if !bytes.Contains(short, []byte(`width="720"`)) {
+		t.Fatalf("short names: the chart is not 720 wide:\n%.200s", short)
+	}
+	long := renderSVG("T", "callers", "loads", []series{{"flightcache-Batcher-MaxKeys1024-InFlight1", []point{{1, 1}, {8, 2}}}})
+	if bytes.Contains(long, []byte(`width="720"`)) {
+		t.Fatalf("a 41-character legend entry left the chart 720 wide:\n%.200s", long)
 	}
 }

@@ -34,6 +34,12 @@ func renderSVG(title, xLabel, yLabel string, ss []series) []byte {
 		}
 	}
 	logY := maxY > 0 && minY > 0 && maxY/minY > 50
+	// The image widens when a legend entry is longer than padR holds
+	// (about 7 units a character); the plot keeps its size.
+	width := chartW
+	for _, s := range ss {
+		width = max(width, chartW-padR+46+7*len(s.name)+8)
+	}
 	plotW, plotH := float64(chartW-padL-padR), float64(chartH-padT-padB)
 	xAt := func(x float64) float64 {
 		if maxX <= minX {
@@ -60,8 +66,8 @@ func renderSVG(title, xLabel, yLabel string, ss []series) []byte {
 	}
 
 	var b bytes.Buffer
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", chartW, chartH, chartW, chartH)
-	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", chartW, chartH)
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", width, chartH, width, chartH)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, chartH)
 	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="15" font-weight="bold">%s</text>`+"\n", padL, html.EscapeString(title))
 	// Grid and y ticks.
 	for _, t := range yTicks {
