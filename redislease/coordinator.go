@@ -353,8 +353,6 @@ const (
 )
 
 func (c *Coordinator) acquire(ctx context.Context, k keys, after uint64, readArg string) (acquireReply, error) {
-	ctx, cancel := c.opCtx(ctx)
-	defer cancel()
 	v, err := c.runScript(ctx, acquireScript, []string{k.lease, k.token, k.done, k.fail, k.value},
 		ms(c.leaseTTL), strconv.FormatUint(after, 10), readArg, c.store.MaxPayload()).Slice()
 	if err != nil {

@@ -91,18 +91,19 @@
 //
 // Single keys' scripts are grouped the same way when they are concurrent,
 // as the misses of a flightcache.Batcher are (each key's flight claims on
-// its own): per script (acquire, complete, fail, and the heartbeat's
-// extension) and per master, a call that finds none of its kind in
-// progress goes at once, alone, so a lone Claim pays no window and no
-// extra round trip; the calls that arrive while one is in progress wait
-// and go together, in one pipeline, when it returns. N concurrent Claims
-// of distinct keys then cost two round trips on one Redis, not N, and two
-// per master on a Cluster. Each caller keeps its ctx: one whose ctx ends
-// while its call waits returns at once and its script is not sent; a
-// pipeline, once sent, is bounded by Options.Timeout alone, so no caller
-// cuts the others short (a Claim whose caller left during its pipeline may
-// still take a lease, which then expires after LeaseTTL, as when a caller
-// leaves during a lone call). Each call gets its own reply or error;
+// its own): per script (acquire, complete, fail) and per master, a call
+// that finds none of its kind in progress goes at once, alone, so a lone
+// Claim pays no window and no extra round trip; the calls that arrive
+// while one is in progress wait and go together, in one pipeline, when it
+// returns. N concurrent Claims of distinct keys then cost two round trips
+// on one Redis, not N, and two per master on a Cluster. Options.Timeout
+// bounds each round trip from the moment it is sent, not the wait before.
+// A caller whose ctx ends while its call waits returns at once and its
+// script is not sent; once its pipeline is taken, it waits for its answer,
+// so that no lease Redis grants is left without its caller. Heartbeats are
+// not grouped (a late one would lose its lease), nor are calls through a
+// Ring (its pipelines wait for every shard) or, on a Cluster, calls whose
+// master the slot map cannot name at the moment. Each call gets its own reply or error;
 // scripts answered NOSCRIPT are sent again with their text. At most 256
 // calls go in one pipeline and 1,024 wait per group; a call that finds its
 // group's queue full goes alone.

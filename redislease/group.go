@@ -2,15 +2,17 @@ package redislease
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Group commit of the lease scripts. The acquire, complete, fail and
-// heartbeat (extend) scripts of many keys (a Batcher's misses, each in
-// its own flight, or a herd of cold misses) would otherwise cost one
-// Redis round trip each.
+// Group commit of the lease scripts. The acquire, complete and fail
+// scripts of many keys (a Batcher's misses, each in its own flight, or a
+// herd of cold misses) would otherwise cost one Redis round trip each.
+// Heartbeats are not grouped: one per lease every LeaseTTL/3, and a late
+// one loses the lease.
 // Instead, per script and per Redis master, a call that finds no call of
 // its kind in progress goes at once, alone, on its caller's goroutine: a
 // lone Claim pays no window and no extra round trip. Calls that arrive
@@ -45,20 +47,33 @@ type scriptGroup struct {
 // queuedRun is one call waiting in a group. cmd is written by the flush
 // that sends it, before done is closed.
 type queuedRun struct {
-	ctx  context.Context // the caller's: once it ends, the call is not sent
 	call scriptCall
 	cmd  *redis.Cmd
 	done chan struct{}
+	// taken: a flush took the call to send it; from then on its caller
+	// waits for the answer (at most Options.Timeout), whatever its ctx,
+	// so that a lease Redis grants is never left without an owner.
+	// Guarded by scriptGroup.mu.
+	taken bool
 }
 
-// groupFor returns the group of script s for the master of key.
+// groupFor returns the group of script s for the master of key, nil when
+// the call goes alone: on a client that spreads keys over servers in a way
+// a group cannot name (a Ring: its pipelines wait for every shard, so a
+// slow one would hold the others), and on a Cluster whose slot map cannot
+// name the key's master at the moment (it is being reloaded).
 func (c *Coordinator) groupFor(ctx context.Context, s *redis.Script, key string) *scriptGroup {
 	gk := groupKey{s: s}
-	if c.cluster != nil {
-		// The slot map is cached by the client; a master it cannot name
-		// (the map is being reloaded) shares the group "".
-		if m, err := c.cluster.MasterForKey(ctx, key); err == nil {
-			gk.node = m.Options().Addr
+	switch {
+	case c.cluster != nil:
+		m, err := c.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			return nil
+		}
+		gk.node = m.Options().Addr
+	default:
+		if _, ok := c.client.(*redis.Client); !ok {
+			return nil
 		}
 	}
 	c.groupMu.Lock()
@@ -74,42 +89,56 @@ func (c *Coordinator) groupFor(ctx context.Context, s *redis.Script, key string)
 	return g
 }
 
-// runScript runs s on keys with args, as s.Run would, but grouped with
-// the concurrent calls of s to the same master (see scriptGroup). ctx
-// bounds the caller's wait: a caller whose ctx ends while its call is
-// queued gets ctx's error and its call is not sent; once sent, in a
-// pipeline shared with others, the pipeline is bounded by Options.Timeout
-// alone, so no caller's ctx cuts the others short. Each call gets its own
-// answer or error.
+// runScript runs s on keys with args, as s.Run would under ctx bounded by
+// Options.Timeout, but grouped with the concurrent calls of s to the same
+// master (see scriptGroup). Options.Timeout bounds each round trip from
+// the moment it is sent, not the wait in the queue: a caller whose ctx
+// ends while its call is queued gets ctx's error and its call is not sent;
+// once a flush has taken it, the caller waits for its answer (one
+// Options.Timeout at most), so that no script Redis ran, a lease granted
+// above all, goes without its caller. The queue is bounded, and each
+// pipeline ahead of a call by Options.Timeout, so the wait is too. Each
+// call gets its own answer or error.
 func (c *Coordinator) runScript(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	alone := func() *redis.Cmd {
+		octx, cancel := c.opCtx(ctx)
+		defer cancel()
+		return s.Run(octx, c.client, keys, args...)
+	}
 	g := c.groupFor(ctx, s, keys[0])
+	if g == nil {
+		return alone()
+	}
 	g.mu.Lock()
 	if !g.busy {
 		g.busy = true
 		g.mu.Unlock()
-		cmd := s.Run(ctx, c.client, keys, args...)
+		cmd := alone()
 		g.returned()
 		return cmd
 	}
 	if len(g.queue) >= maxGroupQueue {
 		g.mu.Unlock()
-		return s.Run(ctx, c.client, keys, args...)
+		return alone()
 	}
-	q := &queuedRun{ctx: ctx, call: scriptCall{keys: keys, args: args}, done: make(chan struct{})}
+	q := &queuedRun{call: scriptCall{keys: keys, args: args}, done: make(chan struct{})}
 	g.queue = append(g.queue, q)
 	g.mu.Unlock()
 	select {
 	case <-q.done:
 		return q.cmd
 	case <-ctx.Done():
-		select {
-		case <-q.done: // answered meanwhile: a lease granted is not dropped
-			return q.cmd
-		default:
+		g.mu.Lock()
+		if !q.taken {
+			g.queue = slices.DeleteFunc(g.queue, func(r *queuedRun) bool { return r == q })
+			g.mu.Unlock()
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(ctx.Err())
+			return cmd
 		}
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(ctx.Err())
-		return cmd
+		g.mu.Unlock()
+		<-q.done // sent: its answer comes within Options.Timeout
+		return q.cmd
 	}
 }
 
@@ -136,6 +165,9 @@ func (g *scriptGroup) take() []*queuedRun {
 	}
 	n := min(len(g.queue), maxGroupPipeline)
 	runs := g.queue[:n:n]
+	for _, q := range runs {
+		q.taken = true
+	}
 	g.queue = g.queue[n:]
 	if len(g.queue) == 0 {
 		g.queue = nil // let the taken array go
@@ -154,24 +186,16 @@ func (g *scriptGroup) queued() int {
 // it, until none waits. It holds g.busy throughout.
 func (g *scriptGroup) flush(runs []*queuedRun) {
 	for runs != nil {
-		live := runs[:0]
-		for _, q := range runs {
-			if q.ctx.Err() == nil { // a caller that left is not sent
-				live = append(live, q)
-			}
+		calls := make([]scriptCall, len(runs))
+		for i, q := range runs {
+			calls[i] = q.call
 		}
-		if len(live) > 0 {
-			calls := make([]scriptCall, len(live))
-			for i, q := range live {
-				calls[i] = q.call
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), g.c.timeout)
-			cmds := g.c.pipelined(ctx, g.s, calls)
-			cancel()
-			for i, q := range live {
-				q.cmd = cmds[i]
-				close(q.done)
-			}
+		ctx, cancel := context.WithTimeout(context.Background(), g.c.timeout)
+		cmds := g.c.pipelined(ctx, g.s, calls)
+		cancel()
+		for i, q := range runs {
+			q.cmd = cmds[i]
+			close(q.done)
 		}
 		g.mu.Lock()
 		runs = g.take()

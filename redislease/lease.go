@@ -59,7 +59,7 @@ func (l *lease) heartbeat() {
 		case <-t.C:
 		}
 		ctx, cancel := l.c.opCtx(context.Background())
-		n, err := l.c.runScript(ctx, extendScript, []string{l.k.lease, l.k.token}, l.tok, ms(l.c.leaseTTL)).Int64()
+		n, err := extendScript.Run(ctx, l.c.client, []string{l.k.lease, l.k.token}, l.tok, ms(l.c.leaseTTL)).Int64()
 		cancel()
 		switch {
 		case err == nil && n == 1:
@@ -99,10 +99,8 @@ func (l *lease) Complete(ctx context.Context, e *driver.Entry) (driver.Completio
 }
 
 func (l *lease) complete(ctx context.Context, store string, payload []byte, px int64) (driver.Completion, error) {
-	sctx, cancel := l.c.opCtx(ctx)
-	reply, err := l.c.runScript(sctx, completeScript, []string{l.k.lease, l.k.token, l.k.value, l.k.done},
+	reply, err := l.c.runScript(ctx, completeScript, []string{l.k.lease, l.k.token, l.k.value, l.k.done},
 		l.tok, store, payload, px, ms(l.c.leaseTTL), l.k.channel, "done "+l.tok, l.c.sharded(), l.c.store.MaxPayload()).Slice()
-	cancel()
 	if err != nil {
 		return driver.Completion{}, fmt.Errorf("redislease: complete: %w", err)
 	}
@@ -135,10 +133,8 @@ func (l *lease) complete(ctx context.Context, store string, payload []byte, px i
 // get one of a few fixed errors matching flightcache.ErrLeaderFailed.
 func (l *lease) Fail(ctx context.Context, err error) error {
 	l.end()
-	sctx, cancel := l.c.opCtx(ctx)
-	ferr := l.c.runScript(sctx, failScript, []string{l.k.lease, l.k.token, l.k.fail}, l.tok, failureClass(err), ms(l.c.failWindow),
+	ferr := l.c.runScript(ctx, failScript, []string{l.k.lease, l.k.token, l.k.fail}, l.tok, failureClass(err), ms(l.c.failWindow),
 		l.k.channel, "fail "+l.tok, l.c.sharded()).Err()
-	cancel()
 	if ferr != nil {
 		return fmt.Errorf("redislease: fail: %w", ferr)
 	}
