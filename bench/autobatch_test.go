@@ -121,16 +121,7 @@ var autoImpls = []autoImpl{
 // newBatcherLoad is the use a service makes of a Batcher: a Get on a
 // Cache with a memory tier, whose loader is the Batcher's.
 func newBatcherLoad(tb testing.TB, o *slowOrigin, opts flightcache.BatcherOptions) autoLoad {
-	local, err := memstore.New(memstore.Options[*product]{MaxEntries: 1 << 20})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(local.Close)
-	c, err := flightcache.New(flightcache.Options[*product]{Local: local, TTL: time.Hour})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { c.Close() })
+	c := newLoneCache(tb)
 	bt, err := flightcache.NewBatcher(func(ctx context.Context, keys []string) (map[string]*product, error) {
 		m, err := o.fetch(ctx, keys)
 		if err == nil && o.failKey != "" && slices.Contains(keys, o.failKey) {
@@ -248,6 +239,93 @@ func BenchmarkAutobatchFloor(b *testing.B) {
 			b.ReportMetric(float64(callers)/perCall.Seconds(), "bound-loads/s")
 		})
 	}
+}
+
+// BenchmarkAutobatchLone: what a lone caller pays, one load at a time,
+// beside the floors of the ways to load it through a Cache: the Cache's
+// own miss path calling the origin with the key (no batching at all), and
+// the same with the origin called on a goroutine of its own that hands the
+// value back on a channel, the least any batcher that runs its calls off
+// the caller's flight pays. added-p50-µs is over a bare origin call.
+//
+//	go test -run '^$' -bench 'AutobatchLone' -count 5 .
+func BenchmarkAutobatchLone(b *testing.B) {
+	floor := originFloor()
+	impls := []struct {
+		name string
+		new  func(tb testing.TB, o *slowOrigin) autoLoad
+	}{
+		{"cache-direct", func(tb testing.TB, o *slowOrigin) autoLoad {
+			c := newLoneCache(tb)
+			return func(ctx context.Context, key string) (*product, error) {
+				return c.Get(ctx, key, func(ctx context.Context) (*product, error) {
+					m, err := o.fetch(ctx, []string{key})
+					return m[key], err
+				})
+			}
+		}},
+		{"cache-handoff", func(tb testing.TB, o *slowOrigin) autoLoad {
+			c := newLoneCache(tb)
+			return func(ctx context.Context, key string) (*product, error) {
+				return c.Get(ctx, key, func(ctx context.Context) (*product, error) {
+					type answer struct {
+						v   *product
+						err error
+					}
+					ch := make(chan answer, 1)
+					go func() {
+						m, err := o.fetch(context.WithoutCancel(ctx), []string{key})
+						ch <- answer{m[key], err}
+					}()
+					select {
+					case a := <-ch:
+						return a.v, a.err
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+				})
+			}
+		}},
+		{"flightcache-Batcher", func(tb testing.TB, o *slowOrigin) autoLoad {
+			return newBatcherLoad(tb, o, flightcache.BatcherOptions{})
+		}},
+	}
+	for _, impl := range impls {
+		b.Run("impl="+impl.name, func(b *testing.B) {
+			var o slowOrigin
+			load := impl.new(b, &o)
+			keys := autoKeys(b.N)
+			lat := make([]time.Duration, b.N)
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				t0 := time.Now()
+				if _, err := load(ctx, keys[i]); err != nil {
+					b.Fatal(err)
+				}
+				lat[i] = time.Since(t0)
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64((lat[len(lat)/2] - floor).Microseconds()), "added-p50-µs")
+		})
+	}
+}
+
+// newLoneCache is a Cache with a memory tier, as a service has.
+func newLoneCache(tb testing.TB) *flightcache.Cache[*product] {
+	local, err := memstore.New(memstore.Options[*product]{MaxEntries: 1 << 20})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(local.Close)
+	c, err := flightcache.New(flightcache.Options[*product]{Local: local, TTL: time.Hour})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
 }
 
 // TestAutobatchIsolation measures, for each implementation, what happens

@@ -60,7 +60,9 @@ func newBusCache(tb testing.TB, addr, prefix string, load flightcache.LoadFunc[s
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// The start checks (a publish and a subscription among them) on a
+	// host that runs make test beside another: 5s was not always enough.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	coord, err := redislease.New(ctx, client, store, redislease.Options{})
 	if err != nil {

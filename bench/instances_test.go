@@ -85,7 +85,9 @@ func newInstance(b *testing.B, prefix string, cluster bool) *flightcache.Cache[*
 	opts := flightcache.Options[*product]{Shared: store, TTL: time.Hour, Logger: slog.New(slog.DiscardHandler)}
 	var coord *redislease.Coordinator
 	if cluster {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// The start checks (a publish and a subscription among them) on a
+		// host that runs make test beside another: 5s was not always enough.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		coord, err = redislease.New(ctx, client, store, redislease.Options{})
 		if err != nil {
