@@ -259,21 +259,25 @@ func TestThreeProxiesOnRedisSendOneUpstreamRequestPerHerd(t *testing.T) {
 	close(gate)
 	wg.Wait()
 	close(answers)
-	cluster := map[int]bool{}
+	loaded := map[int]bool{} // proxies whose request loaded and stored the response
 	var statuses []string
 	for a := range answers {
 		statuses = append(statuses, fmt.Sprintf("proxy %d: %s", a.proxy, a.status))
 		if a.body != "the one response" {
 			t.Errorf("proxy %d answered %q (%s)", a.proxy, a.body, a.status)
 		}
-		if strings.Contains(a.status, "coalesced-cluster") || strings.Contains(a.status, "hit") {
-			cluster[a.proxy] = true
+		if strings.Contains(a.status, "stored") {
+			loaded[a.proxy] = true
 		}
 	}
 	if got := calls.Load(); got != 1 {
 		t.Fatalf("%d upstream requests for a herd of %d over 3 proxies, want 1; Cache-Status:\n%s", got, 3*perProxy, strings.Join(statuses, "\n"))
 	}
-	if len(cluster) < 2 {
-		t.Fatalf("only proxies %v served the response without loading it; want the two that did not lead; Cache-Status:\n%s", cluster, strings.Join(statuses, "\n"))
+	// The two proxies that did not lead waited for the leader through
+	// Redis (detail=coalesced-cluster), or, on a host slow enough that
+	// their flight began after the load ended, read its entry there
+	// (collapsed, no detail): neither stored a response of its own.
+	if len(loaded) != 1 {
+		t.Fatalf("proxies %v stored a response they loaded; want only the one that led; Cache-Status:\n%s", loaded, strings.Join(statuses, "\n"))
 	}
 }
