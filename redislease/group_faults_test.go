@@ -41,16 +41,19 @@ func (h *latencyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	}
 }
 
-// Every round trip answers in 100ms, within Timeout (150ms): before
-// grouping each heartbeat succeeded. Grouped, the heartbeats of leases
-// taken together queue behind the one in progress and then wait for
-// their own pipeline: 200ms > Timeout, so their callers see
-// DeadlineExceeded although Redis extended the lease; after a TTL of
-// such "failures" Lost() is closed while Redis still holds the lease.
+// Every round trip answers within Timeout, so every heartbeat succeeds and
+// no lease is lost. Grouped, as they once were, the heartbeats of leases
+// taken together queued behind the one in progress and then waited for
+// their own pipeline, past Timeout: their callers saw DeadlineExceeded
+// although Redis extended the lease, and after a TTL of such "failures"
+// Lost() was closed while Redis still held the lease.
 func TestHeartbeatsOfLeasesTakenTogetherHoldOnASlowRedis(t *testing.T) {
 	addr, prefix := sharedRedis(t)
-	h := &latencyHook{lat: 100 * time.Millisecond}
-	in := newInstance(t, newClient(t, addr, h), prefix, instanceConfig{lease: Options{LeaseTTL: 900 * time.Millisecond, Timeout: 150 * time.Millisecond}})
+	// Each round trip takes 200ms more than Redis does: within the 350ms
+	// Timeout alone (150ms left for a loaded host), past it for a call
+	// queued behind another (400ms), as grouped heartbeats were.
+	h := &latencyHook{lat: 200 * time.Millisecond}
+	in := newInstance(t, newClient(t, addr, h), prefix, instanceConfig{lease: Options{LeaseTTL: 1500 * time.Millisecond, Timeout: 350 * time.Millisecond}})
 	c := in.coord
 	ctx := context.Background()
 	const n = 8
@@ -79,7 +82,7 @@ func TestHeartbeatsOfLeasesTakenTogetherHoldOnASlowRedis(t *testing.T) {
 			select {
 			case <-l.Lost():
 				atLoss[i], _ = in.client.PTTL(ctx, mustKeys(t, c, names[i]).lease).Result()
-			case <-time.After(2 * time.Second):
+			case <-time.After(3500 * time.Millisecond): // over two lease TTLs
 			}
 		}()
 	}
@@ -108,14 +111,16 @@ func TestHeartbeatsOfLeasesTakenTogetherHoldOnASlowRedis(t *testing.T) {
 	}
 }
 
-// Round trips of 100ms, Timeout 150ms: concurrent Claims of distinct
-// keys. The queued ones wait ~100ms for the lone one, then 100ms for
-// their pipeline: their callers get DeadlineExceeded, yet Redis granted
-// them the lease, which nobody holds, heartbeats or releases.
+// Round trips 200ms slower than Redis, Timeout 350ms: concurrent Claims
+// of distinct keys. The queued ones wait ~200ms for the lone one, then
+// 200ms for their pipeline. Timed from their enqueue, as they once were,
+// their callers got DeadlineExceeded while Redis granted them the lease,
+// which nobody then held, heartbeated or released; timed from their send,
+// each gets its lease.
 func TestQueuedClaimsOnASlowRedisAreTimedFromTheirSend(t *testing.T) {
 	addr, prefix := sharedRedis(t)
-	h := &latencyHook{lat: 100 * time.Millisecond}
-	in := newInstance(t, newClient(t, addr, h), prefix, instanceConfig{lease: Options{Timeout: 150 * time.Millisecond}})
+	h := &latencyHook{lat: 200 * time.Millisecond}
+	in := newInstance(t, newClient(t, addr, h), prefix, instanceConfig{lease: Options{Timeout: 350 * time.Millisecond}})
 	c := in.coord
 	ctx := context.Background()
 	if err := acquireScript.Load(ctx, in.client).Err(); err != nil {
