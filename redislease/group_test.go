@@ -68,6 +68,26 @@ func claimAsync(ctx context.Context, c *Coordinator, key string) <-chan claimRes
 	return ch
 }
 
+// completeAll waits for each Claim of chs, wants a lease from every one,
+// and completes the leases concurrently (as their flights would, and so
+// that grouped completions are exercised too).
+func completeAll(ctx context.Context, t *testing.T, chs []<-chan claimResult) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, ch := range chs {
+		res := awaitClaim(t, ch)
+		if res.err != nil || res.g.Lease == nil {
+			t.Fatalf("Claim %q: %+v %v, want a lease", res.key, res.g, res.err)
+		}
+		wg.Go(func() {
+			if _, err := res.g.Lease.Complete(ctx, nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
 func awaitClaim(t *testing.T, ch <-chan claimResult) claimResult {
 	t.Helper()
 	select {
@@ -282,21 +302,7 @@ func TestGroupedClaimsSurviveAFlushedScriptCache(t *testing.T) {
 	}
 	r.trips.watch("k")
 	r.faults.resume()
-	var wg sync.WaitGroup
-	for _, ch := range chs {
-		res := awaitClaim(t, ch)
-		if res.err != nil || res.g.Lease == nil {
-			t.Fatalf("Claim %q after SCRIPT FLUSH: %+v %v, want a lease", res.key, res.g, res.err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := res.g.Lease.Complete(ctx, nil); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	completeAll(ctx, t, chs)
 	evals := 0
 	for _, trip := range r.trips.seen() {
 		if strings.Contains(trip, "eval+") || strings.HasSuffix(trip, "eval") && !strings.HasSuffix(trip, "evalsha") {
@@ -330,21 +336,7 @@ func TestFullGroupQueueSendsTheCallAlone(t *testing.T) {
 		t.Fatalf("%d calls queued, want the bound %d", q, maxGroupQueue)
 	}
 	r.faults.resume()
-	var wg sync.WaitGroup
-	for _, ch := range chs {
-		res := awaitClaim(t, ch)
-		if res.err != nil || res.g.Lease == nil {
-			t.Fatalf("Claim %q: %+v %v, want a lease", res.key, res.g, res.err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := res.g.Lease.Complete(ctx, nil); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	completeAll(ctx, t, chs)
 	trips := r.trips.seen()
 	var alone, piped int
 	for _, trip := range trips {
