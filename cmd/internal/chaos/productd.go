@@ -24,6 +24,7 @@ import (
 
 	"github.com/flightcache/flightcache/cmd/internal/httpapi"
 	"github.com/flightcache/flightcache/cmd/internal/product"
+	_ "github.com/flightcache/flightcache/cmd/internal/sqldrivers" // product.Open's drivers
 )
 
 // ModeProductd: every instance is a productd process (cmd/productd, built

@@ -8,13 +8,9 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
-
-	// Drivers: pgx's database/sql adapter registers "pgx", modernc's pure-Go
-	// SQLite registers "sqlite".
-	_ "github.com/jackc/pgx/v5/stdlib"
-	_ "modernc.org/sqlite"
 )
 
 // Dialect names the SQL database behind a SQLRepository.
@@ -46,6 +42,15 @@ type Options struct {
 	// included (default DefaultWriteTimeout).
 	WriteTimeout time.Duration
 }
+
+// DriversPackage is the package whose import registers the database/sql
+// drivers Open uses.
+const DriversPackage = "github.com/flightcache/flightcache/cmd/internal/sqldrivers"
+
+// ErrNoDriver is returned by Open when the program has not registered the
+// database/sql driver the DSN's dialect needs: it must import
+// DriversPackage for its side effect.
+var ErrNoDriver = errors.New("product: database driver missing")
 
 // DefaultMaxConns is the default pool size.
 const DefaultMaxConns = 16
@@ -95,12 +100,14 @@ func Open(ctx context.Context, dsn string, opts Options) (*SQLRepository, error)
 	if err != nil {
 		return nil, err
 	}
-	var db *sql.DB
+	driverName, source := "sqlite", sqliteDSN(d.Path)
 	if d.Dialect == Postgres {
-		db, err = sql.Open("pgx", dsn)
-	} else {
-		db, err = sql.Open("sqlite", sqliteDSN(d.Path))
+		driverName, source = "pgx", dsn
 	}
+	if !slices.Contains(sql.Drivers(), driverName) {
+		return nil, fmt.Errorf("%w: %q is not registered; import _ %q", ErrNoDriver, driverName, DriversPackage)
+	}
+	db, err := sql.Open(driverName, source)
 	if err != nil {
 		return nil, fmt.Errorf("product: open %s %s: %w", d.Dialect, d, err)
 	}

@@ -133,9 +133,14 @@ func TestEndToEndHungOrDeadRedisCostsARequestAlmostNothing(t *testing.T) {
 	// and a probe pays a deadline. On a machine slow enough that the
 	// cool-down ends before the GET, the GET is not one with the breaker
 	// open: the half-open count tells, and the GET is made again with the
-	// breaker open afresh.
+	// breaker open afresh. A GET with the breaker open that a loaded host
+	// delays past the bound is made again too: the fastest of a few tells
+	// a GET that waits for no deadline from one that always waits for one
+	// (1s, about 20 times the origin's latency).
 	halfOpen := `flightcache_shared_breaker_transitions_total{operation="product",to="half_open"}`
-	for try := 1; ; try++ {
+	const slowTries = 4
+	fastest, slow, cooled := time.Duration(1<<62), 0, 0
+	for fastest > openBound {
 		probes := metric(t, c, p.url, halfOpen)
 		n++
 		code, body, took = timedDo(t, c, "GET", product(n), "")
@@ -143,14 +148,18 @@ func TestEndToEndHungOrDeadRedisCostsARequestAlmostNothing(t *testing.T) {
 			t.Fatalf("cold GET with the breaker open: %d %s", code, body)
 		}
 		if metric(t, c, p.url, halfOpen) == probes {
-			if took > openBound {
-				t.Fatalf("cold GET with the breaker open took %v, want at most %v", took, openBound)
+			fastest = min(fastest, took)
+			if fastest <= openBound {
+				break
 			}
-			t.Logf("Redis hung, breaker open: cold GET %v", took)
-			break
+			if slow++; slow == slowTries {
+				t.Fatalf("cold GET with the breaker open took at least %v in %d GETs, want at most %v", fastest, slow, openBound)
+			}
+			t.Logf("a cold GET with the breaker open took %v; again", took)
+			continue
 		}
-		if try == 3 {
-			t.Fatalf("the breaker's cool-down passed during each of %d GETs; the machine is too slow for this test", try)
+		if cooled++; cooled == 3 {
+			t.Fatalf("the breaker's cool-down passed during each of %d GETs; the machine is too slow for this test", cooled)
 		}
 		t.Logf("the breaker's cool-down passed during the GET (%v); again", took)
 		for k := 0; k < 30 && !breakerOpen(); k++ {
@@ -160,6 +169,7 @@ func TestEndToEndHungOrDeadRedisCostsARequestAlmostNothing(t *testing.T) {
 			}
 		}
 	}
+	t.Logf("Redis hung, breaker open: cold GET %v", fastest)
 	if st := metric(t, c, p.url, `flightcache_shared_breaker_state{operation="product"}`); st != 2 {
 		t.Fatalf("flightcache_shared_breaker_state = %v with the breaker open, want 2", st)
 	}

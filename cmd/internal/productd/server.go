@@ -18,6 +18,7 @@ import (
 	"github.com/flightcache/flightcache/cmd/internal/httpapi"
 	"github.com/flightcache/flightcache/cmd/internal/product"
 	"github.com/flightcache/flightcache/cmd/internal/ratelog"
+	_ "github.com/flightcache/flightcache/cmd/internal/sqldrivers" // product.Open's drivers
 	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/memstore"
 	"github.com/flightcache/flightcache/promflight"
