@@ -13,6 +13,18 @@ BENCH     ?= .
 COUNT     ?= 10
 BENCHTIME ?= 1s
 BENCHOUT  ?= bench.txt
+# The go command runs the compiler, linker and analysers through
+# scripts/lessgc, which turns their garbage collector off below a heap of
+# 1 GiB: they are short-lived, and it saves about a tenth of a build's CPU
+# time (docs/PERFORMANCE.md, "make test"). The tools report the same
+# identity through it, so the build cache is shared with plain go commands,
+# and test binaries, which the go command starts itself, are unaffected.
+# The flags go env holds (its file's GOFLAGS included) are kept, and so is
+# a -toolexec among them.
+GOENVFLAGS := $(shell $(GO) env GOFLAGS)
+ifeq ($(findstring -toolexec,$(GOENVFLAGS)),)
+export GOFLAGS := $(strip $(GOENVFLAGS) -toolexec=$(CURDIR)/scripts/lessgc)
+endif
 # The module and version of each package a build compiles (modules).
 DEPVERSION = {{with .Module}}{{.Path}} {{.Version}}{{end}}
 
@@ -37,23 +49,22 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
-## vet: go vet on every package. -race: vet compiles every dependency for its export data, and with the race run's flags those are the very builds the race suite links, so make test compiles each dependency once for both instead of once plain and once with -race (vet's checks are the same)
 vet:
-	$(GO) vet -race $(PKGS)
+	$(GO) vet $(PKGS)
 
-## vettool: every module under the repository's own analyzer, flightcachevet/cmd/flightcachevet, every check on (-handkey included); it must report nothing. The packages are compiled with -race as in vet; the analyzer itself is built plain (a race-enabled analyzer takes minutes)
+## vettool: every module under the repository's own analyzer, flightcachevet/cmd/flightcachevet, every check on (-handkey included); it must report nothing
 vettool:
 	@d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
 	$(GO) build -o "$$d/flightcachevet" ./flightcachevet/cmd/flightcachevet && \
-	$(GO) vet -race -vettool="$$d/flightcachevet" -handkey $(PKGS)
+	$(GO) vet -vettool="$$d/flightcachevet" -handkey $(PKGS)
 
-## modules: each module built and vetted on its own, outside the workspace (GOWORK=off), as a user's build sees it: a requirement missing from a go.mod cannot hide behind go.work. With -race, as vet and the race run: where a module selects the workspace's versions, its builds are theirs, already compiled.
+## modules: each module built and vetted on its own, outside the workspace (GOWORK=off), as a user's build sees it: a requirement missing from a go.mod cannot hide behind go.work.
 ## The released library modules' suites then run outside the workspace too (without -race; about a minute and a half when all run), on the versions their own go.mod selects, whenever those differ from what the workspace's race run compiled (go list -deps -test of the module's packages, with and without GOWORK): with the same versions the suite would test the same code twice, and it is skipped with a note. The core requires nothing, so its build is the same either way; cmd, deploy and bench are not released, and their suites (productd's end-to-end tests take minutes) run once, in the workspace (race).
 ## internal/archtest adds what a build cannot see: every go.mod is tidy, the core requires nothing, and scratch modules outside the repository that import the core (or the Redis adapters) get nothing more in their module graph (go list -m all).
 modules:
 	@set -e; for m in $(MODULES); do \
-		echo "GOWORK=off go build -race ./... && go vet -race ./...  ($$m)"; \
-		(cd "$$m" && GOWORK=off $(GO) build -race ./... && GOWORK=off $(GO) vet -race ./...); \
+		echo "GOWORK=off go build ./... && go vet ./...  ($$m)"; \
+		(cd "$$m" && GOWORK=off $(GO) build ./... && GOWORK=off $(GO) vet ./...); \
 	done
 	@set -e; for m in $(LIBMODULES); do \
 		off=$$(cd "$$m" && GOWORK=off $(GO) list -deps -test -f '$(DEPVERSION)' ./... | grep -v '^github.com/flightcache/' | sort -u); \
@@ -77,7 +88,7 @@ rules-check:
 		echo "rules-check: skipped, promtool not installed (apt-get install prometheus)"; \
 	fi
 
-## race: every package's tests under -race. SLOWPKGS, the packages whose tests take longest (productd's end-to-end tests, minutes; then the root package's and internal/archtest's), are named first: go test compiles and starts the packages in the order named, so the longest run starts as early as its build allows. RACE_P test binaries run at once (go test -p, default 4 rather than go's one per core): most of these tests wait on servers, timers and child processes. -vet=off: make vet (and make test) vets every package already. -ldflags=-w: the test binaries are linked without DWARF, which only debuggers read (stack traces and race reports use the binary's own symbol table); it saves some 20% of each of some 50 links.
+## race: every package's tests under -race. SLOWPKGS, the packages whose tests take longest (productd's end-to-end tests, minutes; then the root package's and internal/archtest's), are named first: go test compiles and starts the packages in the order named, so the longest run starts as early as its build allows. RACE_P test binaries run at once (go test -p, default 4 rather than go's one per core): most of these tests wait on servers, timers and child processes. -vet=off: make vet (and make test) vets every package already. -ldflags=-w: the test binaries are linked without DWARF, which only debuggers read (stack traces and race reports use the binary's own symbol table); it saves a fifth of each of some 50 links.
 SLOWPKGS ?= github.com/flightcache/flightcache/cmd/internal/productd github.com/flightcache/flightcache github.com/flightcache/flightcache/internal/archtest
 RACE_P   ?= 4
 race:
