@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache/driver"
+	"github.com/flightcache/flightcache/redislease/internal/buswire"
 )
 
 // Defaults and bounds of the bus's Options.
@@ -145,7 +146,7 @@ func newBus(c *Coordinator, interval, downAfter, retention time.Duration) *bus {
 		subs: make(map[string]*busSub), echoes: make(map[string]*echo),
 	}
 	b.channel = c.store.Prefix() + "{bus}"
-	b.hbChannel = string(appendHex16([]byte(b.channel+"|hb|"), b.origin))
+	b.hbChannel = string(buswire.AppendHex16([]byte(b.channel+"|hb|"), b.origin))
 	return b
 }
 
@@ -186,7 +187,7 @@ func (c *Coordinator) Publish(ctx context.Context, cache string, inv driver.Inva
 	if c.isClosed() {
 		return errClosed
 	}
-	msg, err := appendBusMessage(make([]byte, 0, maxBusHeader+len(cache)+len(inv.Target)), b.origin, cache, inv)
+	msg, err := buswire.Append(make([]byte, 0, buswire.MaxHeader+len(cache)+len(inv.Target)), b.origin, cache, inv)
 	if err != nil {
 		return err
 	}
@@ -335,8 +336,8 @@ func (c *Coordinator) Subscribe(cache string, h driver.BusHandler) (stop func(),
 		return nil, errors.New("redislease: bus: nil handler")
 	case cache == "":
 		return nil, errors.New("redislease: bus: empty cache name")
-	case len(cache) > maxBusCache:
-		return nil, errors.New("redislease: bus: cache name longer than " + strconv.Itoa(maxBusCache) + " bytes")
+	case len(cache) > buswire.MaxCache:
+		return nil, errors.New("redislease: bus: cache name longer than " + strconv.Itoa(buswire.MaxCache) + " bytes")
 	}
 	b := c.bus
 	s := &busSub{b: b, cache: cache, h: h, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), delivered: driver.BusDown}
@@ -519,7 +520,7 @@ func (r *busRun) monitor() {
 
 // heartbeats publishes a heartbeat for each request on pub, one at a time,
 // until the run ends. A heartbeat is its sequence number in decimal; one
-// of more than 19 digits (maxUintDigits) is dropped on arrival.
+// of more than 19 digits (buswire.MaxUintDigits) is dropped on arrival.
 func (r *busRun) heartbeats(pub <-chan struct{}) {
 	b := r.b
 	var buf []byte
@@ -620,7 +621,7 @@ func (r *busRun) message(channel, payload string) {
 	now := time.Now()
 	b.lastMessage.Store(now.UnixNano())
 	if channel == b.hbChannel {
-		seq, ok := canonicalUint(payload, maxUintDigits)
+		seq, ok := buswire.CanonicalUint(payload, buswire.MaxUintDigits)
 		if !ok {
 			b.dropped.Add(1)
 			return
@@ -639,12 +640,12 @@ func (r *busRun) message(channel, payload string) {
 		b.mu.Unlock()
 		return
 	}
-	m, err := decodeBusMessage(payload)
+	m, err := buswire.Decode(payload)
 	if err != nil {
 		b.dropped.Add(1)
 		return
 	}
-	if m.origin == b.origin {
+	if m.Origin == b.origin {
 		b.echoed(payload)
 		return
 	}
@@ -654,8 +655,8 @@ func (r *busRun) message(channel, payload string) {
 	if b.run != r {
 		return
 	}
-	if s := b.subs[m.cache]; s != nil {
-		s.push(busEvent{inv: m.inv})
+	if s := b.subs[m.Cache]; s != nil {
+		s.push(busEvent{inv: m.Inv})
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/testenv"
+	"github.com/flightcache/flightcache/redislease/internal/buswire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -168,7 +169,7 @@ func BenchmarkBusPublish(b *testing.B) {
 	}
 	ctx := context.Background()
 	run := func(b *testing.B, parallel bool, inv driver.Invalidation) {
-		msg, err := appendBusMessage(nil, pub.bus.origin, benchCache, inv)
+		msg, err := buswire.Append(nil, pub.bus.origin, benchCache, inv)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -298,7 +299,7 @@ func BenchmarkBusDeliver(b *testing.B) {
 	// case for invalidations, which come one write at a time.
 	burst := func(b *testing.B, subscribers, chunk int) {
 		hs, channel := subscribe(b, subscribers)
-		msg, err := appendBusMessage(nil, 1, benchCache, benchInvalidation)
+		msg, err := buswire.Append(nil, 1, benchCache, benchInvalidation)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/flightcache/flightcache"
 	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/testenv"
+	"github.com/flightcache/flightcache/redislease/internal/buswire"
 	"github.com/flightcache/flightcache/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -384,7 +385,7 @@ func TestBusDropsGarbage(t *testing.T) {
 	subscribeUp(t, b, "c", rb)
 	ctx := context.Background()
 	raw := newClient(t, addr)
-	own, err := appendBusMessage(nil, b.bus.origin, "c", inv(driver.InvalidationKey, "own"))
+	own, err := buswire.Append(nil, b.bus.origin, "c", inv(driver.InvalidationKey, "own"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +393,7 @@ func TestBusDropsGarbage(t *testing.T) {
 		"", "hello", "fc1", "fc2 0000000000000001 k 1 1:ck",
 		"fc1 0000000000000001 k 1 1:c",  // key without target
 		"fc1 0000000000000001 a 1 1:cx", // all with target
-		"fc1 0000000000000001 k 1 1:c" + string(make([]byte, maxBusMessage)),
+		"fc1 0000000000000001 k 1 1:c" + string(make([]byte, buswire.MaxMessage)),
 	}
 	for _, g := range garbage {
 		if err := raw.Publish(ctx, b.bus.channel, g).Err(); err != nil {
@@ -702,7 +703,7 @@ func TestBusOverflowGoesDownThenUp(t *testing.T) {
 		t.Helper()
 		p := raw.Pipeline()
 		for i := from; i < from+n; i++ {
-			msg, err := appendBusMessage(nil, 1, "c", inv(driver.InvalidationKey, strconv.Itoa(i)))
+			msg, err := buswire.Append(nil, 1, "c", inv(driver.InvalidationKey, strconv.Itoa(i)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -768,7 +769,7 @@ func rawBurst(t *testing.T, raw redis.UniversalClient, channel, cache, prefix st
 	ctx := context.Background()
 	p := raw.Pipeline()
 	for i := from; i < from+n; i++ {
-		msg, err := appendBusMessage(nil, 1, cache, inv(driver.InvalidationKey, prefix+strconv.Itoa(i)))
+		msg, err := buswire.Append(nil, 1, cache, inv(driver.InvalidationKey, prefix+strconv.Itoa(i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -848,7 +849,7 @@ func TestBusQueueIsBoundedInBytes(t *testing.T) {
 	}
 
 	// 64 KiB targets: 16 MiB of them is 256, far below 4096.
-	big := strings.Repeat("x", maxBusTarget-8)
+	big := strings.Repeat("x", buswire.MaxTarget-8)
 	const n = 300
 	rawBurst(t, raw, b.bus.channel, "c", big, 1, n)
 	eventually(t, 10*time.Second, "the big burst arrived", func() bool { return b.BusStats().Received == busQueueLen+101+n })
@@ -1066,7 +1067,7 @@ func TestBusRefusesBadArguments(t *testing.T) {
 	if _, err := c.Subscribe("", newBusRecorder()); err == nil {
 		t.Error("Subscribe with an empty cache name")
 	}
-	if _, err := c.Subscribe(string(make([]byte, maxBusCache+1)), newBusRecorder()); err == nil {
+	if _, err := c.Subscribe(string(make([]byte, buswire.MaxCache+1)), newBusRecorder()); err == nil {
 		t.Error("Subscribe with a long cache name")
 	}
 	ctx := context.Background()

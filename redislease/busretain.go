@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flightcache/flightcache/driver"
+	"github.com/flightcache/flightcache/redislease/internal/buswire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -113,7 +114,7 @@ func (c *Coordinator) publishBulk(ctx context.Context, cache string, inv driver.
 	if c.cluster != nil {
 		sharded = "1"
 	}
-	member := string(busKinds[inv.Kind]) + inv.Target
+	member := string(buswire.KindByte(inv.Kind)) + inv.Target
 	return bulkPublishScript.Run(ctx, c.client, []string{b.bulkKey(cache)},
 		member, inv.Version.UnixMicro(), b.now().Add(-b.retention).UnixMicro(), b.bulkCap,
 		ms(b.retention), b.channel, msg, sharded).Err()
@@ -174,7 +175,7 @@ func decodeRetained(member, score string) (driver.Invalidation, bool) {
 	switch member[0] {
 	case 'p':
 		inv.Kind, inv.Target = driver.InvalidationPrefix, member[1:]
-		return inv, inv.Target != "" && len(inv.Target) <= maxBusTarget
+		return inv, inv.Target != "" && len(inv.Target) <= buswire.MaxTarget
 	case 'a':
 		inv.Kind = driver.InvalidationAll
 		return inv, member == "a"
@@ -183,7 +184,7 @@ func decodeRetained(member, score string) (driver.Invalidation, bool) {
 		if member[0] == 'e' {
 			inv.Kind = driver.InvalidationTagExpire
 		}
-		return inv, inv.Target != "" && len(inv.Target) <= maxBusTarget
+		return inv, inv.Target != "" && len(inv.Target) <= buswire.MaxTarget
 	}
 	return inv, false
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/flightcache/flightcache/driver"
 	"github.com/flightcache/flightcache/internal/testenv"
+	"github.com/flightcache/flightcache/redislease/internal/buswire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -268,7 +269,7 @@ func TestBusReplayIsBoundedInBytes(t *testing.T) {
 	b := newBusCoordinator(t, newClient(t, addr), prefix, Options{})
 	admin := newClient(t, addr)
 	ctx := context.Background()
-	big := strings.Repeat("x", maxBusTarget-16)
+	big := strings.Repeat("x", buswire.MaxTarget-16)
 	now := time.Now().Add(-time.Minute).Truncate(time.Microsecond)
 	var newest time.Time
 	pipe := admin.Pipeline()

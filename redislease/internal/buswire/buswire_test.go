@@ -1,4 +1,4 @@
-package redislease
+package buswire
 
 import (
 	"errors"
@@ -20,8 +20,8 @@ func randomInvalidation(r *rand.Rand) (string, driver.Invalidation) {
 		}
 		return string(b)
 	}
-	lengths := []int{1, 2, 17, 255, 1024, maxBusTarget}
-	cache := bytesOf(1 + r.IntN(maxBusCache))
+	lengths := []int{1, 2, 17, 255, 1024, MaxTarget}
+	cache := bytesOf(1 + r.IntN(MaxCache))
 	inv := driver.Invalidation{
 		Kind:    driver.InvalidationKind(1 + r.IntN(5)),
 		Version: time.UnixMicro(r.Int64N(1 << 62)),
@@ -57,25 +57,25 @@ func TestBusMessageRoundTrips(t *testing.T) {
 	}
 	for i, c := range cases {
 		origin := r.Uint64()
-		msg, err := appendBusMessage(nil, origin, c.cache, c.inv)
+		msg, err := Append(nil, origin, c.cache, c.inv)
 		if err != nil {
 			t.Fatalf("case %d: encode: %v", i, err)
 		}
-		if len(msg) > maxBusMessage {
-			t.Fatalf("case %d: %d bytes, above the %d the decoder accepts", i, len(msg), maxBusMessage)
+		if len(msg) > MaxMessage {
+			t.Fatalf("case %d: %d bytes, above the %d the decoder accepts", i, len(msg), MaxMessage)
 		}
-		m, err := decodeBusMessage(string(msg))
+		m, err := Decode(string(msg))
 		if err != nil {
 			t.Fatalf("case %d: decode: %v", i, err)
 		}
-		if m.origin != origin || m.cache != c.cache || m.inv.Kind != c.inv.Kind || m.inv.Target != c.inv.Target ||
-			!m.inv.Version.Equal(c.inv.Version.Truncate(time.Microsecond)) {
+		if m.Origin != origin || m.Cache != c.cache || m.Inv.Kind != c.inv.Kind || m.Inv.Target != c.inv.Target ||
+			!m.Inv.Version.Equal(c.inv.Version.Truncate(time.Microsecond)) {
 			t.Fatalf("case %d: decoded %x %q %v %d bytes %v, want %x %q %v %d bytes %v", i,
-				m.origin, m.cache, m.inv.Kind, len(m.inv.Target), m.inv.Version,
+				m.Origin, m.Cache, m.Inv.Kind, len(m.Inv.Target), m.Inv.Version,
 				origin, c.cache, c.inv.Kind, len(c.inv.Target), c.inv.Version)
 		}
 	}
-	msg, _ := appendBusMessage(nil, 0xfedcba9876543210, "product", driver.Invalidation{Kind: driver.InvalidationKey, Target: "product:42", Version: time.UnixMicro(1764524459123456)})
+	msg, _ := Append(nil, 0xfedcba9876543210, "product", driver.Invalidation{Kind: driver.InvalidationKey, Target: "product:42", Version: time.UnixMicro(1764524459123456)})
 	if want := "fc1 fedcba9876543210 k 1764524459123456 7:productproduct:42"; string(msg) != want {
 		t.Fatalf("encoding = %q, want %q", msg, want)
 	}
@@ -90,7 +90,7 @@ func TestBusMessageRefusesWhatCannotBeDecoded(t *testing.T) {
 		inv   driver.Invalidation
 	}{
 		{"empty cache", "", driver.Invalidation{Kind: driver.InvalidationAll, Version: now}},
-		{"long cache", strings.Repeat("c", maxBusCache+1), driver.Invalidation{Kind: driver.InvalidationAll, Version: now}},
+		{"long cache", strings.Repeat("c", MaxCache+1), driver.Invalidation{Kind: driver.InvalidationAll, Version: now}},
 		{"zero version", "c", driver.Invalidation{Kind: driver.InvalidationAll}},
 		{"before 1970", "c", driver.Invalidation{Kind: driver.InvalidationAll, Version: time.Date(1969, 12, 31, 0, 0, 0, 0, time.UTC)}},
 		{"no kind", "c", driver.Invalidation{Version: now}},
@@ -98,9 +98,9 @@ func TestBusMessageRefusesWhatCannotBeDecoded(t *testing.T) {
 		{"key without target", "c", driver.Invalidation{Kind: driver.InvalidationKey, Version: now}},
 		{"prefix without target", "c", driver.Invalidation{Kind: driver.InvalidationPrefix, Version: now}},
 		{"all with target", "c", driver.Invalidation{Kind: driver.InvalidationAll, Target: "secret-key", Version: now}},
-		{"long target", "c", driver.Invalidation{Kind: driver.InvalidationKey, Target: strings.Repeat("k", maxBusTarget+1), Version: now}},
+		{"long target", "c", driver.Invalidation{Kind: driver.InvalidationKey, Target: strings.Repeat("k", MaxTarget+1), Version: now}},
 	} {
-		_, err := appendBusMessage(nil, 1, c.cache, c.inv)
+		_, err := Append(nil, 1, c.cache, c.inv)
 		if err == nil {
 			t.Errorf("%s: encoded", c.name)
 			continue
@@ -115,7 +115,7 @@ func TestBusMessageRefusesWhatCannotBeDecoded(t *testing.T) {
 // an error.
 func TestBusMessageDecoderIsStrict(t *testing.T) {
 	const good = "fc1 fedcba9876543210 k 1764524459123456 7:productproduct:42"
-	if _, err := decodeBusMessage(good); err != nil {
+	if _, err := Decode(good); err != nil {
 		t.Fatalf("the reference message: %v", err)
 	}
 	for _, bad := range []string{
@@ -144,24 +144,24 @@ func TestBusMessageDecoderIsStrict(t *testing.T) {
 		"fc1 fedcba9876543210 a 1764524459123456 7:productx",         // all with target
 		"fc1 fedcba9876543210 k 1764524459123456 7productproduct:42", // no colon
 		"fc1 fedcba9876543210 k 1764524459123456:7:productproduct:42",
-		"fc1 fedcba9876543210 k 1764524459123456 7:p" + strings.Repeat("k", maxBusTarget+7),
+		"fc1 fedcba9876543210 k 1764524459123456 7:p" + strings.Repeat("k", MaxTarget+7),
 		"fc1 fedcba9876543210 k " + strings.Repeat("9", 1<<20),
 	} {
-		if _, err := decodeBusMessage(bad); !errors.Is(err, errBadMessage) {
+		if _, err := Decode(bad); !errors.Is(err, ErrBadMessage) {
 			t.Errorf("decoded %.80q: %v", bad, err)
 		}
 	}
 }
 
-// canonicalUint never takes more than 19 digits, whatever it is asked
+// CanonicalUint never takes more than 19 digits, whatever it is asked
 // for: 20 could overflow a uint64.
 func TestCanonicalUintDoesNotOverflow(t *testing.T) {
-	if v, ok := canonicalUint("9999999999999999999", 19); !ok || v != 9999999999999999999 {
+	if v, ok := CanonicalUint("9999999999999999999", 19); !ok || v != 9999999999999999999 {
 		t.Fatalf("19 nines = %d, %v", v, ok)
 	}
 	for _, s := range []string{"18446744073709551615", "18446744073709551616", "99999999999999999999"} {
-		if v, ok := canonicalUint(s, 20); ok {
-			t.Errorf("canonicalUint(%s, 20) = %d, accepted", s, v)
+		if v, ok := CanonicalUint(s, 20); ok {
+			t.Errorf("CanonicalUint(%s, 20) = %d, accepted", s, v)
 		}
 	}
 }
@@ -176,17 +176,17 @@ func FuzzDecode(f *testing.F) {
 	f.Add("fc2 fedcba9876543210 k 1 1:cx")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, s string) {
-		m, err := decodeBusMessage(s)
+		m, err := Decode(s)
 		if err != nil {
-			if !errors.Is(err, errBadMessage) {
-				t.Fatalf("error %v does not match errBadMessage", err)
+			if !errors.Is(err, ErrBadMessage) {
+				t.Fatalf("error %v does not match ErrBadMessage", err)
 			}
 			return
 		}
-		if err := checkInvalidation(m.cache, m.inv); err != nil {
+		if err := Check(m.Cache, m.Inv); err != nil {
 			t.Fatalf("decoded %q into an invalidation that cannot be published: %v", s, err)
 		}
-		again, err := appendBusMessage(nil, m.origin, m.cache, m.inv)
+		again, err := Append(nil, m.Origin, m.Cache, m.Inv)
 		if err != nil || string(again) != s {
 			t.Fatalf("decoded %q, which encodes back to %q, %v", s, again, err)
 		}
