@@ -602,8 +602,11 @@ func (s *QueryService) relayBatch(ctx context.Context, outbox Outbox, o RelayOpt
 	// One statement deletes the records whose invalidations were made;
 	// the others (Redis or the database failed, or the relay stops) are
 	// released at once, for the next round here or on another instance.
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.InvalidateTimeout)
-	defer cancel()
+	// Both are database writes, bounded by the repository's own write
+	// deadline (Options.WriteTimeout), not by ctx, which a stopping relay
+	// has ended, nor by InvalidateTimeout, which is the cache's: a delete
+	// that a loaded database commits after a second is not a failure.
+	dctx := context.WithoutCancel(ctx)
 	if err := outbox.Done(dctx, recs[:made]...); err != nil {
 		s.invalidateWarn.Log(ctx, slog.LevelWarn, "product: clearing relayed outbox records failed; they wait until their claim runs out", slog.Any("error", err))
 		for range made {
