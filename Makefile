@@ -28,10 +28,10 @@ endif
 # The module and version of each package a build compiles (modules).
 DEPVERSION = {{with .Module}}{{.Path}} {{.Version}}{{end}}
 
-.PHONY: test test-compiling test-fuzzing test-waiting prebuild fmt-check vet vettool modules apicheck rules-check race chaos-short fuzz fuzz-short soak perf-report perf-report-quick lint bench stress demo chaos api-report release release-prepare http-conformance load-test
+.PHONY: test test-compiling test-fuzzing test-waiting prebuild fmt-check vet vettool modules apicheck rules-check race chaos-short chaos-short-inproc chaos-short-productd fuzz fuzz-short soak perf-report perf-report-quick lint bench stress demo chaos api-report release release-prepare http-conformance load-test
 
 ## test: gofmt check, go vet, the repository's own analyzer, every module built and vetted outside the workspace, the API-compatibility check against the last release point, the Prometheus rules checked and unit-tested, the race-enabled test suite of every module (with the module checks of internal/archtest and the release tool's tests), every fuzz target for 3000 executions and a one-minute chaos run (needs network for module downloads, Redis, PostgreSQL, redis-server and promtool; see README, "Tests").
-## After the two quick checks, three streams run side by side from the start (make -j3, each line printed whole). test-waiting: the race suite and then the one-minute chaos run, whose tests spend most of their time waiting on Redis, PostgreSQL, timers and child processes. test-compiling: the checks that compile plain and analyse. test-fuzzing: the fuzz targets, whose builds are instrumented and so share nothing with the other two, then the API check. On 2 cores the compiling streams fill the CPU the waiting tests leave idle, and each go command's serial phases (loading, linking) leave room for the others. The compiling stream first builds productd and the chaos checker (prebuild) and then runs go vet, which compiles every other package once: the race suite's tests and the chaos run go build productd, and with a cold cache that build would count against time bounds (productd's tests build it before their deadlines start, and their race test binary, which needs every dependency compiled with -race first, is rarely ready before the plain build is done). modules, vettool and perf-report-quick follow go vet, whose plain builds they reuse (two go commands compiling the same package at once both compile it). The chaos run waits for the race suite: beside productd's end-to-end tests (processes, and a test that loads the host on purpose) its productd mode's write time bounds broke. Each stream runs its targets in order; the first failure fails make test once the other streams end.
+## After the two quick checks, three streams run side by side from the start (make -j3, each line printed whole). test-waiting: the race suite, whose tests spend most of their time waiting on Redis, PostgreSQL, timers and child processes, and then the chaos run's productd half. test-compiling: the checks that compile plain and analyse. test-fuzzing: the fuzz targets, whose builds are instrumented and so share nothing with the other two, the API check, and then the chaos run's in-process half, beside the race suite's last tests. On 2 cores the compiling streams fill the CPU the waiting tests leave idle, and each go command's serial phases (loading, linking) leave room for the others. The compiling stream first builds productd and the chaos checker (prebuild) and then runs go vet, which compiles every other package once: the race suite's tests and the chaos run go build productd, and with a cold cache that build would count against time bounds (productd's tests build it before their deadlines start, and their race test binary, which needs every dependency compiled with -race first, is rarely ready before the plain build is done). modules, vettool and perf-report-quick follow go vet, whose plain builds they reuse (two go commands compiling the same package at once both compile it). The chaos run's productd half waits for the race suite: beside productd's end-to-end tests (processes, and a test that loads the host on purpose) its write time bounds broke. Each stream runs its targets in order; the first failure fails make test once the other streams end.
 test: fmt-check rules-check
 	@$(MAKE) --no-print-directory -j3 --output-sync=line test-compiling test-fuzzing test-waiting
 
@@ -39,10 +39,10 @@ test-compiling:
 	@for t in prebuild vet modules vettool perf-report-quick; do $(MAKE) --no-print-directory $$t || exit 1; done
 
 test-fuzzing:
-	@for t in fuzz-short apicheck; do $(MAKE) --no-print-directory $$t || exit 1; done
+	@for t in fuzz-short apicheck chaos-short-inproc; do $(MAKE) --no-print-directory $$t || exit 1; done
 
 test-waiting:
-	@for t in race chaos-short; do $(MAKE) --no-print-directory $$t || exit 1; done
+	@for t in race chaos-short-productd; do $(MAKE) --no-print-directory $$t || exit 1; done
 
 ## prebuild: productd and the chaos checker compiled (plain, not -race) into the build cache, the first step of make test's compiling stream
 prebuild:
@@ -135,9 +135,15 @@ demo:
 	echo "demo: compiling cmd/stampede and the service it starts (about 2 minutes on a cold 2-core machine, seconds once cached)"; \
 	$(GO) build -o "$$d/stampede" ./cmd/stampede && "$$d/stampede" $(DEMO_ARGS)
 
-## chaos-short: the history checker for about a minute with a fixed seed: 18 s per in-process mode, 12 s of productd processes (part of make test, so its time bounds get 250 ms more slack for a suite running beside it; exits 1 on any violation)
+## chaos-short: the history checker for about a minute with a fixed seed: 18 s per in-process mode (chaos-short-inproc), then 12 s of productd processes (chaos-short-productd); exits 1 on any violation. make test runs the two halves in different streams (see test), so their time bounds get more slack for the suites running beside them: 500 ms for the in-process modes, which run beside the race suite's end-to-end tests, 250 ms for productd's, which runs after them
 chaos-short:
-	$(GO) run ./cmd/chaos -duration 66s -modes cluster,local,nobus,productd=12s -seed 1 -q -extra-slack 250ms
+	@$(MAKE) --no-print-directory chaos-short-inproc && $(MAKE) --no-print-directory chaos-short-productd
+
+chaos-short-inproc:
+	$(GO) run ./cmd/chaos -duration 54s -modes cluster,local,nobus -seed 1 -q -extra-slack 500ms
+
+chaos-short-productd:
+	$(GO) run ./cmd/chaos -duration 12s -modes productd -seed 1 -q -extra-slack 250ms
 
 ## chaos: K instances (in-process caches, then productd processes) on a private redis-server under faults, the recorded history checked against the promises (about 2 minutes; needs redis-server, PostgreSQL or a SQLite fallback, the go command)
 CHAOS_DURATION ?= 2m
