@@ -155,8 +155,12 @@ func crashedLeaderIsTakenOver(t *testing.T, newClient func(...redis.Hook) redis.
 		if r.err != nil || r.r.Value != "v2" {
 			t.Fatalf("follower %d = %q, %v; want the taking-over follower's value", i, r.r.Value, r.err)
 		}
-		if d := r.at.Sub(crashed); d > ttl+500*time.Millisecond {
-			t.Fatalf("follower %d returned %v after the crash, want within the lease TTL %v plus 500ms", i, d, ttl)
+		// The lease TTL plus the slack of a loaded host (two test suites
+		// on two cores delayed a follower 1.15s past the TTL); a follower
+		// that waited for its own CoalesceWait instead of the takeover
+		// would take several TTLs.
+		if d := r.at.Sub(crashed); d > ttl+2*time.Second {
+			t.Fatalf("follower %d returned %v after the crash, want within the lease TTL %v plus 2s", i, d, ttl)
 		}
 	}
 	for _, f := range followers {
