@@ -282,8 +282,10 @@ func (p *process) start(ctx context.Context) error {
 	p.mu.Lock()
 	p.cmd, p.done, p.base = cmd, done, ""
 	p.mu.Unlock()
+	started := time.Now()
 	t := time.NewTimer(startTimeout)
 	defer t.Stop()
+	exited := false
 	select {
 	case addr := <-listening:
 		p.mu.Lock()
@@ -291,16 +293,23 @@ func (p *process) start(ctx context.Context) error {
 		p.mu.Unlock()
 		return nil
 	case <-done:
-		err = errors.New("exited before listening")
+		exited = true
+		err = fmt.Errorf("exited before listening, %v after its start", time.Since(started).Round(time.Millisecond))
 	case <-t.C:
 		err = fmt.Errorf("not listening within %v", startTimeout)
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
 	p.kill()
+	if exited {
+		// The process had closed its stderr before kill's signal: its
+		// state is its own end (an exit status, or a signal from
+		// elsewhere), not the kill's.
+		err = fmt.Errorf("%w (%v)", err, cmd.ProcessState)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return fmt.Errorf("chaos: productd %s; its last log lines:\n%s", err, strings.Join(p.tail, "\n"))
+	return fmt.Errorf("chaos: productd %w; its last log lines:\n%s", err, strings.Join(p.tail, "\n"))
 }
 
 // url is the process's base URL ("" while it is stopped).

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,7 +77,7 @@ func TestEndToEndHungOrDeadRedisCostsARequestAlmostNothing(t *testing.T) {
 		// it takes less than one.
 		openBound = redisTimeout
 	)
-	p := startProductd(t, "-db", dsn, "-seed-products", "50", "-redis", rds.url(),
+	p := startProductd(t, "-db", dsn, "-seed-products", "200", "-redis", rds.url(),
 		"-redis-prefix", testenv.UniqueName("productd-e2e-")+":",
 		"-redis-timeout", redisTimeout.String(), "-origin-latency", originLatency.String())
 	c := herdClient(4)
@@ -113,22 +114,48 @@ func TestEndToEndHungOrDeadRedisCostsARequestAlmostNothing(t *testing.T) {
 		t.Fatalf("%s = %v after invalidating with Redis hung, want at least 1", InvalidationFailuresMetric, f)
 	}
 
-	// A few more failed calls open the shared tier's breaker; from then on
-	// a cold GET costs the origin's latency and no Redis deadline at all.
+	// More failed calls open the shared tier's breaker; from then on a
+	// cold GET costs the origin's latency and no Redis deadline at all.
+	// They come side by side, as a service's traffic does: one after
+	// another, each would wait for its deadline in turn.
 	breakerOpen := func() bool {
 		_, body, _ := timedDo(t, c, "GET", p.url+"/readyz", "")
 		var rd readyBody
 		return json.Unmarshal([]byte(body), &rd) == nil && rd.Dependencies["redis_breaker"] == "open"
 	}
 	n := 10
-	for ; n < 30 && !breakerOpen(); n++ {
-		if code, body, _ := timedDo(t, c, "GET", product(n), ""); code != 200 {
-			t.Fatalf("cold GET with Redis hung: %d %s", code, body)
+	openBreaker := func() {
+		for range 3 {
+			if breakerOpen() {
+				return
+			}
+			var wg sync.WaitGroup
+			for range redisBreakerFailures {
+				n++
+				url := product(n)
+				wg.Go(func() {
+					resp, err := c.Get(url)
+					if err != nil {
+						t.Errorf("cold GET with Redis hung: %v", err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 {
+						t.Errorf("cold GET with Redis hung: %d", resp.StatusCode)
+					}
+				})
+			}
+			wg.Wait()
+			if t.Failed() {
+				t.FailNow()
+			}
+		}
+		if !breakerOpen() {
+			t.Fatal("the breaker never opened while Redis hung")
 		}
 	}
-	if !breakerOpen() {
-		t.Fatal("the breaker never opened while Redis hung")
-	}
+	openBreaker()
 	// The breaker lets a probe through once its cool-down (5s) has passed,
 	// and a probe pays a deadline. On a machine slow enough that the
 	// cool-down ends before the GET, the GET is not one with the breaker
@@ -160,12 +187,7 @@ func TestEndToEndHungOrDeadRedisCostsARequestAlmostNothing(t *testing.T) {
 			t.Fatalf("the breaker's cool-down passed during each of %d GETs; the machine is too slow for this test", cooled)
 		}
 		t.Logf("the breaker's cool-down passed during the GET (%v); again", took)
-		for k := 0; k < 30 && !breakerOpen(); k++ {
-			n++
-			if code, body, _ := timedDo(t, c, "GET", product(n), ""); code != 200 {
-				t.Fatalf("cold GET with Redis hung: %d %s", code, body)
-			}
-		}
+		openBreaker()
 	}
 	t.Logf("Redis hung, breaker open: cold GET %v", fastest)
 	if st := metric(t, c, p.url, `flightcache_shared_breaker_state{operation="product"}`); st != 2 {

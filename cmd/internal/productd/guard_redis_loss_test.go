@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -192,22 +193,46 @@ func TestProductServedBeforeIsNeverFilteredWhenItsCreationRecordIsLost(t *testin
 // (the filter's 1 % false positives), where a guard that gave up during
 // Redis trouble cost one each. The trouble triggers an early rebuild, after
 // which a product created on another instance before the trouble is found.
+//
+// The ids are asked by clients side by side, as a service's traffic
+// comes: with Redis paused, each call costs -redis-timeout until
+// redisBreakerFailures of them in a row have failed and the breaker
+// opens, which one client alone would reach only after that many
+// timeouts in turn.
 func TestMadeUpIDsDuringRedisTroubleAreStillFiltered(t *testing.T) {
-	const ids = 2000
+	t.Parallel()
+	const ids, clients = 2000, 2 * redisBreakerFailures
 	for _, fault := range []string{"paused", "killed"} {
 		t.Run(fault, func(t *testing.T) {
 			t.Parallel()
 			rds := startPrivateRedis(t)
 			a, b, _, sb := guardPair(t, rds, "guard-trouble:")
-			c := herdClient(2)
+			c := herdClient(clients)
 			defer c.CloseIdleConnections()
 			madeUp := func(i int) string { return fmt.Sprintf("made-up-%s-%d", fault, i) }
 			count := func(from int) (int64, time.Duration) {
 				q0, start := sb.OriginQueries(), time.Now()
-				for i := range ids {
-					if code, cs := getProduct(t, c, b, madeUp(from+i)); code != http.StatusNotFound {
-						t.Fatalf("made-up id: %d (%s), want 404", code, cs)
-					}
+				var wg sync.WaitGroup
+				for w := range clients {
+					wg.Go(func() {
+						for i := w; i < ids; i += clients {
+							resp, err := c.Get(b + "/v1/tenants/acme/products/" + madeUp(from+i))
+							if err != nil {
+								t.Errorf("made-up id: %v", err)
+								return
+							}
+							io.Copy(io.Discard, resp.Body)
+							resp.Body.Close()
+							if resp.StatusCode != http.StatusNotFound {
+								t.Errorf("made-up id: %d (%s), want 404", resp.StatusCode, resp.Header.Get("Cache-Status"))
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				if t.Failed() {
+					t.FailNow()
 				}
 				return sb.OriginQueries() - q0, time.Since(start)
 			}
