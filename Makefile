@@ -13,18 +13,6 @@ BENCH     ?= .
 COUNT     ?= 10
 BENCHTIME ?= 1s
 BENCHOUT  ?= bench.txt
-# The go command runs the compiler, linker and analysers through
-# scripts/lessgc, which turns their garbage collector off below a heap of
-# 1 GiB: they are short-lived, and it saves about a tenth of a build's CPU
-# time (docs/PERFORMANCE.md, "make test"). The tools report the same
-# identity through it, so the build cache is shared with plain go commands,
-# and test binaries, which the go command starts itself, are unaffected.
-# The flags go env holds (its file's GOFLAGS included) are kept, and so is
-# a -toolexec among them.
-GOENVFLAGS := $(shell $(GO) env GOFLAGS)
-ifeq ($(findstring -toolexec,$(GOENVFLAGS)),)
-export GOFLAGS := $(strip $(GOENVFLAGS) -toolexec=$(CURDIR)/scripts/lessgc)
-endif
 # The module and version of each package a build compiles (modules).
 DEPVERSION = {{with .Module}}{{.Path}} {{.Version}}{{end}}
 
