@@ -79,11 +79,11 @@ rules-check:
 		echo "rules-check: skipped, promtool not installed (apt-get install prometheus)"; \
 	fi
 
-## race: every package's tests under -race. SLOWPKGS, the packages whose tests take longest (productd's end-to-end tests, minutes; then the root package's and internal/archtest's), are named first: go test compiles and starts the packages in the order named, so the longest run starts as early as its build allows. RACE_P test binaries run at once (go test -p, default 4 rather than go's one per core): most of these tests wait on servers, timers and child processes. -vet=off: make vet (and make test) vets every package already. -ldflags=-w: the test binaries are linked without DWARF, which only debuggers read (stack traces and race reports use the binary's own symbol table); it saves a fifth of each of some 50 links.
+## race: every package's tests under -race. SLOWPKGS, the packages whose tests take longest (productd's end-to-end tests, minutes; then the root package's and internal/archtest's), are named first: go test compiles and starts the packages in the order named, so the longest run starts as early as its build allows. RACE_P test binaries run at once (go test -p, default 4 rather than go's one per core): most of these tests wait on servers, timers and child processes. -vet=off: make vet (and make test) vets every package already. -ldflags=-w: the test binaries are linked without DWARF, which only debuggers read (stack traces and race reports use the binary's own symbol table); it saves a fifth of each of some 50 links. -timeout 30m catches a hung test binary with room for a busy host: productd's end-to-end tests have taken 11 minutes with a second make test beside them on a slow 2-core machine.
 SLOWPKGS ?= github.com/flightcache/flightcache/cmd/internal/productd github.com/flightcache/flightcache github.com/flightcache/flightcache/internal/archtest
 RACE_P   ?= 4
 race:
-	$(GO) test -race -count=1 -vet=off -ldflags=-w -p $(RACE_P) -timeout 15m $(SLOWPKGS) $(PKGS)
+	$(GO) test -race -count=1 -vet=off -ldflags=-w -p $(RACE_P) -timeout 30m $(SLOWPKGS) $(PKGS)
 
 ## apicheck: every released module's API (versions.txt) against the same module at the last release point (versions.txt's api-base, taken from git archive into a temporary directory) with apidiff; an incompatible change fails unless CHANGELOG.md's [Unreleased] section declares it under "### Breaking" (see CHANGELOG.md's head). Part of make test; needs the full history (not a shallow clone)
 APIDIFF ?= golang.org/x/exp/cmd/apidiff@v0.0.0-20261113113407-e3970619a1a4
