@@ -134,15 +134,8 @@ func TestEndToEndHungOrDeadRedisCostsARequestAlmostNothing(t *testing.T) {
 				n++
 				url := product(n)
 				wg.Go(func() {
-					resp, err := c.Get(url)
-					if err != nil {
-						t.Errorf("cold GET with Redis hung: %v", err)
-						return
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != 200 {
-						t.Errorf("cold GET with Redis hung: %d", resp.StatusCode)
+					if a := get(c, url); a.err != nil || a.status != 200 {
+						t.Errorf("cold GET with Redis hung: %d %s %v", a.status, a.body, a.err)
 					}
 				})
 			}
