@@ -16,22 +16,25 @@ func TestMain(m *testing.M) {
 }
 
 // parkedUntilClosed is a goroutine's function the tests look for in a
-// report.
-func parkedUntilClosed(stop <-chan struct{}) { <-stop }
+// report. Once running it closes started: from then until stop is closed,
+// the goroutine's stack names it. Before the goroutine first runs, its
+// stack shows only the go statement's wrapper, and a busy host can keep it
+// from running for longer than a test's timeout.
+func parkedUntilClosed(started chan<- struct{}, stop <-chan struct{}) {
+	close(started)
+	<-stop
+}
 
 func TestFindReportsARunningGoroutineAndClearsOnceItEnds(t *testing.T) {
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		parkedUntilClosed(stop)
-	}()
+	started, stop := make(chan struct{}), make(chan struct{})
+	go parkedUntilClosed(started, stop)
+	<-started
 	err := find(50 * time.Millisecond)
+	close(stop) // before any Fatal, so that no later test sees the goroutine
 	if err == nil || !strings.Contains(err.Error(), "leakcheck.parkedUntilClosed") {
 		t.Fatalf("find with a parked goroutine = %v, want its stack", err)
 	}
-	close(stop)
-	<-done
+	// find waits up to Timeout for the goroutine, released now, to end.
 	if err := find(Timeout); err != nil {
 		t.Fatalf("find after the goroutine ended: %v", err)
 	}
@@ -39,8 +42,9 @@ func TestFindReportsARunningGoroutineAndClearsOnceItEnds(t *testing.T) {
 
 // A goroutine that ends within the timeout is not a leak: Find waits for it.
 func TestFindWaitsForAGoroutineThatIsEnding(t *testing.T) {
-	stop := make(chan struct{})
-	go parkedUntilClosed(stop)
+	started, stop := make(chan struct{}), make(chan struct{})
+	go parkedUntilClosed(started, stop)
+	<-started
 	time.AfterFunc(20*time.Millisecond, func() { close(stop) })
 	if err := find(Timeout); err != nil {
 		t.Fatalf("find: %v", err)
@@ -66,7 +70,9 @@ func TestLeakingHelper(t *testing.T) {
 	if os.Getenv("LEAKCHECK_LEAK") != "1" {
 		t.Skip("run by TestVerifyTestMainFailsALeakingRun")
 	}
-	go parkedUntilClosed(make(chan struct{}))
+	started := make(chan struct{})
+	go parkedUntilClosed(started, make(chan struct{}))
+	<-started
 }
 
 // A test binary whose passing tests leave a goroutine behind exits 1 and
