@@ -25,10 +25,17 @@ func parkedUntilClosed(started chan<- struct{}, stop <-chan struct{}) {
 	<-stop
 }
 
-func TestFindReportsARunningGoroutineAndClearsOnceItEnds(t *testing.T) {
+// parked starts a goroutine in parkedUntilClosed and returns once it runs
+// there; closing the returned channel ends it.
+func parked() chan<- struct{} {
 	started, stop := make(chan struct{}), make(chan struct{})
 	go parkedUntilClosed(started, stop)
 	<-started
+	return stop
+}
+
+func TestFindReportsARunningGoroutineAndClearsOnceItEnds(t *testing.T) {
+	stop := parked()
 	err := find(50 * time.Millisecond)
 	close(stop) // before any Fatal, so that no later test sees the goroutine
 	if err == nil || !strings.Contains(err.Error(), "leakcheck.parkedUntilClosed") {
@@ -42,9 +49,7 @@ func TestFindReportsARunningGoroutineAndClearsOnceItEnds(t *testing.T) {
 
 // A goroutine that ends within the timeout is not a leak: Find waits for it.
 func TestFindWaitsForAGoroutineThatIsEnding(t *testing.T) {
-	started, stop := make(chan struct{}), make(chan struct{})
-	go parkedUntilClosed(started, stop)
-	<-started
+	stop := parked()
 	time.AfterFunc(20*time.Millisecond, func() { close(stop) })
 	if err := find(Timeout); err != nil {
 		t.Fatalf("find: %v", err)
@@ -70,9 +75,7 @@ func TestLeakingHelper(t *testing.T) {
 	if os.Getenv("LEAKCHECK_LEAK") != "1" {
 		t.Skip("run by TestVerifyTestMainFailsALeakingRun")
 	}
-	started := make(chan struct{})
-	go parkedUntilClosed(started, make(chan struct{}))
-	<-started
+	parked()
 }
 
 // A test binary whose passing tests leave a goroutine behind exits 1 and
